@@ -1,0 +1,8 @@
+//! tritium: quantized LLM inference on the GPU through wgpu (WebGPU in the browser,
+//! Vulkan/Metal natively).
+//!
+//! Layers, bottom up: [`formats`] (bytes to meaning) and [`quant`] (block layouts and CPU
+//! dequantization) are pure; [`storage`] is where bytes live.
+
+pub mod formats;
+pub mod quant;

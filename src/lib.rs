@@ -6,3 +6,4 @@
 
 pub mod formats;
 pub mod quant;
+pub mod storage;

@@ -1,0 +1,9 @@
+//! Where bytes live: native files and folders (this module), OPFS and HTTP (later).
+//! Implements the pure formats' [`ByteSource`](crate::formats::source::ByteSource) and
+//! [`ModelFiles`](crate::formats::source::ModelFiles) traits.
+
+#[cfg(not(target_arch = "wasm32"))]
+mod fs;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use fs::{DirFiles, FileSource};

@@ -4,6 +4,12 @@
 //! Layers, bottom up: [`formats`] (bytes to meaning) and [`quant`] (block layouts and CPU
 //! dequantization) are pure; [`storage`] is where bytes live.
 
+pub mod error;
 pub mod formats;
 pub mod quant;
 pub mod storage;
+
+#[cfg(feature = "cli")]
+pub mod cli;
+
+pub use error::Error;

@@ -1,1 +1,5 @@
-fn main(){}
+//! The `tritium` command-line tool.
+
+fn main() -> std::process::ExitCode {
+    tritium::cli::main()
+}

@@ -13,7 +13,8 @@ const FIXTURE: &str = "tests/goldens/gguf/pywritten.gguf";
 fn load() -> (Vec<u8>, GgufFile, Json) {
     let bytes = std::fs::read(FIXTURE).expect("committed fixture");
     let desc: Json =
-        serde_json::from_slice(&std::fs::read("tests/goldens/gguf/pywritten.json").unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read("tests/goldens/gguf/pywritten.json").unwrap())
+            .unwrap();
     let f = GgufFile::read(&bytes).expect("gguf-py's file parses");
     (bytes, f, desc)
 }
@@ -26,10 +27,19 @@ fn reads_what_gguf_py_wrote() {
     assert_eq!(f.data_offset, desc["data_offset"].as_u64().unwrap());
     for (key, d) in desc["scalars"].as_object().unwrap() {
         let v = f.get(key).unwrap_or_else(|| panic!("missing key {key}"));
-        let types: Vec<u64> = d["types"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect();
+        let types: Vec<u64> = d["types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect();
         assert_eq!(u64::from(v.type_id()), types[0], "type of {key}");
         if let Some(Value::Array(a)) = Some(v) {
-            assert_eq!(u64::from(a.elem_type_id()), types[1], "element type of {key}");
+            assert_eq!(
+                u64::from(a.elem_type_id()),
+                types[1],
+                "element type of {key}"
+            );
         }
         match &d.get("value") {
             Some(Json::String(s)) => assert_eq!(v.as_str(), Some(s.as_str()), "{key}"),
@@ -48,21 +58,43 @@ fn reads_what_gguf_py_wrote() {
     }
     assert_eq!(
         f.get("t.arr_nested"),
-        Some(&Value::Array(Array::Array(vec![Array::I32(vec![1, 2]), Array::I32(vec![3, 4, 5])])))
+        Some(&Value::Array(Array::Array(vec![
+            Array::I32(vec![1, 2]),
+            Array::I32(vec![3, 4, 5])
+        ])))
     );
     assert_eq!(
         f.get("t.arr_str"),
-        Some(&Value::Array(Array::String(vec!["a".into(), "bb".into(), "".into()])))
+        Some(&Value::Array(Array::String(vec![
+            "a".into(),
+            "bb".into(),
+            "".into()
+        ])))
     );
     let tensors = desc["tensors"].as_array().unwrap();
     assert_eq!(f.tensors.len(), tensors.len());
     for (t, d) in f.tensors.iter().zip(tensors) {
         assert_eq!(t.name, d["name"].as_str().unwrap());
-        assert_eq!(u64::from(t.dtype.id()), d["type_id"].as_u64().unwrap(), "{}", t.name);
-        let dims: Vec<u64> = d["dims"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(
+            u64::from(t.dtype.id()),
+            d["type_id"].as_u64().unwrap(),
+            "{}",
+            t.name
+        );
+        let dims: Vec<u64> = d["dims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
         assert_eq!(t.dims, dims, "{}", t.name);
         assert_eq!(t.n_bytes, d["n_bytes"].as_u64().unwrap(), "{}", t.name);
-        assert_eq!(f.tensor_range(t).0, d["data_offset"].as_u64().unwrap(), "{}", t.name);
+        assert_eq!(
+            f.tensor_range(t).0,
+            d["data_offset"].as_u64().unwrap(),
+            "{}",
+            t.name
+        );
     }
 }
 
@@ -75,7 +107,8 @@ fn our_writer_reproduces_gguf_py_bytes() {
     }
     for t in &f.tensors {
         let data = f.read_tensor(&bytes, &t.name).unwrap();
-        w.add_tensor(t.name.clone(), t.dtype, &t.shape(), data).unwrap();
+        w.add_tensor(t.name.clone(), t.dtype, &t.shape(), data)
+            .unwrap();
     }
     let ours = w.to_bytes().unwrap();
     assert_eq!(ours.len(), bytes.len());
@@ -107,6 +140,11 @@ fn smollm2_header() {
         Some(Value::Array(a)) => assert_eq!(a.len(), 49152),
         other => panic!("tokens: {other:?}"),
     }
-    let last = f.tensors.iter().map(|t| f.tensor_range(t).0 + t.n_bytes).max().unwrap();
+    let last = f
+        .tensors
+        .iter()
+        .map(|t| f.tensor_range(t).0 + t.n_bytes)
+        .max()
+        .unwrap();
     assert!(last <= f.file_len && f.file_len - last < f.alignment);
 }

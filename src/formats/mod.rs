@@ -1,10 +1,10 @@
 //! Bytes to meaning: model file formats. Pure: no I/O, no GPU, no async. Every parser reads
 //! through [`source::ByteSource`] / [`source::ModelFiles`].
 
-pub mod source;
 pub mod gguf;
 pub mod rdrr;
 pub mod safetensors;
+pub mod source;
 pub mod trellis;
 
 use serde::Serialize;

@@ -154,7 +154,10 @@ pub trait ModelFiles {
         if src.len() > max_len {
             return Err(SourceError::Io {
                 path: path.to_string(),
-                message: format!("{} bytes is more than the {max_len} allowed for this file", src.len()),
+                message: format!(
+                    "{} bytes is more than the {max_len} allowed for this file",
+                    src.len()
+                ),
             });
         }
         src.read_vec(0, src.len())
@@ -230,7 +233,17 @@ mod tests {
 
     #[test]
     fn unsafe_paths_are_refused() {
-        for p in ["", "/etc/passwd", "../x", "a/../b", "a\\b", "a\0b", "c:x", "a//b", "./a"] {
+        for p in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../b",
+            "a\\b",
+            "a\0b",
+            "c:x",
+            "a//b",
+            "./a",
+        ] {
             assert!(check_relative_path(p).is_err(), "{p:?} should be refused");
         }
         for p in ["shard_00000.bin", "layer_0001/index.json"] {

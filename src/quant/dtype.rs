@@ -47,6 +47,10 @@ pub enum GgmlType {
     /// The BitNet fork's lookup-table layout for ARM (id 38); its layout is kernel-specific.
     TL1,
     MXFP4,
+    /// NVIDIA FP4 (upstream id 40): 64 weights in 36 bytes.
+    NVFP4,
+    /// 1-bit weights (upstream id 41): 128 weights in 18 bytes.
+    Q1_0,
 }
 
 /// How a type's elements are packed.
@@ -60,7 +64,7 @@ pub struct BlockGeometry {
 
 impl GgmlType {
     /// All types, in id order.
-    pub const ALL: [GgmlType; 34] = [
+    pub const ALL: [GgmlType; 36] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -95,6 +99,8 @@ impl GgmlType {
         GgmlType::I2_S,
         GgmlType::TL1,
         GgmlType::MXFP4,
+        GgmlType::NVFP4,
+        GgmlType::Q1_0,
     ];
 
     /// The type with GGUF id `id`, if there is one.
@@ -140,6 +146,8 @@ impl GgmlType {
             I2_S => 36,
             TL1 => 38,
             MXFP4 => 39,
+            NVFP4 => 40,
+            Q1_0 => 41,
         }
     }
 
@@ -181,6 +189,8 @@ impl GgmlType {
             I2_S => "I2_S",
             TL1 => "TL1",
             MXFP4 => "MXFP4",
+            NVFP4 => "NVFP4",
+            Q1_0 => "Q1_0",
         }
     }
 
@@ -213,6 +223,8 @@ impl GgmlType {
             Q8_1 => (32, 36),
             IQ4_NL => (32, 18),
             MXFP4 => (32, 17),
+            NVFP4 => (64, 36),
+            Q1_0 => (128, 18),
             Q2_K => (256, 84),
             Q3_K => (256, 110),
             Q4_K => (256, 144),
@@ -274,7 +286,19 @@ impl GgmlType {
         use GgmlType::*;
         matches!(
             self,
-            F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K | TQ1_0 | TQ2_0 | I2_S
+            F32 | F16
+                | BF16
+                | Q4_0
+                | Q4_1
+                | Q5_0
+                | Q5_1
+                | Q8_0
+                | Q4_K
+                | Q5_K
+                | Q6_K
+                | TQ1_0
+                | TQ2_0
+                | I2_S
         )
     }
 }
@@ -302,7 +326,10 @@ mod tests {
 
     #[test]
     fn i2s_size_is_quarter_plus_scale() {
-        assert_eq!(GgmlType::I2_S.tensor_bytes(2560 * 2560), Some(2560 * 2560 / 4 + 32));
+        assert_eq!(
+            GgmlType::I2_S.tensor_bytes(2560 * 2560),
+            Some(2560 * 2560 / 4 + 32)
+        );
         assert_eq!(GgmlType::I2_S.tensor_bytes(100), None);
     }
 }

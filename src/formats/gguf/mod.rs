@@ -39,7 +39,11 @@ pub enum GgufError {
         len: u64,
     },
     #[error("{what}: {value} is over the limit of {limit}")]
-    TooLarge { what: String, value: u64, limit: u64 },
+    TooLarge {
+        what: String,
+        value: u64,
+        limit: u64,
+    },
     #[error("{what}: not valid UTF-8")]
     InvalidUtf8 { what: String },
     #[error("metadata '{key}': unknown value type {type_id}")]
@@ -71,7 +75,11 @@ pub enum GgufError {
         reason: String,
     },
     #[error("tensor '{tensor}': offset {offset} is not a multiple of the alignment {alignment}")]
-    Misaligned { tensor: String, offset: u64, alignment: u64 },
+    Misaligned {
+        tensor: String,
+        offset: u64,
+        alignment: u64,
+    },
     #[error("tensor '{tensor}' ends at byte {end}, past the end of the file ({len} bytes)")]
     TensorOutOfBounds { tensor: String, end: u64, len: u64 },
     #[error("tensors '{a}' and '{b}' overlap")]
@@ -176,7 +184,9 @@ impl GgufFile {
 
     /// Read one tensor's raw bytes.
     pub fn read_tensor(&self, src: &dyn ByteSource, name: &str) -> Result<Vec<u8>, GgufError> {
-        let t = self.tensor(name).ok_or_else(|| GgufError::NoSuchTensor { name: name.into() })?;
+        let t = self
+            .tensor(name)
+            .ok_or_else(|| GgufError::NoSuchTensor { name: name.into() })?;
         let (start, len) = self.tensor_range(t);
         Ok(src.read_vec(start, len)?)
     }
@@ -198,9 +208,11 @@ impl GgufFile {
         if let Some(Value::Array(tokens)) = self.get("tokenizer.ggml.tokens") {
             hyper.push(("vocab_size (tokenizer)".into(), tokens.len().into()));
         }
-        let tokenizer = self.get_str("tokenizer.ggml.model").map(|m| match self.get_str("tokenizer.ggml.pre") {
-            Some(pre) => format!("{m} (pre-tokenizer {pre})"),
-            None => m.to_string(),
+        let tokenizer = self.get_str("tokenizer.ggml.model").map(|m| {
+            match self.get_str("tokenizer.ggml.pre") {
+                Some(pre) => format!("{m} (pre-tokenizer {pre})"),
+                None => m.to_string(),
+            }
         });
         let tensors = self
             .tensors

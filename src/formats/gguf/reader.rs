@@ -158,17 +158,37 @@ impl<'a> Cursor<'a> {
         Ok(match elem {
             type_id::U8 => Array::U8(self.fixed_array(count, 1, &what, |b| b[0])?),
             type_id::I8 => Array::I8(self.fixed_array(count, 1, &what, |b| b[0] as i8)?),
-            type_id::U16 => Array::U16(self.fixed_array(count, 2, &what, |b| u16::from_le_bytes(arr(b)))?),
-            type_id::I16 => Array::I16(self.fixed_array(count, 2, &what, |b| i16::from_le_bytes(arr(b)))?),
-            type_id::U32 => Array::U32(self.fixed_array(count, 4, &what, |b| u32::from_le_bytes(arr(b)))?),
-            type_id::I32 => Array::I32(self.fixed_array(count, 4, &what, |b| i32::from_le_bytes(arr(b)))?),
-            type_id::F32 => Array::F32(self.fixed_array(count, 4, &what, |b| f32::from_le_bytes(arr(b)))?),
-            type_id::U64 => Array::U64(self.fixed_array(count, 8, &what, |b| u64::from_le_bytes(arr(b)))?),
-            type_id::I64 => Array::I64(self.fixed_array(count, 8, &what, |b| i64::from_le_bytes(arr(b)))?),
-            type_id::F64 => Array::F64(self.fixed_array(count, 8, &what, |b| f64::from_le_bytes(arr(b)))?),
+            type_id::U16 => {
+                Array::U16(self.fixed_array(count, 2, &what, |b| u16::from_le_bytes(arr(b)))?)
+            }
+            type_id::I16 => {
+                Array::I16(self.fixed_array(count, 2, &what, |b| i16::from_le_bytes(arr(b)))?)
+            }
+            type_id::U32 => {
+                Array::U32(self.fixed_array(count, 4, &what, |b| u32::from_le_bytes(arr(b)))?)
+            }
+            type_id::I32 => {
+                Array::I32(self.fixed_array(count, 4, &what, |b| i32::from_le_bytes(arr(b)))?)
+            }
+            type_id::F32 => {
+                Array::F32(self.fixed_array(count, 4, &what, |b| f32::from_le_bytes(arr(b)))?)
+            }
+            type_id::U64 => {
+                Array::U64(self.fixed_array(count, 8, &what, |b| u64::from_le_bytes(arr(b)))?)
+            }
+            type_id::I64 => {
+                Array::I64(self.fixed_array(count, 8, &what, |b| i64::from_le_bytes(arr(b)))?)
+            }
+            type_id::F64 => {
+                Array::F64(self.fixed_array(count, 8, &what, |b| f64::from_le_bytes(arr(b)))?)
+            }
             type_id::BOOL => {
                 let raw = self.fixed_array(count, 1, &what, |b| b[0])?;
-                Array::Bool(raw.into_iter().map(|b| bool_of(b, key)).collect::<Result<_, _>>()?)
+                Array::Bool(
+                    raw.into_iter()
+                        .map(|b| bool_of(b, key))
+                        .collect::<Result<_, _>>()?,
+                )
             }
             type_id::STRING => {
                 let mut v = Vec::new();
@@ -253,7 +273,11 @@ pub fn read(src: &dyn ByteSource) -> Result<GgufFile, GgufError> {
     let alignment = match index.get("general.alignment").map(|&i| &metadata[i].1) {
         None => DEFAULT_ALIGNMENT,
         Some(Value::U32(a)) if *a != 0 && a.is_power_of_two() => u64::from(*a),
-        Some(v) => return Err(GgufError::BadAlignment { value: format!("{v:?}") }),
+        Some(v) => {
+            return Err(GgufError::BadAlignment {
+                value: format!("{v:?}"),
+            })
+        }
     };
 
     let mut tensors = Vec::new();
@@ -263,7 +287,10 @@ pub fn read(src: &dyn ByteSource) -> Result<GgufFile, GgufError> {
         let what = || format!("tensor info '{name}'");
         let n_dims = c.u32(&what)?;
         if n_dims as usize > MAX_DIMS {
-            return Err(GgufError::TooManyDims { tensor: name, n_dims });
+            return Err(GgufError::TooManyDims {
+                tensor: name,
+                n_dims,
+            });
         }
         let mut dims = Vec::with_capacity(n_dims as usize);
         for _ in 0..n_dims {
@@ -295,7 +322,10 @@ pub fn read(src: &dyn ByteSource) -> Result<GgufFile, GgufError> {
         });
     }
 
-    let data_offset = c.pos.checked_next_multiple_of(alignment).unwrap_or(u64::MAX);
+    let data_offset = c
+        .pos
+        .checked_next_multiple_of(alignment)
+        .unwrap_or(u64::MAX);
     let file_len = src.len();
     if !tensors.is_empty() {
         check_tensor_ranges(&tensors, data_offset, file_len)?;
@@ -330,24 +360,33 @@ fn tensor_bytes(name: &str, dims: &[u64], dtype: GgmlType) -> Result<u64, GgufEr
         return Err(GgufError::UnsupportedDtype {
             tensor: name.to_string(),
             dtype,
-            reason: "the BitNet fork's TL1 layout is kernel-specific; convert the model to I2_S".into(),
+            reason: "the BitNet fork's TL1 layout is kernel-specific; convert the model to I2_S"
+                .into(),
         });
     }
     let row = dims.first().copied().unwrap_or(1);
     let gran = dtype.row_granularity();
     if dtype != GgmlType::I2_S && row % gran != 0 {
-        return Err(bad(format!("row length {row} is not a multiple of the {dtype} block size {gran}")));
+        return Err(bad(format!(
+            "row length {row} is not a multiple of the {dtype} block size {gran}"
+        )));
     }
-    dtype
-        .tensor_bytes(n)
-        .ok_or_else(|| bad(format!("{n} elements is not a whole number of {dtype} blocks")))
+    dtype.tensor_bytes(n).ok_or_else(|| {
+        bad(format!(
+            "{n} elements is not a whole number of {dtype} blocks"
+        ))
+    })
 }
 
 /// Every tensor must lie inside the data section and no two may overlap.
-fn check_tensor_ranges(tensors: &[TensorInfo], data_offset: u64, file_len: u64) -> Result<(), GgufError> {
+fn check_tensor_ranges(
+    tensors: &[TensorInfo],
+    data_offset: u64,
+    file_len: u64,
+) -> Result<(), GgufError> {
     let data_len = file_len.saturating_sub(data_offset);
     for t in tensors {
-        let end = t.offset.checked_add(t.n_bytes).unwrap_or(u64::MAX);
+        let end = t.offset.saturating_add(t.n_bytes);
         if end > data_len || data_offset > file_len {
             return Err(GgufError::TensorOutOfBounds {
                 tensor: t.name.clone(),

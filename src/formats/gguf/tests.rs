@@ -3,7 +3,8 @@ use crate::quant::GgmlType;
 
 fn sample_writer() -> GgufWriter {
     let mut w = GgufWriter::new();
-    w.add("general.architecture", Value::String("llama".into())).unwrap();
+    w.add("general.architecture", Value::String("llama".into()))
+        .unwrap();
     w.add("u8", Value::U8(7)).unwrap();
     w.add("i8", Value::I8(-7)).unwrap();
     w.add("u16", Value::U16(65535)).unwrap();
@@ -16,8 +17,11 @@ fn sample_writer() -> GgufWriter {
     w.add("u64", Value::U64(u64::MAX)).unwrap();
     w.add("i64", Value::I64(i64::MIN)).unwrap();
     w.add("f64", Value::F64(std::f64::consts::PI)).unwrap();
-    w.add("arr.str", Value::Array(Array::String(vec!["a".into(), "".into(), "ccc".into()])))
-        .unwrap();
+    w.add(
+        "arr.str",
+        Value::Array(Array::String(vec!["a".into(), "".into(), "ccc".into()])),
+    )
+    .unwrap();
     w.add(
         "arr.nested",
         Value::Array(Array::Array(vec![
@@ -27,10 +31,14 @@ fn sample_writer() -> GgufWriter {
         ])),
     )
     .unwrap();
-    w.add("arr.empty", Value::Array(Array::F32(vec![]))).unwrap();
-    w.add_tensor("a", GgmlType::F32, &[2, 3], vec![0u8; 24]).unwrap();
-    w.add_tensor("b", GgmlType::Q8_0, &[2, 32], vec![1u8; 68]).unwrap();
-    w.add_tensor("c", GgmlType::I2_S, &[1, 128], vec![2u8; 64]).unwrap();
+    w.add("arr.empty", Value::Array(Array::F32(vec![])))
+        .unwrap();
+    w.add_tensor("a", GgmlType::F32, &[2, 3], vec![0u8; 24])
+        .unwrap();
+    w.add_tensor("b", GgmlType::Q8_0, &[2, 32], vec![1u8; 68])
+        .unwrap();
+    w.add_tensor("c", GgmlType::I2_S, &[1, 128], vec![2u8; 64])
+        .unwrap();
     w
 }
 
@@ -66,8 +74,13 @@ fn every_value_type_round_trips() {
         w2.add(k.clone(), v.clone()).unwrap();
     }
     for t in &f.tensors {
-        w2.add_tensor(t.name.clone(), t.dtype, &t.shape(), f.read_tensor(&bytes, &t.name).unwrap())
-            .unwrap();
+        w2.add_tensor(
+            t.name.clone(),
+            t.dtype,
+            &t.shape(),
+            f.read_tensor(&bytes, &t.name).unwrap(),
+        )
+        .unwrap();
     }
     assert_eq!(w2.to_bytes().unwrap(), bytes);
 }
@@ -82,7 +95,10 @@ fn version_2_is_read() {
 fn every_truncation_is_an_error_not_a_panic() {
     let bytes = sample_writer().to_bytes().unwrap();
     for cut in 0..bytes.len() {
-        assert!(GgufFile::read(&bytes[..cut].to_vec()).is_err(), "prefix of {cut} bytes parsed");
+        assert!(
+            GgufFile::read(&bytes[..cut].to_vec()).is_err(),
+            "prefix of {cut} bytes parsed"
+        );
     }
 }
 
@@ -101,14 +117,26 @@ fn string(b: &mut Vec<u8>, s: &str) {
 
 #[test]
 fn bad_headers_are_named() {
-    assert!(matches!(GgufFile::read(&b"GGUX\x03\0\0\0".to_vec()), Err(GgufError::BadMagic { .. })));
+    assert!(matches!(
+        GgufFile::read(&b"GGUX\x03\0\0\0".to_vec()),
+        Err(GgufError::BadMagic { .. })
+    ));
     assert!(matches!(
         GgufFile::read(&header(1, 0, 0)),
         Err(GgufError::UnsupportedVersion { version: 1 })
     ));
-    assert!(matches!(GgufFile::read(&header(3u32.swap_bytes(), 0, 0)), Err(GgufError::BigEndian)));
-    assert!(matches!(GgufFile::read(&header(3, 0, u64::MAX)), Err(GgufError::TooLarge { .. })));
-    assert!(matches!(GgufFile::read(&header(3, u64::MAX, 0)), Err(GgufError::TooLarge { .. })));
+    assert!(matches!(
+        GgufFile::read(&header(3u32.swap_bytes(), 0, 0)),
+        Err(GgufError::BigEndian)
+    ));
+    assert!(matches!(
+        GgufFile::read(&header(3, 0, u64::MAX)),
+        Err(GgufError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        GgufFile::read(&header(3, u64::MAX, 0)),
+        Err(GgufError::TooLarge { .. })
+    ));
 }
 
 #[test]
@@ -118,14 +146,20 @@ fn huge_declared_lengths_fail_before_allocating() {
     string(&mut b, "k");
     b.extend_from_slice(&type_id::STRING.to_le_bytes());
     b.extend_from_slice(&(1u64 << 60).to_le_bytes());
-    assert!(matches!(GgufFile::read(&b), Err(GgufError::TooLarge { .. })));
+    assert!(matches!(
+        GgufFile::read(&b),
+        Err(GgufError::TooLarge { .. })
+    ));
     // An array claiming 2^62 u64 elements.
     let mut b = header(3, 0, 1);
     string(&mut b, "k");
     b.extend_from_slice(&type_id::ARRAY.to_le_bytes());
     b.extend_from_slice(&type_id::U64.to_le_bytes());
     b.extend_from_slice(&(1u64 << 62).to_le_bytes());
-    assert!(matches!(GgufFile::read(&b), Err(GgufError::Truncated { .. })));
+    assert!(matches!(
+        GgufFile::read(&b),
+        Err(GgufError::Truncated { .. })
+    ));
 }
 
 #[test]
@@ -141,13 +175,19 @@ fn bad_metadata_is_named() {
     let mut b = header(3, 0, 1);
     string(&mut b, "k");
     b.extend_from_slice(&13u32.to_le_bytes());
-    assert!(matches!(GgufFile::read(&b), Err(GgufError::UnknownValueType { type_id: 13, .. })));
+    assert!(matches!(
+        GgufFile::read(&b),
+        Err(GgufError::UnknownValueType { type_id: 13, .. })
+    ));
 
     let mut b = header(3, 0, 1);
     string(&mut b, "k");
     b.extend_from_slice(&type_id::BOOL.to_le_bytes());
     b.push(2);
-    assert!(matches!(GgufFile::read(&b), Err(GgufError::InvalidBool { value: 2, .. })));
+    assert!(matches!(
+        GgufFile::read(&b),
+        Err(GgufError::InvalidBool { value: 2, .. })
+    ));
 
     let mut b = header(3, 0, 1);
     string(&mut b, "k");
@@ -155,7 +195,10 @@ fn bad_metadata_is_named() {
     string(&mut b, "\u{1F600}");
     let n = b.len();
     b[n - 1] = 0xff;
-    assert!(matches!(GgufFile::read(&b), Err(GgufError::InvalidUtf8 { .. })));
+    assert!(matches!(
+        GgufFile::read(&b),
+        Err(GgufError::InvalidUtf8 { .. })
+    ));
 
     // Arrays nested too deep.
     let mut b = header(3, 0, 1);
@@ -165,7 +208,10 @@ fn bad_metadata_is_named() {
         b.extend_from_slice(&type_id::ARRAY.to_le_bytes());
         b.extend_from_slice(&1u64.to_le_bytes());
     }
-    assert!(matches!(GgufFile::read(&b), Err(GgufError::NestingTooDeep { .. })));
+    assert!(matches!(
+        GgufFile::read(&b),
+        Err(GgufError::NestingTooDeep { .. })
+    ));
 }
 
 #[test]
@@ -173,7 +219,10 @@ fn alignment_must_be_a_u32_power_of_two() {
     for v in [Value::U32(0), Value::U32(48), Value::U64(32)] {
         let mut w = GgufWriter::new();
         w.add("general.alignment", v).unwrap();
-        assert!(matches!(GgufFile::read(&w.to_bytes().unwrap()), Err(GgufError::BadAlignment { .. })));
+        assert!(matches!(
+            GgufFile::read(&w.to_bytes().unwrap()),
+            Err(GgufError::BadAlignment { .. })
+        ));
     }
     let w = GgufWriter::new().alignment(64).unwrap();
     let mut w = w;
@@ -214,8 +263,14 @@ fn bad_tensor_infos_are_named() {
     ];
     for (bytes, want) in cases {
         let err = GgufFile::read(&bytes).unwrap_err();
-        assert!(format!("{err:?}").starts_with(want), "wanted {want}, got {err:?}");
-        assert!(err.to_string().contains("'t'"), "error does not name the tensor: {err}");
+        assert!(
+            format!("{err:?}").starts_with(want),
+            "wanted {want}, got {err:?}"
+        );
+        assert!(
+            err.to_string().contains("'t'"),
+            "error does not name the tensor: {err}"
+        );
     }
 }
 
@@ -230,7 +285,10 @@ fn duplicate_and_overlapping_tensors_are_refused() {
         b.extend_from_slice(&0u64.to_le_bytes());
     }
     b.resize(b.len().next_multiple_of(32) + 64, 0);
-    assert!(matches!(GgufFile::read(&b), Err(GgufError::DuplicateTensor { .. })));
+    assert!(matches!(
+        GgufFile::read(&b),
+        Err(GgufError::DuplicateTensor { .. })
+    ));
 
     let mut b = header(3, 2, 0);
     for name in ["a", "b"] {
@@ -247,8 +305,12 @@ fn duplicate_and_overlapping_tensors_are_refused() {
 #[test]
 fn writer_refuses_inconsistent_tensors() {
     let mut w = GgufWriter::new();
-    assert!(w.add_tensor("x", GgmlType::Q4_K, &[2, 256], vec![0; 100]).is_err());
-    assert!(w.add_tensor("x", GgmlType::Q4_K, &[2, 256], vec![0; 288]).is_ok());
+    assert!(w
+        .add_tensor("x", GgmlType::Q4_K, &[2, 256], vec![0; 100])
+        .is_err());
+    assert!(w
+        .add_tensor("x", GgmlType::Q4_K, &[2, 256], vec![0; 288])
+        .is_ok());
     assert!(w.add_tensor("x", GgmlType::F32, &[1], vec![0; 4]).is_err());
     assert!(w.add("k", Value::U8(1)).is_ok());
     assert!(w.add("k", Value::U8(1)).is_err());

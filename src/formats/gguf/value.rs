@@ -135,7 +135,11 @@ impl Value {
             Value::I16(v) => json!(v),
             Value::U32(v) => json!(v),
             Value::I32(v) => json!(v),
-            Value::F32(v) => json!(v),
+            // The shortest decimal that round-trips the f32 (1e-5, not 9.999999747378752e-6).
+            Value::F32(v) => v
+                .to_string()
+                .parse::<f64>()
+                .map_or(json!(null), |f| json!(f)),
             Value::Bool(v) => json!(v),
             Value::String(v) => json!(v),
             Value::U64(v) => json!(v),
@@ -211,7 +215,11 @@ impl Array {
             Array::I64(v) => list(v, max_items, "i64"),
             Array::F64(v) => list(v, max_items, "f64"),
             Array::Array(v) => {
-                let inner: Vec<_> = v.iter().take(max_items).map(|a| a.to_json(max_items)).collect();
+                let inner: Vec<_> = v
+                    .iter()
+                    .take(max_items)
+                    .map(|a| a.to_json(max_items))
+                    .collect();
                 if v.len() <= max_items {
                     json!(inner)
                 } else {

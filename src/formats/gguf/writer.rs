@@ -56,7 +56,8 @@ impl GgufWriter {
         }
         self.alignment = u64::from(alignment);
         self.metadata.retain(|(k, _)| k != "general.alignment");
-        self.metadata.push(("general.alignment".into(), Value::U32(alignment)));
+        self.metadata
+            .push(("general.alignment".into(), Value::U32(alignment)));
         Ok(self)
     }
 
@@ -96,10 +97,18 @@ impl GgufWriter {
             return Err(GgufError::BadShape {
                 tensor: name,
                 dims,
-                reason: format!("{} bytes of {dtype} data do not match the shape", data.len()),
+                reason: format!(
+                    "{} bytes of {dtype} data do not match the shape",
+                    data.len()
+                ),
             });
         }
-        self.tensors.push(PendingTensor { name, dims, dtype, data });
+        self.tensors.push(PendingTensor {
+            name,
+            dims,
+            dtype,
+            data,
+        });
         Ok(())
     }
 
@@ -184,16 +193,32 @@ fn put_array(buf: &mut Vec<u8>, a: &Array) {
     match a {
         Array::U8(v) => buf.extend_from_slice(v),
         Array::I8(v) => buf.extend(v.iter().map(|&x| x as u8)),
-        Array::U16(v) => v.iter().for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
-        Array::I16(v) => v.iter().for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
-        Array::U32(v) => v.iter().for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
-        Array::I32(v) => v.iter().for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
-        Array::F32(v) => v.iter().for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
+        Array::U16(v) => v
+            .iter()
+            .for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
+        Array::I16(v) => v
+            .iter()
+            .for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
+        Array::U32(v) => v
+            .iter()
+            .for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
+        Array::I32(v) => v
+            .iter()
+            .for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
+        Array::F32(v) => v
+            .iter()
+            .for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
         Array::Bool(v) => buf.extend(v.iter().map(|&x| u8::from(x))),
         Array::String(v) => v.iter().for_each(|s| put_string(buf, s)),
         Array::Array(v) => v.iter().for_each(|inner| put_array(buf, inner)),
-        Array::U64(v) => v.iter().for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
-        Array::I64(v) => v.iter().for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
-        Array::F64(v) => v.iter().for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
+        Array::U64(v) => v
+            .iter()
+            .for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
+        Array::I64(v) => v
+            .iter()
+            .for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
+        Array::F64(v) => v
+            .iter()
+            .for_each(|x| buf.extend_from_slice(&x.to_le_bytes())),
     }
 }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install what building and testing tritium needs on a fresh Debian machine (run as root, or
+# with the tools already present). Safe to re-run: each step checks before it installs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
+command -v cc >/dev/null || need_apt+=(build-essential)
+command -v sha256sum >/dev/null || need_apt+=(coreutils)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "error: a Rust toolchain (cargo) is required: https://rustup.rs" >&2
+  exit 1
+fi
+if command -v rustup >/dev/null; then
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+  rustup target list --installed 2>/dev/null | grep -q '^wasm32-unknown-unknown$' \
+    || rustup target add wasm32-unknown-unknown
+fi
+
+scripts/fetch-models.sh

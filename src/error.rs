@@ -1,0 +1,28 @@
+//! The crate-wide error: each layer's error joined with `#[from]`.
+
+use crate::formats::gguf::GgufError;
+use crate::formats::rdrr::RdrrError;
+use crate::formats::safetensors::SafetensorsError;
+use crate::formats::source::SourceError;
+use crate::formats::trellis::TrellisError;
+use crate::quant::QuantError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Rdrr(#[from] RdrrError),
+    #[error(transparent)]
+    Safetensors(#[from] SafetensorsError),
+    #[error(transparent)]
+    Trellis(#[from] TrellisError),
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+    #[error("{path}: {message}")]
+    Io { path: String, message: String },
+    #[error("{0}")]
+    Usage(String),
+}

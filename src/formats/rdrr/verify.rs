@@ -1,0 +1,502 @@
+//! Verification: recompute every shard's hash and every group's hash, streaming through
+//! [`ByteSource::read_at`] in chunks (never a whole shard in memory).
+//!
+//! A group's hash is the manifest's hash algorithm over the raw bytes of the group's tensors,
+//! concatenated in the order of the group's `tensors` list; a tensor split across shards is
+//! hashed whole (its spans joined); alignment padding is not included.
+//!
+//! BLAKE3 here is standard BLAKE3. The reference DOPPLER runtime's JavaScript BLAKE3 is not
+//! (it even hashes empty input wrongly), so BLAKE3 manifests it wrote will not verify: such
+//! mismatches say so, and we never imitate that bug.
+
+use sha2::Digest;
+
+use super::manifest::{HashAlgorithm, HashAlgorithmSource, Manifest};
+use super::RdrrError;
+use crate::formats::source::{ByteSource, ModelFiles, SourceError};
+
+/// A hash being computed piece by piece.
+pub enum StreamHasher {
+    Sha256(sha2::Sha256),
+    Blake3(Box<blake3::Hasher>),
+}
+
+impl StreamHasher {
+    pub fn new(alg: HashAlgorithm) -> StreamHasher {
+        match alg {
+            HashAlgorithm::Sha256 => StreamHasher::Sha256(sha2::Sha256::new()),
+            HashAlgorithm::Blake3 => StreamHasher::Blake3(Box::new(blake3::Hasher::new())),
+        }
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        match self {
+            StreamHasher::Sha256(h) => h.update(bytes),
+            StreamHasher::Blake3(h) => {
+                h.update(bytes);
+            }
+        }
+    }
+
+    /// The digest as lowercase hex.
+    pub fn finalize_hex(self) -> String {
+        match self {
+            StreamHasher::Sha256(h) => hex::encode(h.finalize().as_slice()),
+            StreamHasher::Blake3(h) => h.finalize().to_hex().to_string(),
+        }
+    }
+}
+
+/// The digest of `bytes` as lowercase hex.
+pub fn hash_hex(alg: HashAlgorithm, bytes: &[u8]) -> String {
+    let mut h = StreamHasher::new(alg);
+    h.update(bytes);
+    h.finalize_hex()
+}
+
+/// How [`verify_with`] reads.
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    /// Bytes per read (default 4 MiB).
+    pub chunk_size: usize,
+    /// Also check group hashes (default true). This reads the tensor bytes a second time.
+    pub check_groups: bool,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        VerifyOptions {
+            chunk_size: 4 << 20,
+            check_groups: true,
+        }
+    }
+}
+
+/// What is being hashed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyStage {
+    Shards,
+    Groups,
+}
+
+/// Reported after every chunk.
+#[derive(Debug, Clone)]
+pub struct VerifyProgress<'a> {
+    pub stage: VerifyStage,
+    /// The shard file or group id being hashed.
+    pub item: &'a str,
+    /// Bytes hashed so far in this stage, and in all of it.
+    pub done: u64,
+    pub total: u64,
+}
+
+/// The outcome for one shard or group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VerifyStatus {
+    Ok,
+    Mismatch,
+    /// The shard file does not exist.
+    Missing(String),
+    /// The manifest gives no hash to check against.
+    NoHash,
+    /// The bytes could not be read (unsafe name, I/O error, range past the end, ...).
+    Error(String),
+}
+
+/// The hint attached to BLAKE3 mismatches.
+pub const BLAKE3_HINT: &str = "note: this is standard BLAKE3; the reference DOPPLER runtime's \
+JavaScript BLAKE3 is not standard, so BLAKE3 hashes in manifests it wrote never match and the \
+bytes may still be intact (re-convert with SHA-256 to be sure)";
+
+/// One shard's result.
+#[derive(Debug, Clone)]
+pub struct ShardVerification {
+    pub index: usize,
+    pub file: String,
+    pub algorithm: HashAlgorithm,
+    pub algorithm_source: HashAlgorithmSource,
+    pub expected: Option<String>,
+    pub actual: Option<String>,
+    /// The file's real length, when it could be opened.
+    pub file_len: Option<u64>,
+    /// The manifest's size for the shard.
+    pub declared_size: u64,
+    pub status: VerifyStatus,
+}
+
+impl ShardVerification {
+    /// One line for a report.
+    pub fn message(&self) -> String {
+        let who = format!("shard {} ({})", self.index, self.file);
+        let mut line = status_line(
+            &who,
+            self.algorithm,
+            &self.expected,
+            &self.actual,
+            &self.status,
+        );
+        if self.status == VerifyStatus::Mismatch {
+            if let Some(len) = self.file_len.filter(|&l| l != self.declared_size) {
+                line.push_str(&format!(
+                    "; the file is {len} bytes but the manifest says {}",
+                    self.declared_size
+                ));
+            }
+            if self.algorithm_source == HashAlgorithmSource::Default {
+                line.push_str(
+                    "; the manifest does not name the hash algorithm, SHA-256 was assumed",
+                );
+            }
+        }
+        line
+    }
+}
+
+/// One group's result.
+#[derive(Debug, Clone)]
+pub struct GroupVerification {
+    pub id: String,
+    pub algorithm: HashAlgorithm,
+    pub expected: Option<String>,
+    pub actual: Option<String>,
+    pub status: VerifyStatus,
+}
+
+impl GroupVerification {
+    /// One line for a report.
+    pub fn message(&self) -> String {
+        let who = format!("group {:?}", self.id);
+        status_line(
+            &who,
+            self.algorithm,
+            &self.expected,
+            &self.actual,
+            &self.status,
+        )
+    }
+}
+
+fn status_line(
+    who: &str,
+    alg: HashAlgorithm,
+    expected: &Option<String>,
+    actual: &Option<String>,
+    status: &VerifyStatus,
+) -> String {
+    let none = String::from("-");
+    let expected = expected.as_ref().unwrap_or(&none);
+    let actual = actual.as_ref().unwrap_or(&none);
+    let name = alg.display_name();
+    match status {
+        VerifyStatus::Ok => format!("{who}: OK ({name} {actual})"),
+        VerifyStatus::Mismatch => {
+            let mut s = format!("{who}: {name} mismatch: expected {expected}, computed {actual}");
+            if alg == HashAlgorithm::Blake3 {
+                s.push_str(" (");
+                s.push_str(BLAKE3_HINT);
+                s.push(')');
+            }
+            s
+        }
+        VerifyStatus::Missing(why) => format!("{who}: missing: {why}"),
+        VerifyStatus::NoHash => format!("{who}: no hash in the manifest to check against"),
+        VerifyStatus::Error(why) => format!("{who}: cannot be checked: {why}"),
+    }
+}
+
+/// Everything [`verify`] found.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyReport {
+    pub shards: Vec<ShardVerification>,
+    pub groups: Vec<GroupVerification>,
+}
+
+impl VerifyReport {
+    /// True when every shard matched its hash and no group hash mismatched or failed.
+    /// Groups without a hash are not counted against the model; shards without one are.
+    pub fn is_ok(&self) -> bool {
+        self.shards.iter().all(|s| s.status == VerifyStatus::Ok)
+            && self
+                .groups
+                .iter()
+                .all(|g| matches!(g.status, VerifyStatus::Ok | VerifyStatus::NoHash))
+    }
+
+    /// One line per problem.
+    pub fn problems(&self) -> Vec<String> {
+        let shards = self
+            .shards
+            .iter()
+            .filter(|s| s.status != VerifyStatus::Ok)
+            .map(ShardVerification::message);
+        let groups = self
+            .groups
+            .iter()
+            .filter(|g| !matches!(g.status, VerifyStatus::Ok | VerifyStatus::NoHash))
+            .map(GroupVerification::message);
+        shards.chain(groups).collect()
+    }
+}
+
+/// Verify every shard and group hash with default options.
+pub fn verify(
+    manifest: &Manifest,
+    files: &dyn ModelFiles,
+    progress: Option<&mut dyn FnMut(&VerifyProgress<'_>)>,
+) -> VerifyReport {
+    verify_with(manifest, files, &VerifyOptions::default(), progress)
+}
+
+/// Verify every shard hash and (unless turned off) every group hash.
+pub fn verify_with(
+    manifest: &Manifest,
+    files: &dyn ModelFiles,
+    options: &VerifyOptions,
+    mut progress: Option<&mut dyn FnMut(&VerifyProgress<'_>)>,
+) -> VerifyReport {
+    let mut buf = vec![0u8; options.chunk_size.clamp(1, 1 << 30)];
+    let mut report = VerifyReport::default();
+
+    let total = manifest
+        .shards
+        .iter()
+        .fold(0u64, |acc, s| acc.saturating_add(s.size));
+    let mut done = 0u64;
+    for shard in &manifest.shards {
+        let mut result = ShardVerification {
+            index: shard.index,
+            file: shard.filename.clone(),
+            algorithm: shard.hash_algorithm,
+            algorithm_source: shard.hash_algorithm_source,
+            expected: shard.hash.clone(),
+            actual: None,
+            file_len: None,
+            declared_size: shard.size,
+            status: VerifyStatus::Ok,
+        };
+        let mut report_chunk = |n: u64| {
+            done = done.saturating_add(n);
+            if let Some(p) = progress.as_mut() {
+                p(&VerifyProgress {
+                    stage: VerifyStage::Shards,
+                    item: &shard.filename,
+                    done,
+                    total,
+                });
+            }
+        };
+        result.status = match open_shard(manifest, files, shard.index) {
+            Err(status) => status,
+            Ok(source) => {
+                let len = source.len();
+                result.file_len = Some(len);
+                let mut hasher = StreamHasher::new(shard.hash_algorithm);
+                match hash_range(
+                    source.as_ref(),
+                    0,
+                    len,
+                    &mut buf,
+                    &mut hasher,
+                    &mut report_chunk,
+                ) {
+                    Err(e) => VerifyStatus::Error(e.to_string()),
+                    Ok(()) => {
+                        let actual = hasher.finalize_hex();
+                        let status = compare(&shard.hash, &actual);
+                        result.actual = Some(actual);
+                        status
+                    }
+                }
+            }
+        };
+        report.shards.push(result);
+    }
+
+    if options.check_groups {
+        report.groups = verify_groups(manifest, files, &mut buf, &mut progress);
+    }
+    report
+}
+
+fn compare(expected: &Option<String>, actual: &str) -> VerifyStatus {
+    match expected {
+        None => VerifyStatus::NoHash,
+        Some(e) if e.eq_ignore_ascii_case(actual) => VerifyStatus::Ok,
+        Some(_) => VerifyStatus::Mismatch,
+    }
+}
+
+/// Open shard `index`, checking its name first; a failure is the status to report.
+fn open_shard<'a>(
+    manifest: &Manifest,
+    files: &'a dyn ModelFiles,
+    index: usize,
+) -> Result<Box<dyn ByteSource + 'a>, VerifyStatus> {
+    let name = manifest
+        .shard_file(index)
+        .map_err(|e| VerifyStatus::Error(e.to_string()))?;
+    files.open(name).map_err(|e| match e {
+        SourceError::NotFound { .. } => VerifyStatus::Missing(e.to_string()),
+        other => VerifyStatus::Error(other.to_string()),
+    })
+}
+
+/// Feed `offset..offset+len` of `source` to `hasher`, a chunk at a time.
+fn hash_range(
+    source: &dyn ByteSource,
+    offset: u64,
+    len: u64,
+    buf: &mut [u8],
+    hasher: &mut StreamHasher,
+    on_chunk: &mut dyn FnMut(u64),
+) -> Result<(), RdrrError> {
+    let end = offset
+        .checked_add(len)
+        .filter(|&end| end <= source.len())
+        .ok_or_else(|| SourceError::OutOfRange {
+            what: source.name().to_string(),
+            offset,
+            len,
+            source_len: source.len(),
+        })?;
+    let mut pos = offset;
+    while pos < end {
+        // At most buf.len(), so it fits in usize.
+        let n = (end - pos).min(buf.len() as u64) as usize;
+        let chunk = &mut buf[..n];
+        source.read_at(pos, chunk)?;
+        hasher.update(chunk);
+        pos += n as u64;
+        on_chunk(n as u64);
+    }
+    Ok(())
+}
+
+fn verify_groups(
+    manifest: &Manifest,
+    files: &dyn ModelFiles,
+    buf: &mut [u8],
+    progress: &mut Option<&mut dyn FnMut(&VerifyProgress<'_>)>,
+) -> Vec<GroupVerification> {
+    let alg = manifest.group_hash_algorithm();
+    let total = manifest
+        .groups
+        .values()
+        .filter(|g| g.hash.is_some())
+        .flat_map(|g| &g.tensors)
+        .filter_map(|t| manifest.tensors.get(t))
+        .fold(0u64, |acc, t| acc.saturating_add(t.size));
+    let mut done = 0u64;
+    // The last shard opened: a group's tensors usually sit together.
+    let mut cached: Option<(usize, Box<dyn ByteSource + '_>)> = None;
+    let mut results = Vec::with_capacity(manifest.groups.len());
+    for (id, group) in &manifest.groups {
+        let mut result = GroupVerification {
+            id: id.clone(),
+            algorithm: alg,
+            expected: group.hash.clone(),
+            actual: None,
+            status: VerifyStatus::NoHash,
+        };
+        if group.hash.is_none() {
+            results.push(result);
+            continue;
+        }
+        let mut hasher = StreamHasher::new(alg);
+        let mut report_chunk = |n: u64| {
+            done = done.saturating_add(n);
+            if let Some(p) = progress.as_mut() {
+                p(&VerifyProgress {
+                    stage: VerifyStage::Groups,
+                    item: id,
+                    done,
+                    total,
+                });
+            }
+        };
+        let mut failure = None;
+        'tensors: for name in &group.tensors {
+            let Some(tensor) = manifest.tensors.get(name) else {
+                failure = Some(VerifyStatus::Error(format!(
+                    "lists tensor {name:?}, which the manifest does not have"
+                )));
+                break;
+            };
+            for span in &tensor.spans {
+                if cached.as_ref().map(|(i, _)| *i) != Some(span.shard) {
+                    match open_shard(manifest, files, span.shard) {
+                        Ok(source) => cached = Some((span.shard, source)),
+                        Err(VerifyStatus::Missing(why)) | Err(VerifyStatus::Error(why)) => {
+                            failure = Some(VerifyStatus::Error(format!("tensor {name:?}: {why}")));
+                            break 'tensors;
+                        }
+                        Err(other) => {
+                            failure = Some(other);
+                            break 'tensors;
+                        }
+                    }
+                }
+                let Some((_, source)) = cached.as_ref() else {
+                    break 'tensors;
+                };
+                if let Err(e) = hash_range(
+                    source.as_ref(),
+                    span.offset,
+                    span.size,
+                    buf,
+                    &mut hasher,
+                    &mut report_chunk,
+                ) {
+                    failure = Some(VerifyStatus::Error(format!("tensor {name:?}: {e}")));
+                    break 'tensors;
+                }
+            }
+        }
+        result.status = match failure {
+            Some(status) => status,
+            None => {
+                let actual = hasher.finalize_hex();
+                let status = compare(&group.hash, &actual);
+                result.actual = Some(actual);
+                status
+            }
+        };
+        results.push(result);
+    }
+    results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_answers() {
+        // Standard BLAKE3 of the empty input (the reference runtime's JS BLAKE3 gets this wrong).
+        assert_eq!(
+            hash_hex(HashAlgorithm::Blake3, b""),
+            "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+        );
+        // FIPS 180-2 test vectors.
+        assert_eq!(
+            hash_hex(HashAlgorithm::Sha256, b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            hash_hex(HashAlgorithm::Sha256, b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    #[test]
+    fn streaming_equals_one_shot() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for alg in [HashAlgorithm::Sha256, HashAlgorithm::Blake3] {
+            let mut h = StreamHasher::new(alg);
+            for chunk in data.chunks(333) {
+                h.update(chunk);
+            }
+            assert_eq!(h.finalize_hex(), hash_hex(alg, &data));
+        }
+    }
+}

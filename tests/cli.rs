@@ -1,0 +1,285 @@
+//! The `tritium` binary end to end: inspect, validate, verify and dump on real files and on
+//! folders written to disk. Dumps of the real SmolLM2 GGUF are compared with gguf-py's
+//! dequantization (tests/goldens/gen_smollm2_dumps.py).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sha2::{Digest, Sha256};
+use tritium::formats::rdrr::{RdrrWriter, WriterOptions};
+use tritium::formats::source::MemoryFiles;
+use tritium::quant::{quantize, GgmlType};
+
+const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+fn tritium(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tritium"))
+        .args(args)
+        .output()
+        .expect("runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn smollm2() -> &'static str {
+    assert!(
+        Path::new(SMOLLM2).exists(),
+        "{SMOLLM2} is missing: run scripts/fetch-models.sh"
+    );
+    SMOLLM2
+}
+
+#[test]
+fn inspect_smollm2_shows_272_tensors_and_llama_hyper_parameters() {
+    let o = tritium(&["inspect", smollm2()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = stdout(&o);
+    assert!(text.contains("architecture: llama"), "{text}");
+    assert!(text.contains("gpt2 (pre-tokenizer smollm)"), "{text}");
+    for line in [
+        "embedding_length",
+        "block_count",
+        "attention.head_count_kv",
+        "rope.freq_base",
+    ] {
+        assert!(text.contains(line), "{line} missing");
+    }
+    assert!(text.contains("total: 272 tensors"), "{text}");
+    assert!(
+        text.contains("attention.layer_norm_rms_epsilon  0.00001"),
+        "{text}"
+    );
+
+    let o = tritium(&["inspect", "--json", smollm2()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["tensor_count"], 272);
+    assert_eq!(v["architecture"], "llama");
+    let hyper: std::collections::HashMap<String, serde_json::Value> =
+        serde_json::from_value(v["hyper_parameters"].clone()).unwrap_or_else(|_| {
+            v["hyper_parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p[0].as_str().unwrap().to_string(), p[1].clone()))
+                .collect()
+        });
+    assert_eq!(hyper["embedding_length"], 576);
+    assert_eq!(hyper["block_count"], 30);
+    assert_eq!(hyper["attention.head_count"], 9);
+    assert_eq!(hyper["attention.head_count_kv"], 3);
+    let t = &v["tensors"][0];
+    assert_eq!(t["name"], "token_embd.weight");
+    assert_eq!(t["dtype"], "Q8_0");
+    assert_eq!(t["shape"], serde_json::json!([49152, 576]));
+}
+
+#[test]
+fn dump_matches_gguf_py_on_the_real_model() {
+    let goldens: serde_json::Value =
+        serde_json::from_slice(&std::fs::read("tests/goldens/smollm2_dumps.json").unwrap())
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, g) in goldens.as_object().unwrap() {
+        let out = dir.path().join(format!("{name}.f32"));
+        let o = tritium(&["dump", smollm2(), name, "-o", out.to_str().unwrap()]);
+        assert!(
+            o.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let bytes = std::fs::read(&out).unwrap();
+        assert_eq!(
+            bytes.len() as u64,
+            4 * g["n_elements"].as_u64().unwrap(),
+            "{name}"
+        );
+        let hash = hex::encode(Sha256::digest(&bytes));
+        assert_eq!(
+            hash,
+            g["sha256"].as_str().unwrap(),
+            "{name} ({}) differs from gguf-py",
+            g["dtype"]
+        );
+    }
+}
+
+#[test]
+fn dump_of_a_missing_tensor_fails_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.f32");
+    let o = tritium(&["dump", smollm2(), "blk.0.attn", "-o", out.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no tensor named 'blk.0.attn'") && err.contains("similar"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "a file was left behind"
+    );
+}
+
+#[test]
+fn bad_files_give_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.gguf");
+    std::fs::write(&junk, b"definitely not gguf").unwrap();
+    let o = tritium(&["inspect", junk.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a GGUF file"));
+
+    // A truncated copy of the real model names the tensor that runs past the end.
+    let real = std::fs::read(smollm2()).unwrap();
+    let cut = dir.path().join("cut.gguf");
+    std::fs::write(&cut, &real[..real.len() / 2]).unwrap();
+    let o = tritium(&["inspect", cut.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("past the end of the file"), "{err}");
+
+    let o = tritium(&["validate", dir.path().to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a GGUF file, an RDRR folder"));
+}
+
+fn write_dir(files: &MemoryFiles, dir: &Path) {
+    for (name, bytes) in &files.files {
+        let p = dir.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+}
+
+/// A small RDRR model written to disk: a Q8_0 tensor spanning three 8 KiB shards, then an F32 one.
+fn rdrr_model(dir: &Path) -> Vec<f32> {
+    let mut files = MemoryFiles::new();
+    let mut opts = WriterOptions::new("tiny");
+    opts.shard_size = 8 * 1024;
+    let mut w = RdrrWriter::new(opts).unwrap();
+    let embed: Vec<f32> = (0..64 * 256)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0)
+        .collect();
+    let q = quantize(GgmlType::Q8_0, &embed).unwrap();
+    w.add_tensor(
+        &mut files,
+        "model.embed_tokens.weight",
+        "Q8_0",
+        &[64, 256],
+        Some("embed"),
+        &q,
+    )
+    .unwrap();
+    let norm: Vec<u8> = (0..256).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    w.add_tensor(
+        &mut files,
+        "model.layers.0.input_layernorm.weight",
+        "F32",
+        &[256],
+        Some("layer.0"),
+        &norm,
+    )
+    .unwrap();
+    w.finish(&mut files).unwrap();
+    write_dir(&files, dir);
+    tritium::quant::dequantize(GgmlType::Q8_0, &q, embed.len()).unwrap()
+}
+
+#[test]
+fn rdrr_validate_verify_and_dump() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = rdrr_model(dir.path());
+    let d = dir.path().to_str().unwrap();
+    let o = tritium(&["validate", d]);
+    assert!(
+        o.status.success(),
+        "{}{}",
+        stdout(&o),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = tritium(&["verify", d]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    assert!(stdout(&o).contains("verified"));
+    let o = tritium(&["inspect", d]);
+    assert!(o.status.success());
+    assert!(
+        stdout(&o).contains("RDRR v1") && stdout(&o).contains("total: 2 tensors"),
+        "{}",
+        stdout(&o)
+    );
+
+    let out = dir.path().join("embed.f32");
+    let o = tritium(&[
+        "dump",
+        d,
+        "model.embed_tokens.weight",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got: Vec<f32> = std::fs::read(&out)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, expected);
+
+    // Flip one byte of the second shard: verify names that shard and fails.
+    let shard: PathBuf = dir.path().join("shard_00001.bin");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    bytes[100] ^= 0x40;
+    std::fs::write(&shard, bytes).unwrap();
+    let o = tritium(&["verify", d]);
+    assert!(!o.status.success());
+    assert!(stdout(&o).contains("shard_00001.bin"), "{}", stdout(&o));
+    let o = tritium(&["verify", "--json", d]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["shards"][1]["ok"], false);
+    assert_eq!(v["shards"][0]["ok"], true);
+
+    // A shard that disappears fails validation.
+    std::fs::remove_file(dir.path().join("shard_00002.bin")).unwrap();
+    let o = tritium(&["validate", d]);
+    assert!(!o.status.success());
+    assert!(stdout(&o).contains("shard_00002.bin"), "{}", stdout(&o));
+}
+
+#[test]
+fn trellis_validate_inspect_and_dump() {
+    let v3 = "tests/fixtures/trellis/v3";
+    let o = tritium(&["validate", v3]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    let o = tritium(&["validate", "--json", "tests/fixtures/trellis/v2"]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("w.f32");
+    let o = tritium(&[
+        "dump",
+        v3,
+        "model.layers.0.self_attn.k_proj.weight",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), 4 * 24 * 128);
+
+    // Remove one shard from a copy: validation fails and names it.
+    let copy = dir.path().join("broken");
+    std::fs::create_dir(&copy).unwrap();
+    for e in std::fs::read_dir(v3).unwrap() {
+        let e = e.unwrap();
+        if e.file_name() != "model-00002-of-00002.safetensors" {
+            std::fs::copy(e.path(), copy.join(e.file_name())).unwrap();
+        }
+    }
+    let o = tritium(&["validate", copy.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        stdout(&o).contains("model-00002-of-00002.safetensors"),
+        "{}",
+        stdout(&o)
+    );
+}

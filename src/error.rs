@@ -25,4 +25,21 @@ pub enum Error {
     Io { path: String, message: String },
     #[error("{0}")]
     Usage(String),
+    /// Any of the above, with the file or folder it came from.
+    #[error("{path}: {source}")]
+    At {
+        path: String,
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+impl Error {
+    /// Attach the path of the file or folder the error came from.
+    pub fn at(self, path: &std::path::Path) -> Error {
+        Error::At {
+            path: path.display().to_string(),
+            source: Box::new(self),
+        }
+    }
 }

@@ -7,8 +7,8 @@ use std::process::{Command, Output};
 
 use sha2::{Digest, Sha256};
 use tritium::formats::rdrr::{RdrrWriter, WriterOptions};
-use tritium::formats::source::MemoryFiles;
 use tritium::quant::{quantize, GgmlType};
+use tritium::storage::DirFiles;
 
 const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -145,17 +145,10 @@ fn bad_files_give_clear_errors() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a GGUF file, an RDRR folder"));
 }
 
-fn write_dir(files: &MemoryFiles, dir: &Path) {
-    for (name, bytes) in &files.files {
-        let p = dir.join(name);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, bytes).unwrap();
-    }
-}
-
-/// A small RDRR model written to disk: a Q8_0 tensor spanning three 8 KiB shards, then an F32 one.
+/// A small RDRR model written straight to disk: a Q8_0 tensor spanning three 8 KiB shards, then
+/// an F32 one.
 fn rdrr_model(dir: &Path) -> Vec<f32> {
-    let mut files = MemoryFiles::new();
+    let mut files = DirFiles::new(dir);
     let mut opts = WriterOptions::new("tiny");
     opts.shard_size = 8 * 1024;
     let mut w = RdrrWriter::new(opts).unwrap();
@@ -183,7 +176,6 @@ fn rdrr_model(dir: &Path) -> Vec<f32> {
     )
     .unwrap();
     w.finish(&mut files).unwrap();
-    write_dir(&files, dir);
     tritium::quant::dequantize(GgmlType::Q8_0, &q, embed.len()).unwrap()
 }
 

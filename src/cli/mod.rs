@@ -1,8 +1,9 @@
-//! The native command-line interface: `tritium inspect | validate | verify | dump`.
+//! The native command-line interface: `tritium inspect | validate | verify | dump | migrate`.
 //! Thin: every command parses arguments, calls the library, and prints.
 
 mod dump;
 mod inspect;
+mod migrate;
 mod model;
 mod validate;
 
@@ -51,6 +52,16 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Rewrite a Trellis v2 folder (layer_XXXX/ directories) as v3 in a new or empty folder.
+    Migrate {
+        /// The Trellis v2 folder.
+        input: PathBuf,
+        /// Where the v3 folder goes; it must not exist yet or be empty.
+        output: PathBuf,
+        /// Largest tensor data per shard: bytes, or a number with KB, MB, GB or TB (powers of 1024).
+        #[arg(long, default_value = "2GB", value_parser = migrate::parse_shard_size)]
+        shard_size: u64,
+    },
 }
 
 /// Run the CLI and return the process exit code.
@@ -65,6 +76,11 @@ pub fn main() -> ExitCode {
             tensor,
             output,
         } => dump::run(&model, &tensor, &output),
+        Command::Migrate {
+            input,
+            output,
+            shard_size,
+        } => migrate::run(&input, &output, shard_size),
     };
     match result {
         Ok(code) => code,

@@ -24,8 +24,16 @@ pub enum OpenModel {
     },
 }
 
-/// Open `path` as whichever format it is.
+/// Open `path` as whichever format it is. Errors name the path.
 pub fn open(path: &Path) -> Result<OpenModel, Error> {
+    open_inner(path).map_err(|e| match e {
+        // Already names the path.
+        e @ (Error::Usage(_) | Error::Io { .. } | Error::Source(_)) => e,
+        e => e.at(path),
+    })
+}
+
+fn open_inner(path: &Path) -> Result<OpenModel, Error> {
     let meta = std::fs::metadata(path).map_err(|e| Error::Io {
         path: path.display().to_string(),
         message: e.to_string(),

@@ -2,7 +2,8 @@
 //!
 //! A parser never opens a file or a URL itself. It asks a [`ByteSource`] for a range, so the
 //! same code reads from memory (tests, fuzzing), a native file, OPFS or an HTTP range request.
-//! Model formats that span several files (RDRR, Trellis) see them through [`ModelFiles`].
+//! Model formats that span several files (RDRR, Trellis) see them through [`ModelFiles`], and
+//! write them through [`ModelWriter`] (a [`FileWriter`] per file: create, write chunks, finish).
 
 use std::collections::BTreeMap;
 
@@ -164,6 +165,33 @@ pub trait ModelFiles {
     }
 }
 
+/// One file of a model folder being written: [`FileWriter::write_all`] any number of times,
+/// then [`FileWriter::finish`]. Until `finish` returns `Ok` the file is not there under its name;
+/// a writer dropped unfinished leaves nothing behind.
+pub trait FileWriter {
+    /// Append `bytes` to the file.
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), SourceError>;
+
+    /// Complete the file and make it appear under its name (a folder on disk renames its
+    /// temporary file into place here).
+    fn finish(self: Box<Self>) -> Result<(), SourceError>;
+}
+
+/// A model folder that files can be written into: the writing counterpart of [`ModelFiles`].
+/// Paths are relative and `/`-separated; implementations refuse anything that
+/// [`check_relative_path`] refuses before creating anything, and create subfolders as needed.
+pub trait ModelWriter {
+    /// Start writing the file at `path`, replacing any file of that name once finished.
+    fn create_file(&mut self, path: &str) -> Result<Box<dyn FileWriter + '_>, SourceError>;
+
+    /// Write a whole file at once.
+    fn write_file(&mut self, path: &str, bytes: &[u8]) -> Result<(), SourceError> {
+        let mut file = self.create_file(path)?;
+        file.write_all(bytes)?;
+        file.finish()
+    }
+}
+
 /// A model folder held in memory: for tests and fuzzing.
 #[derive(Default, Clone, Debug)]
 pub struct MemoryFiles {
@@ -219,6 +247,43 @@ impl ModelFiles for MemoryFiles {
     }
 }
 
+/// A file of a [`MemoryFiles`] being written: its bytes join the folder on `finish`.
+struct MemoryFileWriter<'a> {
+    files: &'a mut MemoryFiles,
+    path: String,
+    bytes: Vec<u8>,
+}
+
+impl FileWriter for MemoryFileWriter<'_> {
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), SourceError> {
+        self.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> Result<(), SourceError> {
+        let this = *self;
+        this.files.insert(this.path, this.bytes);
+        Ok(())
+    }
+}
+
+impl ModelWriter for MemoryFiles {
+    fn create_file(&mut self, path: &str) -> Result<Box<dyn FileWriter + '_>, SourceError> {
+        check_relative_path(path)?;
+        Ok(Box::new(MemoryFileWriter {
+            files: self,
+            path: path.to_string(),
+            bytes: Vec::new(),
+        }))
+    }
+
+    fn write_file(&mut self, path: &str, bytes: &[u8]) -> Result<(), SourceError> {
+        check_relative_path(path)?;
+        self.insert(path, bytes);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,5 +325,26 @@ mod tests {
         assert_eq!(m.list("").unwrap(), vec!["a.json", "layer_0000"]);
         assert_eq!(m.list("layer_0000").unwrap().len(), 2);
         assert!(m.open("../a.json").is_err());
+    }
+
+    #[test]
+    fn memory_files_are_written_only_when_finished() {
+        let mut m = MemoryFiles::new();
+        let mut w = m.create_file("layer_0000/a.bin").unwrap();
+        w.write_all(b"ab").unwrap();
+        w.write_all(b"cd").unwrap();
+        w.finish().unwrap();
+        assert_eq!(m.files["layer_0000/a.bin"], b"abcd");
+        let mut w = m.create_file("b.bin").unwrap();
+        w.write_all(b"x").unwrap();
+        drop(w);
+        assert!(!m.exists("b.bin"));
+        m.write_file("c.json", b"{}").unwrap();
+        assert_eq!(m.files["c.json"], b"{}");
+        for bad in ["../x", "/x", "", "a//b"] {
+            assert!(m.create_file(bad).is_err(), "{bad:?}");
+            assert!(m.write_file(bad, b"").is_err(), "{bad:?}");
+        }
+        assert_eq!(m.files.len(), 2);
     }
 }

@@ -1,6 +1,7 @@
 //! Where bytes live: native files and folders (this module), OPFS and HTTP (later).
-//! Implements the pure formats' [`ByteSource`](crate::formats::source::ByteSource) and
-//! [`ModelFiles`](crate::formats::source::ModelFiles) traits.
+//! Implements the pure formats' [`ByteSource`](crate::formats::source::ByteSource),
+//! [`ModelFiles`](crate::formats::source::ModelFiles) and
+//! [`ModelWriter`](crate::formats::source::ModelWriter) traits.
 
 #[cfg(not(target_arch = "wasm32"))]
 mod fs;

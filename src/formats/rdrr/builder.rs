@@ -1,7 +1,7 @@
 //! Writing RDRR: tensors go into fixed-size shards at 4 KiB-aligned offsets, each shard and
 //! group hashed, then `tensors.json` and `manifest.json` last. Pure: files are handed to a
-//! [`FileSink`] (memory in tests, the file system in `tritium convert`), a shard as soon as
-//! it is full, so memory holds at most one shard plus the tensor being added.
+//! [`ModelWriter`] (memory in tests, a folder on disk in the CLI), a shard as soon as it is
+//! full, so memory holds at most one shard plus the tensor being added.
 //!
 //! Placement follows the reference converter: a tensor that does not fit in what is left of
 //! the current shard starts a new one; a tensor larger than a whole shard is split across
@@ -15,21 +15,8 @@ use super::manifest::{HashAlgorithm, Manifest};
 use super::metadata::GroupKind;
 use super::verify::{hash_hex, StreamHasher};
 use super::{ggml_type_for_dtype, RdrrError, DEFAULT_SHARD_SIZE, MANIFEST_FILE, TENSOR_ALIGNMENT};
-use crate::formats::source::MemoryFiles;
+use crate::formats::source::ModelWriter;
 use crate::quant::GgmlType;
-
-/// Where a writer's files go.
-pub trait FileSink {
-    /// Store a whole file of the model folder (`shard_00000.bin`, `manifest.json`, ...).
-    fn write_file(&mut self, name: &str, bytes: Vec<u8>) -> Result<(), RdrrError>;
-}
-
-impl FileSink for MemoryFiles {
-    fn write_file(&mut self, name: &str, bytes: Vec<u8>) -> Result<(), RdrrError> {
-        self.insert(name, bytes);
-        Ok(())
-    }
-}
 
 /// What to write.
 #[derive(Debug, Clone)]
@@ -142,10 +129,10 @@ impl RdrrWriter {
     }
 
     /// Add a tensor. `dtype` must be a dtype this crate reads and `data` exactly the bytes
-    /// its shape takes. Full shards are handed to `sink` on the way.
+    /// its shape takes. Full shards are written to `output` on the way.
     pub fn add_tensor(
         &mut self,
-        sink: &mut dyn FileSink,
+        output: &mut dyn ModelWriter,
         name: &str,
         dtype: &str,
         shape: &[u64],
@@ -184,7 +171,7 @@ impl RdrrWriter {
             }
         }
 
-        let spans = self.place(sink, data)?;
+        let spans = self.place(output, data)?;
 
         let mut entry = Map::new();
         if let Some(id) = group {
@@ -215,7 +202,7 @@ impl RdrrWriter {
     /// Put `data` into shards; returns its spans as (shard, offset, size).
     fn place(
         &mut self,
-        sink: &mut dyn FileSink,
+        output: &mut dyn ModelWriter,
         data: &[u8],
     ) -> Result<Vec<(usize, u64, u64)>, RdrrError> {
         let shard_size = self.options.shard_size;
@@ -227,7 +214,7 @@ impl RdrrWriter {
                 .and_then(|a| a.checked_add(len))
                 .is_some_and(|end| end <= shard_size);
             if !fits {
-                self.flush(sink)?;
+                self.flush(output)?;
                 pos = 0;
             }
         }
@@ -248,7 +235,7 @@ impl RdrrWriter {
             if rest.is_empty() {
                 return Ok(spans);
             }
-            self.flush(sink)?;
+            self.flush(output)?;
             pos = 0;
         }
     }
@@ -258,8 +245,8 @@ impl RdrrWriter {
         pos.checked_add(a - 1).map(|p| p & !(a - 1))
     }
 
-    /// Hash the current shard and hand it to the sink.
-    fn flush(&mut self, sink: &mut dyn FileSink) -> Result<(), RdrrError> {
+    /// Hash the current shard and write it to `output`.
+    fn flush(&mut self, output: &mut dyn ModelWriter) -> Result<(), RdrrError> {
         let index = self.shard_entries.len();
         let bytes = std::mem::take(&mut self.current);
         let size = bytes.len() as u64;
@@ -278,14 +265,15 @@ impl RdrrWriter {
             .checked_add(size)
             .ok_or_else(|| RdrrError::Writer("model larger than 2^64 bytes".into()))?;
         self.current_referenced = false;
-        sink.write_file(&file_name, bytes)
+        output.write_file(&file_name, &bytes)?;
+        Ok(())
     }
 
     /// Write the last shard, `tensors.json` (v1) and `manifest.json`, and return the
     /// manifest as [`Manifest::parse`] reads it back.
-    pub fn finish(mut self, sink: &mut dyn FileSink) -> Result<Manifest, RdrrError> {
+    pub fn finish(mut self, output: &mut dyn ModelWriter) -> Result<Manifest, RdrrError> {
         if !self.current.is_empty() || self.current_referenced {
-            self.flush(sink)?;
+            self.flush(output)?;
         }
         let opts = &self.options;
         let mut groups = Map::new();
@@ -339,9 +327,9 @@ impl RdrrWriter {
         let manifest_json = to_json(&Value::Object(m))?;
         let manifest = Manifest::parse(&manifest_json, tensors_json.as_deref())?;
         if let Some(bytes) = tensors_json {
-            sink.write_file("tensors.json", bytes)?;
+            output.write_file("tensors.json", &bytes)?;
         }
-        sink.write_file(MANIFEST_FILE, manifest_json)?;
+        output.write_file(MANIFEST_FILE, &manifest_json)?;
         Ok(manifest)
     }
 }
@@ -353,6 +341,7 @@ fn to_json(value: &Value) -> Result<Vec<u8>, RdrrError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::source::MemoryFiles;
 
     #[test]
     fn tensors_are_aligned_and_split_only_when_larger_than_a_shard() {

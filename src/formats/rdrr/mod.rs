@@ -9,7 +9,8 @@
 //!   returns every problem it finds, each naming its shard, tensor, group or field.
 //! - [`verify`] recomputes every shard hash and every group hash (SHA-256 or BLAKE3), streaming.
 //! - [`read_tensor`] reads one tensor's bytes; [`describe`] summarizes the model for `inspect`.
-//! - [`RdrrWriter`] writes a model (shards, hashes, groups, manifest) through a [`FileSink`].
+//! - [`RdrrWriter`] writes a model (shards, hashes, groups, manifest) through a
+//!   [`ModelWriter`](super::source::ModelWriter).
 //!
 //! A manifest never makes us touch a file outside the model folder: shard names must be plain
 //! file names, checked before any shard is opened.
@@ -61,7 +62,7 @@ mod runtime_hints;
 mod validate;
 mod verify;
 
-pub use builder::{FileSink, RdrrWriter, WriterOptions};
+pub use builder::{RdrrWriter, WriterOptions};
 pub use manifest::{
     Group, HashAlgorithm, HashAlgorithmSource, Manifest, Shard, TensorLocation, TensorSpan,
 };

@@ -14,8 +14,10 @@
 //! 5. read the result back: every tensor's name, dtype, shape and bytes must match, and the
 //!    new folder must pass [`validate`].
 //!
-//! Output goes through [`ModelWriter`], so the same code writes to a directory (the CLI) or to
-//! [`MemoryFiles`] (tests). Tensors are streamed one at a time; no shard is held in memory.
+//! Output goes through [`ModelWriter`], so the same code writes to a folder on disk (the CLI,
+//! `DirFiles`) or to [`MemoryFiles`](crate::formats::source::MemoryFiles) (tests); the output
+//! must also be [`ModelFiles`], as it is read back. Tensors are streamed one at a time; no
+//! shard is held in memory.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -29,7 +31,7 @@ use super::model::{split_part_key, Layout, TensorRef, TrellisModel};
 use super::validate::{validate, Issue};
 use super::TrellisError;
 use crate::formats::safetensors::encode_header;
-use crate::formats::source::{check_relative_path, MemoryFiles, ModelFiles, SourceError};
+use crate::formats::source::{ModelFiles, ModelWriter};
 
 /// Default shard size limit: 2 GiB (the spec's "2GB", `2 * 1024**3`).
 pub const DEFAULT_SHARD_SIZE: u64 = 2 * 1024 * 1024 * 1024;
@@ -82,51 +84,6 @@ pub fn parse_shard_size(text: &str) -> Option<u64> {
     (bytes > 0).then_some(bytes)
 }
 
-/// One file being written.
-pub trait FileWriter {
-    /// Append bytes.
-    fn write_all(&mut self, bytes: &[u8]) -> Result<(), SourceError>;
-    /// Complete the file (a directory writer renames its temporary file into place here).
-    fn finish(self: Box<Self>) -> Result<(), SourceError>;
-}
-
-/// A model folder that can be written, and read back for verification.
-pub trait ModelWriter: ModelFiles {
-    /// Create (or replace) the file at `path` (relative, `/`-separated; implementations must
-    /// refuse what [`check_relative_path`] refuses).
-    fn create_file(&mut self, path: &str) -> Result<Box<dyn FileWriter + '_>, SourceError>;
-}
-
-struct MemoryFileWriter<'a> {
-    files: &'a mut MemoryFiles,
-    path: String,
-    bytes: Vec<u8>,
-}
-
-impl FileWriter for MemoryFileWriter<'_> {
-    fn write_all(&mut self, bytes: &[u8]) -> Result<(), SourceError> {
-        self.bytes.extend_from_slice(bytes);
-        Ok(())
-    }
-
-    fn finish(self: Box<Self>) -> Result<(), SourceError> {
-        let this = *self;
-        this.files.insert(this.path, this.bytes);
-        Ok(())
-    }
-}
-
-impl ModelWriter for MemoryFiles {
-    fn create_file(&mut self, path: &str) -> Result<Box<dyn FileWriter + '_>, SourceError> {
-        check_relative_path(path)?;
-        Ok(Box::new(MemoryFileWriter {
-            files: self,
-            path: path.to_string(),
-            bytes: Vec::new(),
-        }))
-    }
-}
-
 /// What a migration wrote.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct MigrationReport {
@@ -156,9 +113,9 @@ fn migration_error(problem: impl Into<String>) -> TrellisError {
 }
 
 /// Migrate the v2 folder `input` to v3 in `output`; see the module docs.
-pub fn migrate_v2_to_v3(
+pub fn migrate_v2_to_v3<W: ModelFiles + ModelWriter>(
     input: &dyn ModelFiles,
-    output: &mut dyn ModelWriter,
+    output: &mut W,
     options: &MigrateOptions,
 ) -> Result<MigrationReport, TrellisError> {
     if options.shard_size == 0 {
@@ -302,8 +259,8 @@ pub fn migrate_v2_to_v3(
     write_json(output, QUANT_CONFIG_FILE, &quant_config)?;
     write_json(output, INDEX_FILE, &index)?;
 
-    verify(input, output, &plan)?;
-    let report = validate(output);
+    verify(input, &*output, &plan)?;
+    let report = validate(&*output);
     if !report.is_valid() {
         return Err(TrellisError::MigratedInvalid {
             issues: report.errors().map(|i| i.message.clone()).collect(),
@@ -345,9 +302,7 @@ fn write_json<T: serde::Serialize>(
         message: e.to_string(),
     })?;
     bytes.push(b'\n');
-    let mut w = output.create_file(path)?;
-    w.write_all(&bytes)?;
-    w.finish()?;
+    output.write_file(path, &bytes)?;
     Ok(())
 }
 

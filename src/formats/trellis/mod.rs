@@ -8,7 +8,7 @@
 //! `hadamard_transform: true` (the reference runtime applies none; matching it keeps outputs
 //! equal). The decode itself lives in [`crate::quant::trellis`].
 //!
-//! Entry points: [`describe`] (for `tritium inspect`), [`validate`], [`dequantize_tensor`],
+//! Entry points: [`describe`] (for `tritium inspect`), [`validate()`], [`dequantize_tensor`],
 //! [`migrate_v2_to_v3`].
 
 pub mod index;
@@ -21,8 +21,7 @@ use serde_json::Value;
 
 pub use index::{QuantizationConfig, TensorMetadata, WeightIndex};
 pub use migrate::{
-    migrate_v2_to_v3, parse_shard_size, FileWriter, MigrateOptions, MigrationReport, ModelWriter,
-    DEFAULT_SHARD_SIZE,
+    migrate_v2_to_v3, parse_shard_size, MigrateOptions, MigrationReport, DEFAULT_SHARD_SIZE,
 };
 pub use model::{detect_layout, Entry, Layout, Part, Severity, TensorRef, TrellisModel};
 pub use resolve::ResolvedWeight;

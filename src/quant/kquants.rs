@@ -76,6 +76,24 @@ pub fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     }
 }
 
+/// The inverse of [`scale_min_k4`]: pack eight 6-bit (scale, min) pairs (each `< 64`) the way
+/// ggml's `quantize_row_q4_K_ref` does.
+fn pack_scale_min_k4(scales: &[u8; 8], mins: &[u8; 8]) -> [u8; 12] {
+    let mut packed = [0u8; 12];
+    for (j, (&ls, &lm)) in scales.iter().zip(mins).enumerate() {
+        debug_assert!(ls < 64 && lm < 64, "6-bit scale/min out of range");
+        if j < 4 {
+            packed[j] = ls;
+            packed[j + 4] = lm;
+        } else {
+            packed[j + 4] = (ls & 0x0f) | ((lm & 0x0f) << 4);
+            packed[j - 4] |= (ls >> 4) << 6;
+            packed[j] |= (lm >> 4) << 6;
+        }
+    }
+    packed
+}
+
 /// ggml's `nearest_int`: round half to even. ggml's float trick is only defined below 2^22;
 /// a saturating cast keeps this total for any input.
 fn nearest_int(x: f32) -> i32 {
@@ -133,19 +151,11 @@ impl BlockQ4K {
             0.0
         };
         let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
-        let mut packed = [0u8; 12];
-        for j in 0..8 {
-            let ls = nearest_int(inv_scale * scales[j]).clamp(0, 63) as u8;
-            let lm = nearest_int(inv_min * mins[j]).clamp(0, 63) as u8;
-            if j < 4 {
-                packed[j] = ls;
-                packed[j + 4] = lm;
-            } else {
-                packed[j + 4] = (ls & 0x0f) | ((lm & 0x0f) << 4);
-                packed[j - 4] |= (ls >> 4) << 6;
-                packed[j] |= (lm >> 4) << 6;
-            }
-        }
+        let ls: [u8; 8] =
+            std::array::from_fn(|j| nearest_int(inv_scale * scales[j]).clamp(0, 63) as u8);
+        let lm: [u8; 8] =
+            std::array::from_fn(|j| nearest_int(inv_min * mins[j]).clamp(0, 63) as u8);
+        let packed = pack_scale_min_k4(&ls, &lm);
         let d = F16Le::from_f32(max_scale / 63.0);
         let dmin = F16Le::from_f32(max_min / 63.0);
 
@@ -402,19 +412,17 @@ mod tests {
 
     #[test]
     fn scale_min_unpacks_every_bit() {
-        // Sub-block j gets scale 2j+1 and min 63-2j; pack as ggml does and unpack.
-        let mut packed = [0u8; 12];
-        for j in 0..8 {
-            let (ls, lm) = (2 * j as u8 + 1 + 32 * (j as u8 % 2), 63 - 2 * j as u8);
-            if j < 4 {
-                packed[j] = ls;
-                packed[j + 4] = lm;
-            } else {
-                packed[j + 4] = (ls & 0x0f) | ((lm & 0x0f) << 4);
-                packed[j - 4] |= (ls >> 4) << 6;
-                packed[j] |= (lm >> 4) << 6;
-            }
-        }
+        // Sub-block j gets scale 2j+1 (+32 on odd j, to set bit 5) and min 63-2j.
+        let scales: [u8; 8] = std::array::from_fn(|j| 2 * j as u8 + 1 + 32 * (j as u8 % 2));
+        let mins: [u8; 8] = std::array::from_fn(|j| 63 - 2 * j as u8);
+        let packed = pack_scale_min_k4(&scales, &mins);
+        // ggml's layout, written out by hand: bytes 0..4 hold scales 0..3 with the high bits
+        // of scales 4..7 on top, bytes 4..8 likewise for the mins, bytes 8..12 the low nibbles
+        // of scale | min << 4 for 4..7.
+        assert_eq!(
+            packed,
+            [0x01, 0xA3, 0x05, 0xA7, 0xFF, 0xFD, 0xFB, 0xF9, 0x79, 0x5B, 0x3D, 0x1F]
+        );
         for j in 0..8 {
             let want = (2 * j as u8 + 1 + 32 * (j as u8 % 2), 63 - 2 * j as u8);
             assert_eq!(scale_min_k4(j, &packed), want, "sub-block {j}");

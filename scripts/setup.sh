@@ -8,6 +8,10 @@ need_apt=()
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
 command -v cc >/dev/null || need_apt+=(build-essential)
 command -v sha256sum >/dev/null || need_apt+=(coreutils)
+command -v c++ >/dev/null || need_apt+=(g++)
+# lavapipe: Vulkan on the CPU, so every WGSL kernel runs in the tests on any machine.
+[ -f /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ] || need_apt+=(mesa-vulkan-drivers)
+ldconfig -p 2>/dev/null | grep -q libvulkan.so.1 || need_apt+=(libvulkan1)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

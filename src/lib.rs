@@ -6,6 +6,8 @@
 
 pub mod error;
 pub mod formats;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 pub mod quant;
 pub mod storage;
 

@@ -1,0 +1,32 @@
+// workgroup_sum / workgroup_max through workgroup memory (any device). WG must be a power of
+// two no larger than 256.
+
+var<workgroup> reduce_scratch: array<f32, 256>;
+
+fn workgroup_sum(v: f32, lid: u32) -> f32 {
+    reduce_scratch[lid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            reduce_scratch[lid] = reduce_scratch[lid] + reduce_scratch[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = reduce_scratch[0];
+    workgroupBarrier();
+    return r;
+}
+
+fn workgroup_max(v: f32, lid: u32) -> f32 {
+    reduce_scratch[lid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            reduce_scratch[lid] = max(reduce_scratch[lid], reduce_scratch[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    let r = reduce_scratch[0];
+    workgroupBarrier();
+    return r;
+}

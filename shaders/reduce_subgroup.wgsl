@@ -1,0 +1,38 @@
+// workgroup_sum / workgroup_max with subgroup operations: reduce within each subgroup, then
+// across the (at most 256 / subgroup size) subgroup partials in workgroup memory.
+
+var<workgroup> reduce_scratch: array<f32, 256>;
+
+fn workgroup_sum(v: f32, lid: u32) -> f32 {
+    let s = subgroupAdd(v);
+    let size = subgroupAdd(1u);
+    let first = subgroupBroadcastFirst(lid);
+    if (lid == first) {
+        reduce_scratch[first / size] = s;
+    }
+    workgroupBarrier();
+    var total = 0.0;
+    let n = (WG + size - 1u) / size;
+    for (var i = 0u; i < n; i = i + 1u) {
+        total = total + reduce_scratch[i];
+    }
+    workgroupBarrier();
+    return total;
+}
+
+fn workgroup_max(v: f32, lid: u32) -> f32 {
+    let s = subgroupMax(v);
+    let size = subgroupAdd(1u);
+    let first = subgroupBroadcastFirst(lid);
+    if (lid == first) {
+        reduce_scratch[first / size] = s;
+    }
+    workgroupBarrier();
+    var m = reduce_scratch[0];
+    let n = (WG + size - 1u) / size;
+    for (var i = 1u; i < n; i = i + 1u) {
+        m = max(m, reduce_scratch[i]);
+    }
+    workgroupBarrier();
+    return m;
+}

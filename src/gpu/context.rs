@@ -1,0 +1,204 @@
+//! Device creation: natively through Vulkan, Metal or DX12 (never a silent fall back to GL), in
+//! the browser through WebGPU, or from a device the caller already has.
+
+use super::kernels::PipelineCache;
+use super::GpuError;
+
+/// What the device can do that our kernels care about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct GpuFeatures {
+    /// `shader-f16`: f16 arithmetic and storage in WGSL.
+    pub shader_f16: bool,
+    /// Subgroup operations (`subgroupAdd`, ...).
+    pub subgroups: bool,
+    /// Timestamp queries (for `tritium bench`).
+    pub timestamps: bool,
+    /// Smallest and largest subgroup size the adapter reports (0 when unknown).
+    pub subgroup_min_size: u32,
+    pub subgroup_max_size: u32,
+}
+
+/// The limits that shape how we lay out buffers and dispatches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct GpuLimits {
+    pub max_storage_buffer_binding_size: u64,
+    pub max_buffer_size: u64,
+    pub max_storage_buffers_per_shader_stage: u32,
+    pub max_compute_workgroup_storage_size: u32,
+    pub max_compute_invocations_per_workgroup: u32,
+    pub max_compute_workgroups_per_dimension: u32,
+    pub min_storage_buffer_offset_alignment: u32,
+    pub min_uniform_buffer_offset_alignment: u32,
+}
+
+/// A summary of the adapter, for `diagnose()` and benchmark reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AdapterSummary {
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    pub features: GpuFeatures,
+    pub limits: GpuLimits,
+}
+
+/// What to ask of the device.
+#[derive(Debug, Clone)]
+pub struct DeviceOptions {
+    /// Use `shader-f16` when the adapter has it.
+    pub allow_f16: bool,
+    /// Use subgroup operations when the adapter has them.
+    pub allow_subgroups: bool,
+    /// Ask for timestamp queries when the adapter has them (benchmarks).
+    pub allow_timestamps: bool,
+    pub power_preference: wgpu::PowerPreference,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        DeviceOptions {
+            allow_f16: true,
+            allow_subgroups: true,
+            allow_timestamps: true,
+            power_preference: wgpu::PowerPreference::HighPerformance,
+        }
+    }
+}
+
+/// A device and queue with what we learned about them.
+pub struct GpuContext {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub adapter: AdapterSummary,
+    pub features: GpuFeatures,
+    pub limits: GpuLimits,
+    pub(crate) pipelines: PipelineCache,
+}
+
+/// The backends we accept: never GL (no f16, no subgroups, and a sign of a broken setup).
+fn allowed_backends() -> wgpu::Backends {
+    if cfg!(target_arch = "wasm32") {
+        wgpu::Backends::BROWSER_WEBGPU
+    } else {
+        let from_env = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
+        (from_env & (wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12))
+            .union(wgpu::Backends::empty())
+    }
+}
+
+impl GpuContext {
+    /// Create a device on the best adapter. Natively this is Vulkan, Metal or DX12 (the
+    /// `WGPU_BACKEND` variable may narrow the choice); in the browser, WebGPU.
+    pub async fn new(options: &DeviceOptions) -> Result<Self, GpuError> {
+        let backends = allowed_backends();
+        if backends.is_empty() {
+            return Err(GpuError::NoAdapter(
+                "WGPU_BACKEND names no backend we use (vulkan, metal, dx12)".into(),
+            ));
+        }
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends,
+            flags: wgpu::InstanceFlags::from_build_config().with_env(),
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: options.power_preference,
+                force_fallback_adapter: false,
+                compatible_surface: None,
+                apply_limit_buckets: false,
+            })
+            .await
+            .map_err(|e| {
+                GpuError::NoAdapter(format!(
+                    "{e} (backends tried: {backends:?}; natively install a Vulkan driver, for example \
+                     mesa-vulkan-drivers; in a browser, WebGPU must be enabled)"
+                ))
+            })?;
+        Self::from_adapter(&adapter, options).await
+    }
+
+    /// Create a device on a given adapter, asking for its real limits and the optional
+    /// features we use.
+    pub async fn from_adapter(
+        adapter: &wgpu::Adapter,
+        options: &DeviceOptions,
+    ) -> Result<Self, GpuError> {
+        let available = adapter.features();
+        let mut wanted = wgpu::Features::empty();
+        if options.allow_f16 {
+            wanted |= wgpu::Features::SHADER_F16;
+        }
+        if options.allow_subgroups {
+            wanted |= wgpu::Features::SUBGROUP;
+        }
+        if options.allow_timestamps {
+            wanted |= wgpu::Features::TIMESTAMP_QUERY;
+            if !cfg!(target_arch = "wasm32") {
+                wanted |= wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
+            }
+        }
+        let required_features = wanted & available;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("tritium"),
+                required_features,
+                required_limits: adapter.limits(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| GpuError::RequestDevice(e.to_string()))?;
+        Ok(Self::from_device(&adapter.get_info(), device, queue))
+    }
+
+    /// Wrap a device the caller created (for example a page's own `GPUDevice`).
+    pub fn from_device(info: &wgpu::AdapterInfo, device: wgpu::Device, queue: wgpu::Queue) -> Self {
+        let f = device.features();
+        let features = GpuFeatures {
+            shader_f16: f.contains(wgpu::Features::SHADER_F16),
+            subgroups: f.contains(wgpu::Features::SUBGROUP),
+            timestamps: f.contains(wgpu::Features::TIMESTAMP_QUERY),
+            subgroup_min_size: info.subgroup_min_size,
+            subgroup_max_size: info.subgroup_max_size,
+        };
+        let l = device.limits();
+        let limits = GpuLimits {
+            max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
+            max_buffer_size: l.max_buffer_size,
+            max_storage_buffers_per_shader_stage: l.max_storage_buffers_per_shader_stage,
+            max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
+            max_compute_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+            max_compute_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
+            min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
+            min_uniform_buffer_offset_alignment: l.min_uniform_buffer_offset_alignment,
+        };
+        let adapter = AdapterSummary {
+            name: info.name.clone(),
+            backend: format!("{:?}", info.backend),
+            device_type: format!("{:?}", info.device_type),
+            driver: format!("{} {}", info.driver, info.driver_info)
+                .trim()
+                .to_string(),
+            features,
+            limits,
+        };
+        GpuContext {
+            device,
+            queue,
+            adapter,
+            features,
+            limits,
+            pipelines: PipelineCache::default(),
+        }
+    }
+
+    /// The largest storage binding we may use: the device's binding limit, capped by its
+    /// buffer size limit, rounded down to a multiple of 256 bytes.
+    pub fn max_binding_bytes(&self) -> u64 {
+        let b = self
+            .limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size);
+        b & !255
+    }
+}

@@ -1,0 +1,261 @@
+//! The kernel registry: every compute kernel is a typed [`Kernel`], its WGSL is assembled from
+//! plain `.wgsl` files in `shaders/` (shared helpers prepended, never generated from Rust
+//! strings), and compiled pipelines are cached by [`PipelineKey`].
+//!
+//! Kernels come in families, each in its own module, which lists its files and how its weights
+//! are laid out and dispatched: [`legacy`] (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0),
+//! [`kquants`] (Q4_K, Q5_K, Q6_K), [`ternary`] (I2_S BitLinear, TQ1_0, TQ2_0), and [`ops`]
+//! (norms, RoPE, attention, activations, sampling).
+
+pub mod kquants;
+pub mod legacy;
+pub mod ops;
+pub mod ternary;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::{GpuContext, GpuError};
+use crate::quant::GgmlType;
+
+/// Every compute kernel.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// `y = W x` for one token (decode), weights in the given format.
+    Matvec(GgmlType),
+    /// `Y = X W^T` for several tokens (prefill).
+    Matmul(GgmlType),
+    /// Rows of an embedding table gathered by token id.
+    Embedding(GgmlType),
+    /// Per-token int8 absmax quantization of activations (BitLinear input).
+    QuantizeActivations,
+    RmsNorm,
+    Rope,
+    Attention,
+    Softmax,
+    ReluSquared,
+    SiluMul,
+    Add,
+    Argmax,
+    TopK,
+}
+
+/// Which optional device capabilities a pipeline is compiled for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Variant {
+    pub f16: bool,
+    pub subgroups: bool,
+}
+
+/// The pipeline cache key: kernel, variant and the workgroup size (a WGSL `override`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PipelineKey {
+    pub kernel: Kernel,
+    pub variant: Variant,
+    pub workgroup_size: u32,
+}
+
+/// The shader files of one kernel, in the order they are concatenated (helpers first), and
+/// the kernel's entry point.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSource {
+    pub files: &'static [&'static str],
+    pub entry: &'static str,
+    /// The workgroup size used when the caller has no preference.
+    pub default_workgroup_size: u32,
+}
+
+/// `shaders/` file contents by name; every family registers its own files.
+fn shader_file(name: &str) -> Option<&'static str> {
+    const COMMON: &[(&str, &str)] = &[
+        ("common.wgsl", include_str!("../../../shaders/common.wgsl")),
+        (
+            "reduce_shared.wgsl",
+            include_str!("../../../shaders/reduce_shared.wgsl"),
+        ),
+        (
+            "reduce_subgroup.wgsl",
+            include_str!("../../../shaders/reduce_subgroup.wgsl"),
+        ),
+    ];
+    COMMON
+        .iter()
+        .chain(legacy::FILES)
+        .chain(kquants::FILES)
+        .chain(ternary::FILES)
+        .chain(ops::FILES)
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+}
+
+impl Kernel {
+    /// Where this kernel's WGSL lives.
+    pub fn source(self) -> Option<KernelSource> {
+        use GgmlType::*;
+        match self {
+            Kernel::Matvec(t) | Kernel::Matmul(t) | Kernel::Embedding(t) => match t {
+                F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
+                Q4_K | Q5_K | Q6_K => kquants::source(self),
+                I2_S | TQ1_0 | TQ2_0 => ternary::source(self),
+                _ => None,
+            },
+            Kernel::QuantizeActivations => ternary::source(self),
+            _ => ops::source(self),
+        }
+    }
+
+    /// A short name for labels and errors (`matvec_q4_k`).
+    pub fn label(self) -> String {
+        match self {
+            Kernel::Matvec(t) => format!("matvec_{}", t.name().to_lowercase()),
+            Kernel::Matmul(t) => format!("matmul_{}", t.name().to_lowercase()),
+            Kernel::Embedding(t) => format!("embedding_{}", t.name().to_lowercase()),
+            k => format!("{k:?}").to_lowercase(),
+        }
+    }
+
+    /// The full WGSL text for a variant: enable directives, the reduction helpers that fit the
+    /// variant, then the kernel's files.
+    pub fn wgsl(self, variant: Variant) -> Result<String, GpuError> {
+        let src = self
+            .source()
+            .ok_or_else(|| GpuError::Unsupported(self.label()))?;
+        let mut text = String::new();
+        if variant.f16 {
+            text.push_str("enable f16;\n");
+        }
+        // naga rejects `enable subgroups;`, browsers require it (facts.md).
+        if variant.subgroups && cfg!(target_arch = "wasm32") {
+            text.push_str("enable subgroups;\n");
+        }
+        let reduce = if variant.subgroups {
+            "reduce_subgroup.wgsl"
+        } else {
+            "reduce_shared.wgsl"
+        };
+        for name in ["common.wgsl", reduce].iter().chain(src.files) {
+            let body = shader_file(name).ok_or_else(|| GpuError::Shader {
+                kernel: self.label(),
+                message: format!("shader file {name} is not registered"),
+            })?;
+            text.push_str(&format!("// ---- {name}\n"));
+            text.push_str(body);
+            text.push('\n');
+        }
+        Ok(text)
+    }
+}
+
+/// Compiled pipelines, created on first use.
+#[derive(Default)]
+pub struct PipelineCache {
+    pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
+}
+
+impl GpuContext {
+    /// The best variant this device supports.
+    pub fn variant(&self) -> Variant {
+        Variant {
+            f16: self.features.shader_f16,
+            subgroups: self.features.subgroups,
+        }
+    }
+
+    /// The pipeline for `key`, compiled once and cached. Shader compilation errors come back as
+    /// [`GpuError::Shader`] rather than aborting.
+    pub fn pipeline(&self, key: PipelineKey) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
+        let mut cache = self
+            .pipelines
+            .pipelines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = cache.get(&key) {
+            return Ok(p.clone());
+        }
+        let src = key
+            .kernel
+            .source()
+            .ok_or_else(|| GpuError::Unsupported(key.kernel.label()))?;
+        let wgsl = key.kernel.wgsl(key.variant)?;
+        let label = key.kernel.label();
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(&label),
+                source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&label),
+                layout: None,
+                module: &module,
+                entry_point: Some(src.entry),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &[("WG", f64::from(key.workgroup_size))],
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            });
+        if let Some(err) = block_on_scope(scope) {
+            return Err(GpuError::Shader {
+                kernel: label,
+                message: err.to_string(),
+            });
+        }
+        let p = Arc::new(pipeline);
+        cache.insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// The pipeline for `kernel` with this device's best variant and the kernel's default
+    /// workgroup size (or `workgroup_size` when given).
+    pub fn kernel(
+        &self,
+        kernel: Kernel,
+        workgroup_size: Option<u32>,
+    ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
+        let default = kernel.source().map_or(64, |s| s.default_workgroup_size);
+        self.pipeline(PipelineKey {
+            kernel,
+            variant: self.variant(),
+            workgroup_size: workgroup_size.unwrap_or(default),
+        })
+    }
+
+    /// A bind group for `pipeline`'s group 0 with `buffers` bound at 0, 1, 2, ... in order.
+    pub fn bind(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[&wgpu::Buffer],
+    ) -> wgpu::BindGroup {
+        let entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        })
+    }
+}
+
+/// Wait for an error scope natively; in the browser errors surface asynchronously through the
+/// device's uncaptured-error handler instead.
+fn block_on_scope(scope: wgpu::ErrorScopeGuard) -> Option<wgpu::Error> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        pollster::block_on(scope.pop())
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        drop(scope);
+        None
+    }
+}

@@ -1,0 +1,132 @@
+//! Matrix products over weights in any format: one token (matvec, decode) or several (matmul,
+//! prefill). A weight split into chunks is handled by one dispatch per chunk, each writing its
+//! own rows of the output.
+
+use std::sync::Arc;
+
+use super::kernels::{kquants, legacy, ternary, Kernel};
+use super::weights::GpuWeight;
+use super::{GpuContext, GpuError};
+use crate::gpu_uniform;
+use crate::quant::GgmlType;
+
+gpu_uniform! {
+    /// Parameters of every matvec/matmul kernel.
+    pub struct MatmulParams {
+        /// Rows of this chunk.
+        pub rows: u32,
+        /// Row length (input features).
+        pub cols: u32,
+        /// Tokens in the batch (1 for matvec).
+        pub n_tokens: u32,
+        /// Index of this chunk's first row in the output.
+        pub row_offset: u32,
+        /// Output row length (all rows of the weight): `y[t * y_stride + row]`.
+        pub y_stride: u32,
+        /// Input row length: `x[t * x_stride + col]`.
+        pub x_stride: u32,
+        /// Per-tensor weight scale (I2_S), else 1.
+        pub weight_scale: f32,
+        pub pad0: u32,
+    }
+}
+
+/// Workgroup counts for `n` workgroups, folded into two dimensions when `n` exceeds the
+/// per-dimension limit (shaders flatten with `flat_workgroup` from common.wgsl).
+pub fn grid(n: u32, max_per_dim: u32) -> [u32; 3] {
+    let max = max_per_dim.max(1);
+    if n <= max {
+        [n.max(1), 1, 1]
+    } else {
+        [max, n.div_ceil(max), 1]
+    }
+}
+
+/// One dispatch, ready to record.
+pub struct Dispatch {
+    pub pipeline: Arc<wgpu::ComputePipeline>,
+    pub bind_group: wgpu::BindGroup,
+    pub workgroups: [u32; 3],
+}
+
+impl Dispatch {
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(self.workgroups[0], self.workgroups[1], self.workgroups[2]);
+    }
+}
+
+/// `y[t, :] = W x[t, :]` for `n_tokens` tokens, built once and recorded every forward pass.
+pub struct MatmulOp {
+    pub dispatches: Vec<Dispatch>,
+    _uniforms: Vec<wgpu::Buffer>,
+}
+
+/// Workgroups a family's kernel needs for `rows` rows and `n_tokens` tokens.
+fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
+    use GgmlType::*;
+    match kernel {
+        Kernel::Matvec(t) | Kernel::Matmul(t) => match t {
+            Q4_K | Q5_K | Q6_K => kquants::workgroups(kernel, rows, n_tokens, workgroup_size),
+            I2_S | TQ1_0 | TQ2_0 => ternary::workgroups(kernel, rows, n_tokens, workgroup_size),
+            _ => legacy::workgroups(kernel, rows, n_tokens, workgroup_size),
+        },
+        _ => 1,
+    }
+}
+
+impl MatmulOp {
+    /// `x` holds `n_tokens` rows of `w.cols` values (for I2_S: the int8-quantized activations
+    /// from the QuantizeActivations kernel); `y` receives `n_tokens` rows of `w.rows` f32.
+    pub fn new(
+        ctx: &GpuContext,
+        w: &GpuWeight,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        n_tokens: u32,
+    ) -> Result<Self, GpuError> {
+        let kernel = if n_tokens == 1 {
+            Kernel::Matvec(w.dtype)
+        } else {
+            Kernel::Matmul(w.dtype)
+        };
+        let wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
+        let pipeline = ctx.kernel(kernel, Some(wg))?;
+        let mut dispatches = Vec::new();
+        let mut uniforms = Vec::new();
+        for chunk in &w.chunks {
+            let params = MatmulParams {
+                rows: chunk.rows,
+                cols: w.cols,
+                n_tokens,
+                row_offset: chunk.first_row,
+                y_stride: w.rows,
+                x_stride: w.cols,
+                weight_scale: w.scale,
+                pad0: 0,
+            };
+            let u = ctx.uniform(&format!("{}.params", w.name), &params);
+            let mut buffers: Vec<&wgpu::Buffer> = vec![&u, x, y];
+            buffers.extend(chunk.planes.iter());
+            let bind_group = ctx.bind(&pipeline, &buffers);
+            let n = workgroups(kernel, chunk.rows, n_tokens, wg);
+            dispatches.push(Dispatch {
+                pipeline: pipeline.clone(),
+                bind_group,
+                workgroups: grid(n, ctx.limits.max_compute_workgroups_per_dimension),
+            });
+            uniforms.push(u);
+        }
+        Ok(MatmulOp {
+            dispatches,
+            _uniforms: uniforms,
+        })
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        for d in &self.dispatches {
+            d.record(pass);
+        }
+    }
+}

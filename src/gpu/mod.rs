@@ -12,6 +12,7 @@ pub mod buffers;
 pub mod context;
 pub mod kernels;
 pub mod matmul;
+pub mod selftest;
 pub mod uniforms;
 pub mod weights;
 

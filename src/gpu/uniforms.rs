@@ -43,3 +43,13 @@ impl UniformLayout {
         }
     }
 }
+
+/// Every uniform struct the kernels use, for the layout test.
+pub fn registered() -> Vec<UniformLayout> {
+    let mut v = vec![UniformLayout::of::<crate::gpu::matmul::MatmulParams>()];
+    v.extend(crate::gpu::kernels::kquants::uniforms());
+    v.extend(crate::gpu::kernels::ternary::uniforms());
+    v.extend(crate::gpu::kernels::ops::uniforms());
+    v.extend(crate::gpu::kernels::legacy::uniforms());
+    v
+}

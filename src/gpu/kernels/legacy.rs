@@ -38,3 +38,8 @@ pub fn workgroups(kernel: Kernel, rows: u32, _n_tokens: u32, _workgroup_size: u3
         _ => rows,
     }
 }
+
+/// Uniform structs of this family (checked against the WGSL by tests/gpu_uniforms.rs).
+pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
+    Vec::new()
+}

@@ -89,6 +89,28 @@ fn shader_file(name: &str) -> Option<&'static str> {
 }
 
 impl Kernel {
+    /// Every kernel that has a source, for tests that walk the registry.
+    pub fn all() -> Vec<Kernel> {
+        let mut v = Vec::new();
+        for t in GgmlType::ALL {
+            v.extend([Kernel::Matvec(t), Kernel::Matmul(t), Kernel::Embedding(t)]);
+        }
+        v.extend([
+            Kernel::QuantizeActivations,
+            Kernel::RmsNorm,
+            Kernel::Rope,
+            Kernel::Attention,
+            Kernel::Softmax,
+            Kernel::ReluSquared,
+            Kernel::SiluMul,
+            Kernel::Add,
+            Kernel::Argmax,
+            Kernel::TopK,
+        ]);
+        v.retain(|k| k.source().is_some());
+        v
+    }
+
     /// Where this kernel's WGSL lives.
     pub fn source(self) -> Option<KernelSource> {
         use GgmlType::*;

@@ -16,3 +16,8 @@ pub fn planes(_dtype: GgmlType, data: &[u8], _rows: u32, _cols: u32) -> Vec<Vec<
 pub fn workgroups(_kernel: Kernel, rows: u32, _n_tokens: u32, _workgroup_size: u32) -> u32 {
     rows
 }
+
+/// Uniform structs of this family (checked against the WGSL by tests/gpu_uniforms.rs).
+pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
+    Vec::new()
+}

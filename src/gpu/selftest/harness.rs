@@ -1,0 +1,145 @@
+//! What the checks share: a seeded PRNG, poisoned outputs, submitting work, running a matmul,
+//! and comparing against a reference with a per-element error bound.
+
+use crate::gpu::matmul::MatmulOp;
+use crate::gpu::weights::GpuWeight;
+use crate::gpu::{GpuContext, GpuError};
+
+use super::Stats;
+
+/// The bit pattern outputs are filled with before a kernel runs: a NaN no kernel produces, so
+/// an element the kernel fails to write fails every comparison.
+pub const POISON: u32 = 0x7fa5_a5a5;
+
+/// SplitMix64: a tiny seeded generator, so failures reproduce.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    /// `n` values uniform in [-scale, scale).
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f32() * scale).collect()
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+pub fn gpu_err(e: GpuError) -> String {
+    e.to_string()
+}
+
+/// A storage buffer of `n` 32-bit values filled with [`POISON`].
+pub fn poisoned(ctx: &GpuContext, n: usize) -> Result<wgpu::Buffer, String> {
+    let b = ctx.storage("out", (n * 4) as u64).map_err(gpu_err)?;
+    ctx.write(&b, 0, &vec![POISON; n.max(1)]);
+    Ok(b)
+}
+
+/// A storage buffer holding `values`.
+pub fn upload_f32(ctx: &GpuContext, label: &str, values: &[f32]) -> Result<wgpu::Buffer, String> {
+    ctx.storage_init(label, bytemuck::cast_slice(values))
+        .map_err(gpu_err)
+}
+
+/// Submit recorded work in one compute pass.
+pub fn submit(ctx: &GpuContext, record: impl FnOnce(&mut wgpu::ComputePass<'_>)) {
+    let mut enc = ctx.device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        record(&mut pass);
+    }
+    ctx.queue.submit([enc.finish()]);
+}
+
+/// Read back `n` f32.
+pub async fn read_f32(ctx: &GpuContext, b: &wgpu::Buffer, n: usize) -> Result<Vec<f32>, String> {
+    ctx.read_f32(b, 0, n as u64).await.map_err(gpu_err)
+}
+
+/// Run `y = W x` for `n_tokens` tokens through [`MatmulOp`] and read `y` back.
+pub async fn run_matmul(
+    ctx: &GpuContext,
+    w: &GpuWeight,
+    x: &wgpu::Buffer,
+    n_tokens: u32,
+) -> Result<Vec<f32>, String> {
+    let n = (w.rows * n_tokens) as usize;
+    let y = poisoned(ctx, n)?;
+    let op = MatmulOp::new(ctx, w, x, &y, n_tokens).map_err(gpu_err)?;
+    submit(ctx, |pass| op.record(pass));
+    read_f32(ctx, &y, n).await
+}
+
+/// `Y = X W^T` in f64 (`w` is `[rows, cols]`, `x` is `[n_tokens, cols]`, the result
+/// `[n_tokens, rows]`), with the bound on any f32 summation order of the products:
+/// `|err| <= cols * eps * sum |w_i x_i|`.
+pub fn reference_matmul(
+    w: &[f32],
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    n_tokens: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut y = vec![0.0; rows * n_tokens];
+    let mut bound = vec![0.0; rows * n_tokens];
+    for t in 0..n_tokens {
+        for r in 0..rows {
+            let (mut s, mut a) = (0.0f64, 0.0f64);
+            for c in 0..cols {
+                let p = f64::from(w[r * cols + c]) * f64::from(x[t * cols + c]);
+                s += p;
+                a += p.abs();
+            }
+            y[t * rows + r] = s;
+            bound[t * rows + r] = cols as f64 * f64::from(f32::EPSILON) * a;
+        }
+    }
+    (y, bound)
+}
+
+/// Compare with a per-element bound (a NaN, infinity or poison fails), returning the worst
+/// error ratio or a message naming the first bad element.
+pub fn compare(what: &str, got: &[f32], want: &[f64], bound: &[f64]) -> Result<Stats, String> {
+    if got.len() != want.len() || want.len() != bound.len() {
+        return Err(format!(
+            "{what}: {} values, expected {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    let mut worst = 0.0f64;
+    for (i, ((&g, &w), &b)) in got.iter().zip(want).zip(bound).enumerate() {
+        let err = (f64::from(g) - w).abs();
+        let b = b.max(1e-30);
+        if !g.is_finite() || err > b {
+            return Err(format!(
+                "{what}: element {i}: got {g} (bits {:#010x}), want {w}, allowed error {b:.3e}",
+                g.to_bits()
+            ));
+        }
+        worst = worst.max(err / b);
+    }
+    Ok(Stats {
+        elements: got.len() as u64,
+        worst_ratio: worst,
+    })
+}

@@ -1,0 +1,57 @@
+//! Every `#[repr(C)]` uniform struct has the size and field offsets that naga (wgpu's shader
+//! compiler) computes for the WGSL struct of the same name, in every kernel that declares it.
+
+use std::collections::BTreeSet;
+
+use tritium::gpu::kernels::Kernel;
+use tritium::gpu::uniforms::registered;
+use tritium::gpu::Variant;
+
+#[test]
+fn uniform_layouts_match_wgsl() {
+    let uniforms = registered();
+    let mut seen = BTreeSet::new();
+    for kernel in Kernel::all() {
+        for variant in [
+            Variant::default(),
+            Variant {
+                f16: true,
+                subgroups: true,
+            },
+        ] {
+            let wgsl = kernel.wgsl(variant).unwrap();
+            let module = naga::front::wgsl::parse_str(&wgsl)
+                .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(&wgsl)));
+            let mut layouter = naga::proc::Layouter::default();
+            layouter.update(module.to_ctx()).unwrap();
+            for (handle, ty) in module.types.iter() {
+                let naga::TypeInner::Struct { members, span } = &ty.inner else {
+                    continue;
+                };
+                let Some(name) = ty.name.as_deref() else {
+                    continue;
+                };
+                let Some(u) = uniforms.iter().find(|u| u.name == name) else {
+                    continue;
+                };
+                seen.insert(name.to_string());
+                assert_eq!(*span as usize, u.size, "{name} size in {}", kernel.label());
+                assert_eq!(layouter[handle].size as usize, u.size, "{name}");
+                let wgsl_fields: Vec<(String, usize)> = members
+                    .iter()
+                    .map(|m| (m.name.clone().unwrap_or_default(), m.offset as usize))
+                    .collect();
+                let rust_fields: Vec<(String, usize)> =
+                    u.fields.iter().map(|(n, o)| (n.to_string(), *o)).collect();
+                assert_eq!(
+                    wgsl_fields,
+                    rust_fields,
+                    "{name} fields in {}",
+                    kernel.label()
+                );
+            }
+        }
+    }
+    let all: BTreeSet<String> = uniforms.iter().map(|u| u.name.to_string()).collect();
+    assert_eq!(seen, all, "uniform structs no kernel declares");
+}

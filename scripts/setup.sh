@@ -12,6 +12,8 @@ command -v c++ >/dev/null || need_apt+=(g++)
 # lavapipe: Vulkan on the CPU, so every WGSL kernel runs in the tests on any machine.
 [ -f /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ] || need_apt+=(mesa-vulkan-drivers)
 ldconfig -p 2>/dev/null | grep -q libvulkan.so.1 || need_apt+=(libvulkan1)
+# Chromium (Debian's build) runs the kernel suite on WebGPU (SwiftShader) in tests/browser.
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
@@ -26,6 +28,23 @@ if command -v rustup >/dev/null; then
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
   rustup target list --installed 2>/dev/null | grep -q '^wasm32-unknown-unknown$' \
     || rustup target add wasm32-unknown-unknown
+fi
+
+# wasm-bindgen-cli must be exactly the wasm-bindgen crate's version in Cargo.lock (no --locked:
+# its lock file wants crate versions the registry mirror may lack).
+wasm_bindgen=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{ print $2 }')" != "$wasm_bindgen" ]; then
+  cargo install -j2 wasm-bindgen-cli --version "=$wasm_bindgen"
+fi
+
+# playwright-core drives the browser tests (never `playwright install`: /usr/bin/chromium is used).
+if ! command -v npm >/dev/null; then
+  echo "error: Node.js 20 or later with npm is required: https://nodejs.org" >&2
+  exit 1
+fi
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ] \
+  || [ package.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund
 fi
 
 scripts/fetch-models.sh

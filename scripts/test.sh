@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: set up, then formatting, lints, every test, the wasm build of the
-# library, and the fuzz targets' build. What CI runs (.ci/run).
+# library, the fuzz targets' build, and the kernel suite in headless Chromium. What CI runs
+# (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -24,3 +25,7 @@ cargo check -j2 --manifest-path fuzz/Cargo.toml --bins
 
 echo "== cargo test"
 cargo test -j2 --workspace
+
+echo "== browser kernel suite (headless Chromium, WebGPU)"
+scripts/build-wasm-test.sh
+node tests/browser/run-selftest.mjs

@@ -21,6 +21,9 @@ pub enum Error {
     Trellis(#[from] TrellisError),
     #[error(transparent)]
     Quant(#[from] QuantError),
+    #[cfg(feature = "gpu")]
+    #[error(transparent)]
+    Gpu(#[from] crate::gpu::GpuError),
     #[error("{path}: {message}")]
     Io { path: String, message: String },
     #[error("{0}")]

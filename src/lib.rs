@@ -4,6 +4,7 @@
 //! Layers, bottom up: [`formats`] (bytes to meaning) and [`quant`] (block layouts and CPU
 //! dequantization) are pure; [`storage`] is where bytes live.
 
+pub mod cpu;
 pub mod error;
 pub mod formats;
 #[cfg(feature = "gpu")]
@@ -11,7 +12,11 @@ pub mod gpu;
 pub mod quant;
 pub mod storage;
 
+#[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+pub mod bench;
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(all(target_arch = "wasm32", feature = "web"))]
+pub mod web;
 
 pub use error::Error;

@@ -69,3 +69,18 @@ fn device_is_vulkan_metal_or_dx12_never_gl() {
 fn legacy_kernels() {
     run_family("legacy");
 }
+
+#[test]
+fn ternary_kernels() {
+    run_family("ternary");
+}
+
+#[test]
+fn kquant_kernels() {
+    run_family("kquants");
+}
+
+#[test]
+fn op_kernels() {
+    run_family("ops");
+}

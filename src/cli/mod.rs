@@ -1,10 +1,14 @@
 //! The native command-line interface: `tritium inspect | validate | verify | dump | migrate`.
 //! Thin: every command parses arguments, calls the library, and prints.
 
+#[cfg(feature = "gpu")]
+mod bench;
 mod dump;
 mod inspect;
 mod migrate;
 mod model;
+#[cfg(feature = "gpu")]
+mod selftest;
 mod validate;
 
 use std::path::PathBuf;
@@ -45,6 +49,27 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check every GPU kernel against the CPU reference on this machine's GPU.
+    #[cfg(feature = "gpu")]
+    Selftest {
+        /// Only checks whose name starts with this (`legacy/`, `ops/attention`, ...).
+        #[arg(default_value = "")]
+        prefix: String,
+        #[arg(long)]
+        json: bool,
+        /// Do not use shader-f16 even where the device has it.
+        #[arg(long)]
+        no_f16: bool,
+        /// Do not use subgroup operations even where the device has them.
+        #[arg(long)]
+        no_subgroups: bool,
+    },
+    /// Benchmarks (figures for BENCHMARKS.md).
+    #[cfg(feature = "gpu")]
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
     /// Write one tensor, dequantized on the CPU, as raw little-endian f32 in file element order.
     Dump {
         model: PathBuf,
@@ -61,6 +86,28 @@ enum Command {
         /// Largest tensor data per shard: bytes, or a number with KB, MB, GB or TB (powers of 1024).
         #[arg(long, default_value = "2GB", value_parser = migrate::parse_shard_size)]
         shard_size: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Time every matvec kernel: at a bandwidth-bound size (GB/s and fraction of the measured
+    /// copy bandwidth) and at real model shapes (microseconds per call).
+    Kernels {
+        /// Small shapes only: checks that every dtype runs (lavapipe finishes within a minute).
+        #[arg(long)]
+        quick: bool,
+        #[arg(long)]
+        json: bool,
+        /// Only these dtypes (repeatable): F16, Q4_K, I2_S, ...
+        #[arg(long = "dtype")]
+        dtypes: Vec<String>,
+        /// Weight MiB of the bandwidth-bound shape (default 256).
+        #[arg(long)]
+        large_mib: Option<u64>,
+        /// Calls recorded per submission (default 20).
+        #[arg(long)]
+        calls: Option<u32>,
     },
 }
 
@@ -81,6 +128,24 @@ pub fn main() -> ExitCode {
             output,
             shard_size,
         } => migrate::run(&input, &output, shard_size),
+        #[cfg(feature = "gpu")]
+        Command::Selftest {
+            prefix,
+            json,
+            no_f16,
+            no_subgroups,
+        } => selftest::run(&prefix, json, no_f16, no_subgroups),
+        #[cfg(feature = "gpu")]
+        Command::Bench {
+            what:
+                BenchCommand::Kernels {
+                    quick,
+                    json,
+                    dtypes,
+                    large_mib,
+                    calls,
+                },
+        } => bench::kernels(quick, json, &dtypes, large_mib, calls),
     };
     match result {
         Ok(code) => code,

@@ -8,10 +8,13 @@
 //!   bindings when they exceed the binding limit.
 //! - [`matmul`]: matrix-vector and matrix-matrix products over any weight format.
 
+pub mod bitlinear;
 pub mod buffers;
 pub mod context;
+pub mod embedding;
 pub mod kernels;
 pub mod matmul;
+pub mod ops;
 pub mod selftest;
 pub mod uniforms;
 pub mod weights;

@@ -46,7 +46,10 @@ impl UniformLayout {
 
 /// Every uniform struct the kernels use, for the layout test.
 pub fn registered() -> Vec<UniformLayout> {
-    let mut v = vec![UniformLayout::of::<crate::gpu::matmul::MatmulParams>()];
+    let mut v = vec![
+        UniformLayout::of::<crate::gpu::matmul::MatmulParams>(),
+        UniformLayout::of::<crate::gpu::embedding::EmbeddingParams>(),
+    ];
     v.extend(crate::gpu::kernels::kquants::uniforms());
     v.extend(crate::gpu::kernels::ternary::uniforms());
     v.extend(crate::gpu::kernels::ops::uniforms());

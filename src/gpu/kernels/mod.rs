@@ -38,6 +38,10 @@ pub enum Kernel {
     Add,
     Argmax,
     TopK,
+    /// An empty dispatch (benchmarks measure the per-dispatch overhead with it).
+    Noop,
+    /// A plain buffer copy (benchmarks measure the bandwidth a kernel can reach with it).
+    Copy,
 }
 
 /// Which optional device capabilities a pipeline is compiled for.
@@ -77,6 +81,16 @@ fn shader_file(name: &str) -> Option<&'static str> {
             "reduce_subgroup.wgsl",
             include_str!("../../../shaders/reduce_subgroup.wgsl"),
         ),
+        (
+            "matmul_params.wgsl",
+            include_str!("../../../shaders/matmul_params.wgsl"),
+        ),
+        (
+            "embedding_params.wgsl",
+            include_str!("../../../shaders/embedding_params.wgsl"),
+        ),
+        ("noop.wgsl", include_str!("../../../shaders/noop.wgsl")),
+        ("copy.wgsl", include_str!("../../../shaders/copy.wgsl")),
     ];
     COMMON
         .iter()
@@ -106,6 +120,8 @@ impl Kernel {
             Kernel::Add,
             Kernel::Argmax,
             Kernel::TopK,
+            Kernel::Noop,
+            Kernel::Copy,
         ]);
         v.retain(|k| k.source().is_some());
         v
@@ -122,6 +138,16 @@ impl Kernel {
                 _ => None,
             },
             Kernel::QuantizeActivations => ternary::source(self),
+            Kernel::Copy => Some(KernelSource {
+                files: &["copy.wgsl"],
+                entry: "main",
+                default_workgroup_size: 256,
+            }),
+            Kernel::Noop => Some(KernelSource {
+                files: &["noop.wgsl"],
+                entry: "main",
+                default_workgroup_size: 64,
+            }),
             _ => ops::source(self),
         }
     }

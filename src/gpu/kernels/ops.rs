@@ -1,14 +1,79 @@
-//! Kernel family: norms, RoPE, attention, activations, sampling.
+//! Kernel family: norms, RoPE, attention, activations, sampling. The op structs that bind and
+//! dispatch them live in `src/gpu/ops/`; their CPU twins in `src/cpu/ops.rs`.
 
 use super::{Kernel, KernelSource};
 
-pub const FILES: &[(&str, &str)] = &[];
+pub const FILES: &[(&str, &str)] = &[
+    (
+        "position_params.wgsl",
+        include_str!("../../../shaders/position_params.wgsl"),
+    ),
+    (
+        "rms_norm.wgsl",
+        include_str!("../../../shaders/rms_norm.wgsl"),
+    ),
+    ("rope.wgsl", include_str!("../../../shaders/rope.wgsl")),
+    (
+        "attention.wgsl",
+        include_str!("../../../shaders/attention.wgsl"),
+    ),
+    (
+        "softmax.wgsl",
+        include_str!("../../../shaders/softmax.wgsl"),
+    ),
+    (
+        "elementwise.wgsl",
+        include_str!("../../../shaders/elementwise.wgsl"),
+    ),
+    (
+        "relu_squared.wgsl",
+        include_str!("../../../shaders/relu_squared.wgsl"),
+    ),
+    (
+        "silu_mul.wgsl",
+        include_str!("../../../shaders/silu_mul.wgsl"),
+    ),
+    ("add.wgsl", include_str!("../../../shaders/add.wgsl")),
+    (
+        "select_common.wgsl",
+        include_str!("../../../shaders/select_common.wgsl"),
+    ),
+    ("argmax.wgsl", include_str!("../../../shaders/argmax.wgsl")),
+    ("top_k.wgsl", include_str!("../../../shaders/top_k.wgsl")),
+];
 
-pub fn source(_kernel: Kernel) -> Option<KernelSource> {
-    None
+pub fn source(kernel: Kernel) -> Option<KernelSource> {
+    let (files, default_workgroup_size): (&'static [&'static str], u32) = match kernel {
+        Kernel::RmsNorm => (&["rms_norm.wgsl"], 256),
+        Kernel::Rope => (&["position_params.wgsl", "rope.wgsl"], 64),
+        // 256 = TILE: one key per thread in the scores loop; a power of two from 64 to 256.
+        Kernel::Attention => (&["position_params.wgsl", "attention.wgsl"], 256),
+        Kernel::Softmax => (&["softmax.wgsl"], 256),
+        Kernel::ReluSquared => (&["elementwise.wgsl", "relu_squared.wgsl"], 256),
+        Kernel::SiluMul => (&["elementwise.wgsl", "silu_mul.wgsl"], 256),
+        Kernel::Add => (&["elementwise.wgsl", "add.wgsl"], 256),
+        Kernel::Argmax => (&["select_common.wgsl", "argmax.wgsl"], 256),
+        Kernel::TopK => (&["select_common.wgsl", "top_k.wgsl"], 256),
+        _ => return None,
+    };
+    Some(KernelSource {
+        files,
+        entry: "main",
+        default_workgroup_size,
+    })
 }
 
 /// Uniform structs of this family (checked against the WGSL by tests/gpu_uniforms.rs).
 pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
-    Vec::new()
+    use crate::gpu::ops;
+    use crate::gpu::uniforms::UniformLayout;
+    vec![
+        UniformLayout::of::<ops::PositionParams>(),
+        UniformLayout::of::<ops::norm::RmsNormParams>(),
+        UniformLayout::of::<ops::norm::SoftmaxParams>(),
+        UniformLayout::of::<ops::rope::RopeParams>(),
+        UniformLayout::of::<ops::attention::AttentionParams>(),
+        UniformLayout::of::<ops::elementwise::ElementwiseParams>(),
+        UniformLayout::of::<ops::select::SelectParams>(),
+    ]
 }

@@ -7,7 +7,10 @@
 //! Chromium on WebGPU, and on a user's own GPU. Each family of kernels contributes its checks.
 
 mod harness;
+mod kquants;
 mod legacy;
+mod ops;
+mod ternary;
 
 pub use harness::*;
 
@@ -52,7 +55,12 @@ pub struct CheckResult {
 
 /// Every check of every family.
 pub fn all_checks() -> Vec<&'static Check> {
-    legacy::CHECKS.iter().collect()
+    legacy::CHECKS
+        .iter()
+        .chain(ternary::CHECKS)
+        .chain(kquants::CHECKS)
+        .chain(ops::CHECKS)
+        .collect()
 }
 
 /// Run the checks whose name starts with `prefix` ("" for all).

@@ -1,0 +1,333 @@
+// Causal grouped-query attention over a KV cache, in three modes (AttentionParams.mode):
+//
+// 0 append:  copy the new K and V rows of n_tokens tokens into the cache at positions
+//            pos0 .. pos0 + n_tokens - 1 (rounded to f16 when kv_f16). One thread per
+//            16-byte cache slot.
+// 1 attend:  one workgroup per (split, query head, token), dispatched (n_splits, n_heads,
+//            n_tokens). The query of token t sits at pos0 + t and sees keys 0 ..= pos0 + t;
+//            that range is cut into n_splits contiguous pieces (at least min_split keys each)
+//            so a long context is read by many workgroups at once (flash-decoding). Each
+//            workgroup streams its piece in tiles of TILE keys with an online softmax:
+//            scores (one thread per key, q pre-scaled by 1/sqrt(head_dim), in workgroup
+//            memory), the tile max (workgroup_max), p = exp(s - m) and their sum
+//            (workgroup_sum), then sum p * V with each thread owning one 16-byte slot of the
+//            V row (`lanes` threads per slot take alternate keys; their sums are added at the
+//            end). With one split it writes the normalized output, otherwise its piece's
+//            partial result: acc = sum p * V and (m, l) = (max score, sum p).
+// 2 combine: one workgroup per (query head, token), dispatched (n_heads, n_tokens): merge
+//            the pieces, out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), the pieces'
+//            weights computed once in workgroup memory, the sum over pieces split between
+//            groups of threads so that their loads are independent.
+//
+// Query head h reads KV head h / (n_heads / n_kv_heads). head_dim must be a multiple of 8 and
+// at most 256, n_splits at most 64, WG a power of two from 64 to 256 (TILE = 256 keys), and
+// a cache row's 16-byte slots (head_dim / 8 for f16, head_dim / 4 for f32) must not
+// outnumber WG. "Minus infinity" is the finite -3e38 throughout, so the arithmetic stays
+// right where a compiler assumes there are no infinities.
+//
+// Bindings:
+//   0  uniform AttentionParams
+//   1  uniform PositionParams
+//   2  src: append: new K (n_tokens, n_kv_heads, head_dim) f32; attend: q (n_tokens, n_heads,
+//      head_dim) f32; combine: unused
+//   3  src2: append: new V (n_tokens, n_kv_heads, head_dim) f32; otherwise unused
+//   4  k_cache: (max_ctx, n_kv_heads, head_dim) f16 pairs packed in u32 (kv_f16) or f32 bits,
+//      read as vec4<u32>
+//   5  v_cache: as k_cache
+//   6  out: (n_tokens, n_heads, head_dim) f32
+//   7  partials: (n_tokens, n_heads, n_splits, head_dim / 4) vec4 acc, then
+//      (n_tokens, n_heads, n_splits) vec4 (m, l, 0, 0)
+
+struct AttentionParams {
+    mode: u32,
+    n_tokens: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    max_ctx: u32,
+    n_splits: u32,
+    kv_f16: u32,
+    scale: f32,
+    min_split: u32,
+    pad0: u32,
+    pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: AttentionParams;
+@group(0) @binding(1) var<uniform> position: PositionParams;
+@group(0) @binding(2) var<storage, read> src: array<f32>;
+@group(0) @binding(3) var<storage, read> src2: array<f32>;
+@group(0) @binding(4) var<storage, read_write> k_cache: array<vec4<u32>>;
+@group(0) @binding(5) var<storage, read_write> v_cache: array<vec4<u32>>;
+@group(0) @binding(6) var<storage, read_write> out: array<f32>;
+@group(0) @binding(7) var<storage, read_write> partials: array<vec4<f32>>;
+
+const TILE: u32 = 256u;
+const NEG_BIG: f32 = -3.0e38;
+
+var<workgroup> q_sh: array<vec4<f32>, 64>;      // (head_dim / 4) query, pre-scaled
+var<workgroup> scores: array<f32, 256>;         // (TILE) scores, then probabilities
+var<workgroup> lane_acc: array<vec4<f32>, 512>; // (lanes, head_dim / 4) partial sums of p * V
+var<workgroup> weights: array<f32, 64>;         // (n_splits) combine: l of each piece
+
+// Eight (f16) or four (f32, hi = 0) cache values from one 16-byte slot.
+struct Slot {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
+}
+
+fn unpack_slot(w: vec4<u32>) -> Slot {
+    if (p.kv_f16 == 1u) {
+        return Slot(
+            vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)),
+            vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)),
+        );
+    }
+    return Slot(bitcast<vec4<f32>>(w), vec4<f32>(0.0));
+}
+
+// q . (16-byte slot c of a key row), 0 for c >= slots.
+fn slot_dot(w: vec4<u32>, c: u32, slots: u32) -> f32 {
+    let kv = unpack_slot(w);
+    let cc = min(c, slots - 1u);
+    var s: f32;
+    if (p.kv_f16 == 1u) {
+        s = dot(kv.lo, q_sh[2u * cc]) + dot(kv.hi, q_sh[2u * cc + 1u]);
+    } else {
+        s = dot(kv.lo, q_sh[cc]);
+    }
+    return select(0.0, s, c < slots);
+}
+
+// Cache values per 16-byte slot.
+fn per_slot() -> u32 {
+    return select(4u, 8u, p.kv_f16 == 1u);
+}
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    if (p.mode == 0u) {
+        append(flat_workgroup(wid, nwg) * WG + lid);
+    } else if (p.mode == 1u) {
+        attend(wid, lid);
+    } else {
+        combine(wid, lid);
+    }
+}
+
+// Slot i of the new rows (n_tokens, n_kv_heads, slots) into the cache at pos0 + token.
+fn append(i: u32) {
+    let e = per_slot();
+    let per_token = p.n_kv_heads * (p.head_dim / e);
+    if (i >= p.n_tokens * per_token) {
+        return;
+    }
+    let pos = position.pos0 + i / per_token;
+    if (pos >= p.max_ctx) {
+        return;
+    }
+    let at = pos * per_token + i % per_token;
+    let s = i * e;
+    if (p.kv_f16 == 1u) {
+        k_cache[at] = vec4<u32>(
+            pack2x16float(vec2<f32>(src[s], src[s + 1u])),
+            pack2x16float(vec2<f32>(src[s + 2u], src[s + 3u])),
+            pack2x16float(vec2<f32>(src[s + 4u], src[s + 5u])),
+            pack2x16float(vec2<f32>(src[s + 6u], src[s + 7u])),
+        );
+        v_cache[at] = vec4<u32>(
+            pack2x16float(vec2<f32>(src2[s], src2[s + 1u])),
+            pack2x16float(vec2<f32>(src2[s + 2u], src2[s + 3u])),
+            pack2x16float(vec2<f32>(src2[s + 4u], src2[s + 5u])),
+            pack2x16float(vec2<f32>(src2[s + 6u], src2[s + 7u])),
+        );
+    } else {
+        k_cache[at] = bitcast<vec4<u32>>(
+            vec4<f32>(src[s], src[s + 1u], src[s + 2u], src[s + 3u]),
+        );
+        v_cache[at] = bitcast<vec4<u32>>(
+            vec4<f32>(src2[s], src2[s + 1u], src2[s + 2u], src2[s + 3u]),
+        );
+    }
+}
+
+fn attend(wid: vec3<u32>, lid: u32) {
+    let split = wid.x;
+    let head = wid.y;
+    let token = wid.z;
+    let d = p.head_dim;
+    let kvh = head / (p.n_heads / p.n_kv_heads);
+    // Keys this query sees, and this workgroup's piece of them.
+    let len = min(position.pos0 + token + 1u, p.max_ctx);
+    let piece = max((len + p.n_splits - 1u) / p.n_splits, p.min_split);
+    let start = min(split * piece, len);
+    let end = min(len, start + piece);
+
+    let qbase = (token * p.n_heads + head) * d;
+    for (var i = lid; i < d / 4u; i = i + WG) {
+        let b = qbase + 4u * i;
+        q_sh[i] = vec4<f32>(src[b], src[b + 1u], src[b + 2u], src[b + 3u]) * p.scale;
+    }
+    workgroupBarrier();
+
+    let e = per_slot();
+    let slots = d / e;                  // 16-byte slots per head row
+    let stride = p.n_kv_heads * slots;  // slots per position
+    let head_off = kvh * slots;
+    let q_per_slot = e / 4u;            // q vec4s per slot: 2 (f16) or 1 (f32)
+    let lanes = max(WG / slots, 1u);
+    let lane = lid / slots;
+    let g = lid % slots;
+
+    var m = NEG_BIG;
+    var l = 0.0;
+    var acc_lo = vec4<f32>(0.0);
+    var acc_hi = vec4<f32>(0.0);
+    for (var t0 = start; t0 < end; t0 = t0 + TILE) {
+        let n = min(TILE, end - t0);
+        // Scores: one thread per key.
+        var local_max = NEG_BIG;
+        for (var j = lid; j < n; j = j + WG) {
+            let row = (t0 + j) * stride + head_off;
+            // Four loads in flight before any is used (the overhang is clamped and dropped).
+            let last = slots - 1u;
+            var s = 0.0;
+            for (var c = 0u; c < slots; c = c + 4u) {
+                let w0 = k_cache[row + c];
+                let w1 = k_cache[row + min(c + 1u, last)];
+                let w2 = k_cache[row + min(c + 2u, last)];
+                let w3 = k_cache[row + min(c + 3u, last)];
+                s = s + ((slot_dot(w0, c, slots) + slot_dot(w1, c + 1u, slots))
+                    + (slot_dot(w2, c + 2u, slots) + slot_dot(w3, c + 3u, slots)));
+            }
+            scores[j] = s;
+            local_max = max(local_max, s);
+        }
+        let m_new = max(m, workgroup_max(local_max, lid));
+        var local_sum = 0.0;
+        for (var j = lid; j < n; j = j + WG) {
+            let pj = exp(scores[j] - m_new);
+            scores[j] = pj;
+            local_sum = local_sum + pj;
+        }
+        // Rescale what came before to the new maximum (alpha = 0 on the first tile).
+        let alpha = exp(m - m_new);
+        l = l * alpha + workgroup_sum(local_sum, lid);
+        acc_lo = acc_lo * alpha;
+        acc_hi = acc_hi * alpha;
+        if (lane < lanes) {
+            // Four keys per step, their loads issued together (keys past the tile are
+            // clamped to its last one and weighted 0).
+            let base = t0 * stride + head_off + g;
+            let last = n - 1u;
+            for (var j = lane; j < n; j = j + 4u * lanes) {
+                let j1 = min(j + lanes, last);
+                let j2 = min(j + 2u * lanes, last);
+                let j3 = min(j + 3u * lanes, last);
+                let v0 = unpack_slot(v_cache[base + j * stride]);
+                let v1 = unpack_slot(v_cache[base + j1 * stride]);
+                let v2 = unpack_slot(v_cache[base + j2 * stride]);
+                let v3 = unpack_slot(v_cache[base + j3 * stride]);
+                let p0 = scores[j];
+                let p1 = select(0.0, scores[j1], j + lanes < n);
+                let p2 = select(0.0, scores[j2], j + 2u * lanes < n);
+                let p3 = select(0.0, scores[j3], j + 3u * lanes < n);
+                acc_lo = acc_lo + ((p0 * v0.lo + p1 * v1.lo) + (p2 * v2.lo + p3 * v3.lo));
+                acc_hi = acc_hi + ((p0 * v0.hi + p1 * v1.hi) + (p2 * v2.hi + p3 * v3.hi));
+            }
+        }
+        m = m_new;
+        workgroupBarrier();
+    }
+    // Each lane's sums to workgroup memory, then one thread per 4 dimensions adds them up.
+    let d4 = d / 4u;
+    if (lane < lanes) {
+        lane_acc[lane * d4 + g * q_per_slot] = acc_lo;
+        if (q_per_slot == 2u) {
+            lane_acc[lane * d4 + g * 2u + 1u] = acc_hi;
+        }
+    }
+    workgroupBarrier();
+    let piece_at = (token * p.n_heads + head) * p.n_splits + split;
+    for (var i = lid; i < d4; i = i + WG) {
+        var o = vec4<f32>(0.0);
+        for (var k = 0u; k < lanes; k = k + 1u) {
+            o = o + lane_acc[k * d4 + i];
+        }
+        if (p.n_splits == 1u) {
+            let b = qbase + 4u * i;
+            let r = o / l;
+            out[b] = r.x;
+            out[b + 1u] = r.y;
+            out[b + 2u] = r.z;
+            out[b + 3u] = r.w;
+        } else {
+            partials[piece_at * d4 + i] = o;
+        }
+    }
+    if (p.n_splits > 1u && lid == 0u) {
+        partials[ml_base() + piece_at] = vec4<f32>(m, l, 0.0, 0.0);
+    }
+}
+
+// Where the (m, l) of the pieces start in `partials`.
+fn ml_base() -> u32 {
+    return p.n_tokens * p.n_heads * p.n_splits * (p.head_dim / 4u);
+}
+
+fn combine(wid: vec3<u32>, lid: u32) {
+    let head = wid.x;
+    let token = wid.y;
+    let d4 = p.head_dim / 4u;
+    let n = p.n_splits;
+    let first = (token * p.n_heads + head) * n; // this row's first piece
+    // Each piece's max score (empty pieces, l = 0, take no part) and l.
+    for (var s = lid; s < n; s = s + WG) {
+        let ml = partials[ml_base() + first + s];
+        scores[s] = select(NEG_BIG, ml.x, ml.y > 0.0);
+        weights[s] = ml.y;
+    }
+    workgroupBarrier();
+    var mx = NEG_BIG;
+    for (var s = 0u; s < n; s = s + 1u) {
+        mx = max(mx, scores[s]);
+    }
+    workgroupBarrier();
+    // scores[s] becomes the piece's weight e^(m_s - M).
+    for (var s = lid; s < n; s = s + WG) {
+        scores[s] = select(0.0, exp(scores[s] - mx), weights[s] > 0.0);
+    }
+    workgroupBarrier();
+    var l = 0.0;
+    for (var s = 0u; s < n; s = s + 1u) {
+        l = l + weights[s] * scores[s];
+    }
+    // Thread (group, i) sums pieces group, group + groups, ... of dimensions 4i .. 4i + 3.
+    let groups = max(WG / d4, 1u);
+    let group = lid / d4;
+    let i = lid % d4;
+    var o = vec4<f32>(0.0);
+    if (group < groups) {
+        for (var s = group; s < n; s = s + groups) {
+            o = o + partials[(first + s) * d4 + i] * scores[s];
+        }
+        lane_acc[group * d4 + i] = o;
+    }
+    workgroupBarrier();
+    let base = (token * p.n_heads + head) * p.head_dim;
+    for (var j = lid; j < d4; j = j + WG) {
+        var sum = vec4<f32>(0.0);
+        for (var k = 0u; k < groups; k = k + 1u) {
+            sum = sum + lane_acc[k * d4 + j];
+        }
+        let r = sum / l;
+        out[base + 4u * j] = r.x;
+        out[base + 4u * j + 1u] = r.y;
+        out[base + 4u * j + 2u] = r.z;
+        out[base + 4u * j + 3u] = r.w;
+    }
+}

@@ -1,0 +1,98 @@
+// Decode helpers shared by the K-quant formats (Q4_K, Q5_K, Q6_K: 256-weight super-blocks).
+//
+// Every K-quant kernel works in units: a unit is 32 weights of one super-block whose 4-bit low
+// quants fill one vec4<u32> (16 bytes). The low nibbles are 16 consecutive weights (group A),
+// the high nibbles 16 more (group B); a super-block has 8 units. Each format file after this one
+// declares the weight planes (bindings 3..) and defines
+//   kq_unit_offsets(u) -> vec2<u32>   first element of group A and of group B in the block
+//   kq_load(b, u) -> KqRaw            the raw words unit u of chunk block b needs (one set of
+//                                     loads, so callers can issue several rows' loads at once)
+//   kq_unit(b, u) -> KqUnit           the unit's 32 weights, dequantized with the f32
+//                                     operations of crate::quant in the same order, so
+//                                     bit-identical to the CPU (matmul, embedding)
+//   kq_dot(raw, u, xa, xb, sx) -> f32 the unit's dot product with x (matvec): the per-group
+//                                     scale and min are applied once per 16 products
+//                                     (sx = (sum xa, sum xb), for the mins)
+
+const KQ_BLOCK: u32 = 256u; // weights per super-block
+const KQ_UNITS: u32 = 8u;   // units per super-block
+
+// 16 consecutive values.
+struct V16 {
+    a: vec4<f32>,
+    b: vec4<f32>,
+    c: vec4<f32>,
+    d: vec4<f32>,
+}
+
+// One unit's weights: group A (low nibbles) and group B (high nibbles).
+struct KqUnit {
+    lo: V16,
+    hi: V16,
+}
+
+// One unit's quants, one per byte (0 .. 63): group A and group B.
+struct KqCodes {
+    lo: vec4<u32>,
+    hi: vec4<u32>,
+}
+
+fn sum16(v: V16) -> f32 {
+    return dot((v.a + v.b) + (v.c + v.d), vec4<f32>(1.0));
+}
+
+// The four bytes of a word, least significant first.
+fn kq_bytes(w: u32) -> vec4<u32> {
+    return (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+}
+
+// q - bias as f32, exactly, for integers 0 <= q < 2^22 and 0 <= bias <= 64: the bits of q are
+// placed in the mantissa of 2^23 and 2^23 + bias is subtracted (cheaper than an int-to-float
+// conversion, which runs at a fraction of the FMA rate on some GPUs).
+fn kq_f32(q: vec4<u32>, bias: f32) -> vec4<f32> {
+    return bitcast<vec4<f32>>(q | vec4<u32>(0x4b000000u)) - vec4<f32>(8388608.0 + bias);
+}
+
+// d * c - m for the 16 codes in the bytes of `c`. d * c is exact for d = f16 * 6-bit scale
+// and c < 32, so the one rounding is the subtraction's, as in crate::quant (and the same if
+// the compiler fuses it).
+fn kq_affine16(c: vec4<u32>, d: f32, m: f32) -> V16 {
+    return V16(d * kq_f32(kq_bytes(c.x), 0.0) - vec4<f32>(m),
+               d * kq_f32(kq_bytes(c.y), 0.0) - vec4<f32>(m),
+               d * kq_f32(kq_bytes(c.z), 0.0) - vec4<f32>(m),
+               d * kq_f32(kq_bytes(c.w), 0.0) - vec4<f32>(m));
+}
+
+// d * (c - bias) for the 16 codes in the bytes of `c`.
+fn kq_scaled16(c: vec4<u32>, d: f32, bias: f32) -> V16 {
+    return V16(d * kq_f32(kq_bytes(c.x), bias), d * kq_f32(kq_bytes(c.y), bias),
+               d * kq_f32(kq_bytes(c.z), bias), d * kq_f32(kq_bytes(c.w), bias));
+}
+
+// sum over the 16 codes in the bytes of `c` of (code - bias) * x.
+fn kq_dot16(c: vec4<u32>, x: V16, bias: f32) -> f32 {
+    return (dot(kq_f32(kq_bytes(c.x), bias), x.a) + dot(kq_f32(kq_bytes(c.y), bias), x.b))
+        + (dot(kq_f32(kq_bytes(c.z), bias), x.c) + dot(kq_f32(kq_bytes(c.w), bias), x.d));
+}
+
+// ggml's get_scale_min_k4: the 6-bit (scale, min) of sub-block j (0..8) from a Q4_K/Q5_K
+// header word vector h = (d | dmin << 16, scales[0..4], scales[4..8], scales[8..12]).
+fn k4_scale_min(h: vec4<u32>, j: u32) -> vec2<u32> {
+    let sh = 8u * (j & 3u);
+    let s = (h.y >> sh) & 0xffu; // scales[j % 4]
+    let m = (h.z >> sh) & 0xffu; // scales[j % 4 + 4]
+    let t = (h.w >> sh) & 0xffu; // scales[j % 4 + 8]
+    if (j < 4u) {
+        return vec2<u32>(s & 63u, m & 63u);
+    }
+    return vec2<u32>((t & 0x0fu) | ((s >> 6u) << 4u), (t >> 4u) | ((m >> 6u) << 4u));
+}
+
+// Unit u's (d * scale, dmin * min) for group A, then group B, from a Q4_K/Q5_K header: the
+// sub-blocks are 2 (u / 2) and 2 (u / 2) + 1. Each product is exact.
+fn k4_unit_scales(h: vec4<u32>, u: u32) -> vec4<f32> {
+    let dm = unpack2x16float(h.x);
+    let sub = 2u * (u / 2u);
+    let s = kq_f32(vec4<u32>(k4_scale_min(h, sub), k4_scale_min(h, sub + 1u)), 0.0);
+    return vec4<f32>(dm.x * s.x, dm.y * s.y, dm.x * s.z, dm.y * s.w);
+}

@@ -1,0 +1,438 @@
+//! `tritium bench kernels`: every matvec kernel timed two ways.
+//!
+//! (a) At a large shape (at least 256 MB of weights by default) where the kernel must be
+//!     bandwidth-bound: achieved GB/s of weight reads, and that as a fraction of the device's
+//!     copy bandwidth measured in the same run (bytes read + written per second).
+//! (b) At real model shapes (BitNet 2B4T, Llama-3.2-1B, SmolLM2), microseconds per call when
+//!     many calls are recorded in one submission, as a forward pass records them, beside the
+//!     per-dispatch overhead floor of an empty kernel.
+//!
+//! Weight values do not change the bytes a kernel reads, so weights are random bytes.
+
+use serde::Serialize;
+
+use super::timing::{time_compute, time_copy, Clock};
+use crate::gpu::kernels::Kernel;
+use crate::gpu::matmul::MatmulOp;
+use crate::gpu::weights::GpuWeight;
+use crate::gpu::{AdapterSummary, GpuContext, GpuError};
+use crate::quant::GgmlType;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct KernelBenchOptions {
+    /// Small shapes only (checks that every dtype runs; lavapipe finishes within a minute).
+    pub quick: bool,
+    /// Weight bytes for the bandwidth-bound shape.
+    pub large_bytes: u64,
+    /// Calls recorded per submission.
+    pub calls: u32,
+    /// Best of this many timed submissions.
+    pub trials: u32,
+    /// Only these dtypes (all with a matvec kernel when empty).
+    pub dtypes: Vec<GgmlType>,
+}
+
+impl Default for KernelBenchOptions {
+    fn default() -> Self {
+        KernelBenchOptions {
+            quick: false,
+            large_bytes: 256 << 20,
+            calls: 20,
+            trials: 3,
+            dtypes: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LargeResult {
+    pub dtype: String,
+    pub rows: u32,
+    pub cols: u32,
+    pub weight_bytes: u64,
+    pub us_per_call: f64,
+    pub gb_per_s: f64,
+    /// `gb_per_s` over the copy bandwidth measured in the same run.
+    pub fraction_of_copy: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ShapeResult {
+    pub model: &'static str,
+    pub tensor: &'static str,
+    pub dtype: String,
+    pub rows: u32,
+    pub cols: u32,
+    pub weight_bytes: u64,
+    pub us_per_call: f64,
+    pub gb_per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelBenchReport {
+    pub adapter: AdapterSummary,
+    pub clock: Clock,
+    /// Device-to-device copy bandwidth, (bytes read + bytes written) per second in GB/s: the
+    /// better of the two figures below.
+    pub copy_gb_per_s: f64,
+    /// `copy_buffer_to_buffer` (the copy engine).
+    pub copy_engine_gb_per_s: f64,
+    /// A plain compute copy kernel (16 bytes per load).
+    pub copy_kernel_gb_per_s: f64,
+    pub copy_bytes: u64,
+    /// One empty dispatch, microseconds per call (the overhead floor of every figure in (b)).
+    pub empty_dispatch_us: f64,
+    pub large: Vec<LargeResult>,
+    pub shapes: Vec<ShapeResult>,
+}
+
+/// Real model shapes: (model, tensor, dtype, rows, cols).
+const SHAPES: &[(&str, &str, GgmlType, u32, u32)] = &[
+    (
+        "bitnet-2b4t",
+        "attn_q/attn_output 2560x2560",
+        GgmlType::I2_S,
+        2560,
+        2560,
+    ),
+    (
+        "bitnet-2b4t",
+        "attn_k/attn_v 640x2560",
+        GgmlType::I2_S,
+        640,
+        2560,
+    ),
+    (
+        "bitnet-2b4t",
+        "ffn_gate/ffn_up 6912x2560",
+        GgmlType::I2_S,
+        6912,
+        2560,
+    ),
+    (
+        "bitnet-2b4t",
+        "ffn_down 2560x6912",
+        GgmlType::I2_S,
+        2560,
+        6912,
+    ),
+    (
+        "bitnet-2b4t",
+        "tied head 128256x2560",
+        GgmlType::F16,
+        128256,
+        2560,
+    ),
+    (
+        "llama-3.2-1b",
+        "attn_q/attn_output 2048x2048",
+        GgmlType::Q4_K,
+        2048,
+        2048,
+    ),
+    (
+        "llama-3.2-1b",
+        "attn_k/attn_v 512x2048",
+        GgmlType::Q4_K,
+        512,
+        2048,
+    ),
+    (
+        "llama-3.2-1b",
+        "ffn_gate/ffn_up 8192x2048",
+        GgmlType::Q4_K,
+        8192,
+        2048,
+    ),
+    (
+        "llama-3.2-1b",
+        "ffn_down 2048x8192",
+        GgmlType::Q6_K,
+        2048,
+        8192,
+    ),
+    (
+        "llama-3.2-1b",
+        "head 128256x2048",
+        GgmlType::Q6_K,
+        128256,
+        2048,
+    ),
+    ("smollm2-135m", "attn_q 576x576", GgmlType::Q4_1, 576, 576),
+    ("smollm2-135m", "ffn_up 1536x576", GgmlType::Q4_1, 1536, 576),
+    (
+        "smollm2-135m",
+        "ffn_down 576x1536",
+        GgmlType::Q4_1,
+        576,
+        1536,
+    ),
+    (
+        "smollm2-135m",
+        "tied head 49152x576",
+        GgmlType::Q8_0,
+        49152,
+        576,
+    ),
+];
+
+/// Every dtype that has a matvec kernel.
+pub fn matvec_dtypes() -> Vec<GgmlType> {
+    GgmlType::ALL
+        .into_iter()
+        .filter(|&t| Kernel::Matvec(t).source().is_some())
+        .collect()
+}
+
+/// Fast deterministic bytes (SplitMix64).
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed;
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
+/// Byte offsets of the f16 scale fields inside one block of `dtype`.
+fn f16_fields(dtype: GgmlType) -> &'static [usize] {
+    use GgmlType::*;
+    match dtype {
+        Q4_0 | Q5_0 | Q8_0 => &[0],
+        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
+        Q6_K => &[208],
+        TQ1_0 => &[52],
+        TQ2_0 => &[64],
+        _ => &[],
+    }
+}
+
+/// Make random bytes look like real weights where it could matter to the hardware: every f16
+/// or f32 value finite and below 2 in magnitude (no NaN, infinity or huge scales).
+fn tame(dtype: GgmlType, data: &mut [u8]) {
+    match dtype {
+        GgmlType::F16 | GgmlType::BF16 => data.chunks_exact_mut(2).for_each(|h| h[1] &= 0xbf),
+        GgmlType::F32 => data.chunks_exact_mut(4).for_each(|f| f[3] &= 0xbf),
+        t => {
+            if let Some(b) = t.block() {
+                for block in data.chunks_exact_mut(b.block_bytes as usize) {
+                    for &o in f16_fields(t) {
+                        block[o + 1] &= 0xbf;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A weight of random bytes in `dtype`'s layout with tame scales (I2_S: valid codes and a
+/// trailing scale).
+fn random_weight(
+    ctx: &GpuContext,
+    dtype: GgmlType,
+    rows: u32,
+    cols: u32,
+) -> Result<GpuWeight, GpuError> {
+    let n = u64::from(rows) * u64::from(cols);
+    let bytes = dtype
+        .tensor_bytes(n)
+        .ok_or_else(|| GpuError::Unsupported(format!("{dtype} with {cols} columns")))?;
+    let mut data = random_bytes(bytes as usize, n ^ u64::from(dtype.id()));
+    tame(dtype, &mut data);
+    if dtype == GgmlType::I2_S {
+        // Codes 0..2 only, then the f32 scale.
+        let codes = (n / 4) as usize;
+        for b in &mut data[..codes] {
+            *b &= 0b0101_0101;
+        }
+        data[codes..codes + 4].copy_from_slice(&1.0f32.to_le_bytes());
+    }
+    ctx.upload_weight(&format!("bench.{dtype}"), dtype, rows, cols, &data)
+}
+
+/// A prepared matvec: the op and the buffers it uses.
+struct Prepared {
+    op: MatmulOp,
+    _x: wgpu::Buffer,
+    _y: wgpu::Buffer,
+}
+
+fn prepare(ctx: &GpuContext, w: &GpuWeight) -> Result<Prepared, GpuError> {
+    // Activations: f32 in [-1, 1) (for I2_S the same bytes stand in for the int8 record).
+    let x: Vec<f32> = random_bytes(w.cols as usize * 4, 7)
+        .chunks_exact(4)
+        .map(|c| {
+            (u32::from_le_bytes([c[0], c[1], c[2], c[3]]) >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect();
+    let x = ctx.storage_init("bench.x", bytemuck::cast_slice(&x))?;
+    let y = ctx.storage("bench.y", u64::from(w.rows) * 4)?;
+    let op = MatmulOp::new(ctx, w, &x, &y, 1)?;
+    Ok(Prepared { op, _x: x, _y: y })
+}
+
+/// Run the benchmark.
+pub fn run(ctx: &GpuContext, opts: &KernelBenchOptions) -> Result<KernelBenchReport, GpuError> {
+    let dtypes = if opts.dtypes.is_empty() {
+        matvec_dtypes()
+    } else {
+        opts.dtypes.clone()
+    };
+    let (large_bytes, calls) = if opts.quick {
+        (4 << 20, opts.calls.min(5))
+    } else {
+        (opts.large_bytes, opts.calls)
+    };
+
+    // The copy bandwidth: the better of the copy engine (copy_buffer_to_buffer) and a plain
+    // compute copy kernel, each counted as bytes read + bytes written per second.
+    let copy_bytes = large_bytes.min(ctx.max_binding_bytes()) & !15;
+    let (engine_secs, _) = time_copy(ctx, copy_bytes, calls, opts.trials)?;
+    let copy_engine_gb_per_s = 2.0 * copy_bytes as f64 / engine_secs / 1e9;
+    let src = ctx.storage("copy.src", copy_bytes)?;
+    let dst = ctx.storage("copy.dst", copy_bytes)?;
+    let copy = ctx.kernel(Kernel::Copy, None)?;
+    let copy_bind = ctx.bind(&copy, &[&src, &dst]);
+    let groups = (copy_bytes / 16)
+        .div_ceil(256)
+        .min(u64::from(ctx.limits.max_compute_workgroups_per_dimension)) as u32;
+    let (kernel_secs, _) = time_compute(ctx, calls, opts.trials, &|pass| {
+        pass.set_pipeline(&copy);
+        pass.set_bind_group(0, &copy_bind, &[]);
+        pass.dispatch_workgroups(groups, 1, 1);
+    })?;
+    let copy_kernel_gb_per_s = 2.0 * copy_bytes as f64 / kernel_secs / 1e9;
+    let copy_gb_per_s = copy_engine_gb_per_s.max(copy_kernel_gb_per_s);
+
+    let sink = ctx.storage("bench.sink", 4)?;
+    let noop = ctx.kernel(Kernel::Noop, None)?;
+    let noop_bind = ctx.bind(&noop, &[&sink]);
+    let (noop_secs, clock) = time_compute(ctx, calls.max(100), opts.trials, &|pass| {
+        pass.set_pipeline(&noop);
+        pass.set_bind_group(0, &noop_bind, &[]);
+        pass.dispatch_workgroups(1, 1, 1);
+    })?;
+
+    let mut large = Vec::new();
+    for &dtype in &dtypes {
+        let cols = 4096u32;
+        let row = crate::gpu::weights::row_bytes(dtype, u64::from(cols)).unwrap_or(1);
+        let rows = large_bytes.div_ceil(row).max(1) as u32;
+        let w = random_weight(ctx, dtype, rows, cols)?;
+        let p = prepare(ctx, &w)?;
+        let (secs, _) = time_compute(ctx, calls, opts.trials, &|pass| p.op.record(pass))?;
+        let gbps = w.bytes as f64 / secs / 1e9;
+        large.push(LargeResult {
+            dtype: dtype.name().into(),
+            rows,
+            cols,
+            weight_bytes: w.bytes,
+            us_per_call: secs * 1e6,
+            gb_per_s: gbps,
+            fraction_of_copy: gbps / copy_gb_per_s,
+        });
+    }
+
+    let mut shapes = Vec::new();
+    for &(model, tensor, dtype, rows, cols) in SHAPES {
+        if !dtypes.contains(&dtype) {
+            continue;
+        }
+        let (rows, cols) = if opts.quick {
+            (rows.min(1024), cols)
+        } else {
+            (rows, cols)
+        };
+        let w = random_weight(ctx, dtype, rows, cols)?;
+        let p = prepare(ctx, &w)?;
+        let (secs, _) = time_compute(ctx, calls.max(50), opts.trials, &|pass| p.op.record(pass))?;
+        shapes.push(ShapeResult {
+            model,
+            tensor,
+            dtype: dtype.name().into(),
+            rows,
+            cols,
+            weight_bytes: w.bytes,
+            us_per_call: secs * 1e6,
+            gb_per_s: w.bytes as f64 / secs / 1e9,
+        });
+    }
+
+    Ok(KernelBenchReport {
+        adapter: ctx.adapter.clone(),
+        clock,
+        copy_gb_per_s,
+        copy_engine_gb_per_s,
+        copy_kernel_gb_per_s,
+        copy_bytes,
+        empty_dispatch_us: noop_secs * 1e6,
+        large,
+        shapes,
+    })
+}
+
+impl KernelBenchReport {
+    /// The human-readable tables.
+    pub fn render(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let a = &self.adapter;
+        let _ = writeln!(
+            s,
+            "device: {} ({}, {}), timing: {:?}",
+            a.name, a.backend, a.driver, self.clock
+        );
+        let _ = writeln!(
+            s,
+            "copy bandwidth: {:.1} GB/s (read + write of {} MiB; copy engine {:.1}, copy kernel {:.1}); empty dispatch: {:.2} us",
+            self.copy_gb_per_s,
+            self.copy_bytes >> 20,
+            self.copy_engine_gb_per_s,
+            self.copy_kernel_gb_per_s,
+            self.empty_dispatch_us
+        );
+        let _ = writeln!(s, "\n(a) bandwidth-bound matvec");
+        let _ = writeln!(
+            s,
+            "  {:<7} {:>8} {:>6} {:>10} {:>10} {:>9} {:>8}",
+            "dtype", "rows", "cols", "MiB", "us/call", "GB/s", "of copy"
+        );
+        for r in &self.large {
+            let _ = writeln!(
+                s,
+                "  {:<7} {:>8} {:>6} {:>10.1} {:>10.1} {:>9.1} {:>7.1}%",
+                r.dtype,
+                r.rows,
+                r.cols,
+                r.weight_bytes as f64 / 1048576.0,
+                r.us_per_call,
+                r.gb_per_s,
+                100.0 * r.fraction_of_copy
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\n(b) model shapes, many calls per submission (empty dispatch {:.2} us)",
+            self.empty_dispatch_us
+        );
+        let _ = writeln!(
+            s,
+            "  {:<13} {:<30} {:<5} {:>10} {:>9}",
+            "model", "tensor", "dtype", "us/call", "GB/s"
+        );
+        for r in &self.shapes {
+            let _ = writeln!(
+                s,
+                "  {:<13} {:<30} {:<5} {:>10.2} {:>9.1}",
+                r.model, r.tensor, r.dtype, r.us_per_call, r.gb_per_s
+            );
+        }
+        s
+    }
+}

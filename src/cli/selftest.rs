@@ -1,0 +1,50 @@
+//! `tritium selftest`: every GPU kernel against the CPU reference on this machine's GPU.
+
+use std::process::ExitCode;
+
+use crate::gpu::{selftest, DeviceOptions, GpuContext};
+use crate::Error;
+
+pub fn run(prefix: &str, json: bool, no_f16: bool, no_subgroups: bool) -> Result<ExitCode, Error> {
+    let opts = DeviceOptions {
+        allow_f16: !no_f16,
+        allow_subgroups: !no_subgroups,
+        ..DeviceOptions::default()
+    };
+    let ctx = pollster::block_on(GpuContext::new(&opts))?;
+    let start = std::time::Instant::now();
+    let results = pollster::block_on(selftest::run(&ctx, prefix));
+    let failed = results.iter().filter(|r| !r.passed).count();
+    if json {
+        let v = serde_json::json!({ "adapter": ctx.adapter, "variant": format!("{:?}", ctx.variant()), "results": results });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(|e| Error::Usage(e.to_string()))?
+        );
+    } else {
+        let a = &ctx.adapter;
+        println!(
+            "device: {} ({}, {}), {:?}",
+            a.name,
+            a.backend,
+            a.driver,
+            ctx.variant()
+        );
+        for r in &results {
+            match &r.error {
+                None => println!(
+                    "ok    {:34} {:>9} values, worst error {:.3} of bound",
+                    r.name, r.stats.elements, r.stats.worst_ratio
+                ),
+                Some(e) => println!("FAIL  {:34} {e}", r.name),
+            }
+        }
+        println!("{:.1} s", start.elapsed().as_secs_f64());
+    }
+    println!("{} passed, {} failed", results.len() - failed, failed);
+    Ok(if failed == 0 && !results.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

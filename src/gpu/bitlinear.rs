@@ -1,0 +1,171 @@
+//! BitLinear on the GPU: per-token int8 quantization of the activations, then the I2_S
+//! product with integer accumulation (see [`crate::cpu::bitlinear`] for the definition and
+//! what transformers does).
+//!
+//! # The quantized activations buffer
+//! One record per token, `record_bytes(cols)` bytes each, records back to back:
+//!
+//! | bytes             | what                                                          |
+//! |-------------------|---------------------------------------------------------------|
+//! | 0..4              | f32 `s = 127 / max(max|x|, 1e-5)` (bit-equal to the CPU's)    |
+//! | 4..8              | i32 `sum(x_q)` (the fused kernels subtract it)                |
+//! | 8..16             | zero                                                          |
+//! | 16..16 + cols     | `x_q` as int8, value `c` at byte `16 + c`                     |
+//! | .. record_bytes   | zero padding to a multiple of 16 bytes                        |
+//!
+//! The I2_S matvec/matmul kernels take this buffer as binding 1 ("x") of the [`MatmulOp`]
+//! convention, so `MatmulOp::new(ctx, w_i2s, &xq, &y, n_tokens)` works on it directly, and one
+//! quantization can feed several weights with the same input (q/k/v, gate/up).
+
+use std::sync::Arc;
+
+use super::kernels::{ternary, Kernel};
+use super::matmul::{grid, Dispatch, MatmulOp};
+use super::weights::GpuWeight;
+use super::{GpuContext, GpuError};
+use crate::gpu_uniform;
+use crate::quant::GgmlType;
+
+gpu_uniform! {
+    /// Parameters of the QuantizeActivations kernel.
+    pub struct QuantizeParams {
+        /// Tokens.
+        pub n_tokens: u32,
+        /// Values per token (a multiple of 4).
+        pub cols: u32,
+        /// Input row length: `x[t * x_stride + col]` (a multiple of 4).
+        pub x_stride: u32,
+        /// u32 words per output record (`record_bytes(cols) / 4`).
+        pub record_words: u32,
+    }
+}
+
+/// Bytes of a record's header (scale, sum, two zero words).
+pub const RECORD_HEADER_BYTES: u64 = 16;
+
+/// The largest row length: sums of int8 values stay exact in the f32 reduction
+/// (`128 * cols <= 2^24`).
+pub const MAX_COLS: u32 = 1 << 17;
+
+/// Bytes of one token's record for rows of `cols` values.
+pub fn record_bytes(cols: u32) -> u64 {
+    RECORD_HEADER_BYTES + u64::from(cols.div_ceil(16)) * 16
+}
+
+/// Bytes of the quantized activations of `n_tokens` tokens.
+pub fn activations_bytes(cols: u32, n_tokens: u32) -> u64 {
+    record_bytes(cols) * u64::from(n_tokens)
+}
+
+/// One token's record read back: `(s, sum(x_q), x_q)`, or `None` if `record` is too short.
+pub fn decode_record(record: &[u8], cols: usize) -> Option<(f32, i32, Vec<i8>)> {
+    let header = record.get(..16)?;
+    let s = f32::from_le_bytes(header[0..4].try_into().ok()?);
+    let sum = i32::from_le_bytes(header[4..8].try_into().ok()?);
+    let q = record
+        .get(16..16 + cols)?
+        .iter()
+        .map(|&b| b as i8)
+        .collect();
+    Some((s, sum, q))
+}
+
+/// The QuantizeActivations dispatch for `n_tokens` rows of `cols` f32 in `x`, writing records
+/// into `xq` (at least [`activations_bytes`] bytes). Built once, recorded every pass.
+pub struct QuantizeActivationsOp {
+    pub dispatch: Dispatch,
+    _params: wgpu::Buffer,
+}
+
+impl QuantizeActivationsOp {
+    pub fn new(
+        ctx: &GpuContext,
+        x: &wgpu::Buffer,
+        xq: &wgpu::Buffer,
+        cols: u32,
+        n_tokens: u32,
+    ) -> Result<Self, GpuError> {
+        if cols == 0 || cols % 4 != 0 || cols > MAX_COLS {
+            return Err(GpuError::Unsupported(format!(
+                "activation quantization of rows of {cols} values (needs a multiple of 4, at \
+                 most {MAX_COLS})"
+            )));
+        }
+        let need = activations_bytes(cols, n_tokens);
+        if xq.size() < need {
+            return Err(GpuError::TooLarge {
+                what: "quantized activations for the buffer given".into(),
+                bytes: need,
+                limit: xq.size(),
+            });
+        }
+        let kernel = Kernel::QuantizeActivations;
+        let wg = kernel.source().map_or(256, |s| s.default_workgroup_size);
+        let pipeline = ctx.kernel(kernel, Some(wg))?;
+        let params = QuantizeParams {
+            n_tokens,
+            cols,
+            x_stride: cols,
+            record_words: (record_bytes(cols) / 4) as u32,
+        };
+        let u = ctx.uniform("quantize_activations.params", &params);
+        let bind_group = ctx.bind(&pipeline, &[&u, x, xq]);
+        let n = ternary::workgroups(kernel, 0, n_tokens, wg);
+        Ok(QuantizeActivationsOp {
+            dispatch: Dispatch {
+                pipeline: Arc::clone(&pipeline),
+                bind_group,
+                workgroups: grid(n, ctx.limits.max_compute_workgroups_per_dimension),
+            },
+            _params: u,
+        })
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        self.dispatch.record(pass);
+    }
+}
+
+/// `y[t, :] = BitLinear(W, x[t, :])` for `n_tokens` tokens with W in I2_S: quantize the
+/// activations into an owned buffer, then the I2_S matvec (one token) or matmul. Built once,
+/// recorded every pass (no buffers or bind groups are created per pass).
+pub struct BitLinearOp {
+    pub quantize: QuantizeActivationsOp,
+    pub matmul: MatmulOp,
+    /// The quantized activations (records as in the module docs).
+    pub xq: wgpu::Buffer,
+}
+
+impl BitLinearOp {
+    /// `x` holds `n_tokens` rows of `w.cols` f32; `y` receives `n_tokens` rows of `w.rows` f32.
+    pub fn new(
+        ctx: &GpuContext,
+        w: &GpuWeight,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        n_tokens: u32,
+    ) -> Result<Self, GpuError> {
+        if w.dtype != GgmlType::I2_S {
+            return Err(GpuError::Unsupported(format!(
+                "BitLinear over {} weights ({}: only I2_S carries int8 activations)",
+                w.dtype, w.name
+            )));
+        }
+        let xq = ctx.storage(
+            &format!("{}.xq", w.name),
+            activations_bytes(w.cols, n_tokens),
+        )?;
+        let quantize = QuantizeActivationsOp::new(ctx, x, &xq, w.cols, n_tokens)?;
+        let matmul = MatmulOp::new(ctx, w, &xq, y, n_tokens)?;
+        Ok(BitLinearOp {
+            quantize,
+            matmul,
+            xq,
+        })
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        self.quantize.record(pass);
+        self.matmul.record(pass);
+    }
+}

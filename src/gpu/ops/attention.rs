@@ -1,0 +1,290 @@
+//! Causal grouped-query attention over a KV cache: appending the new K/V rows, attending
+//! (split over the context for decode, flash-decoding style) and combining the splits. All
+//! three are modes of attention.wgsl.
+
+use super::{check, need, pipeline, Position};
+use crate::gpu::kernels::Kernel;
+use crate::gpu::matmul::{grid, Dispatch};
+use crate::gpu::{GpuContext, GpuError};
+use crate::gpu_uniform;
+
+gpu_uniform! {
+    /// Parameters of attention.wgsl.
+    pub struct AttentionParams {
+        /// 0 append, 1 attend, 2 combine.
+        pub mode: u32,
+        pub n_tokens: u32,
+        pub n_heads: u32,
+        pub n_kv_heads: u32,
+        pub head_dim: u32,
+        pub max_ctx: u32,
+        /// Pieces the context of each query is cut into (1: no combine pass).
+        pub n_splits: u32,
+        /// 1: the cache holds f16 pairs packed in u32; 0: f32.
+        pub kv_f16: u32,
+        /// Score scale, `1 / sqrt(head_dim)`.
+        pub scale: f32,
+        /// Fewest keys per piece (short contexts use fewer pieces).
+        pub min_split: u32,
+        pub pad0: u32,
+        pub pad1: u32,
+    }
+}
+
+const MODE_APPEND: u32 = 0;
+const MODE_ATTEND: u32 = 1;
+const MODE_COMBINE: u32 = 2;
+
+/// Keys per piece below which a context is not split further.
+const MIN_SPLIT: u32 = 64;
+/// Most pieces per query.
+const MAX_SPLITS: u32 = 64;
+
+/// How K and V are stored.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum KvDtype {
+    /// f16 pairs packed into u32 with `pack2x16float` (works without `shader-f16`).
+    F16,
+    F32,
+}
+
+impl KvDtype {
+    /// f16 on devices with `shader-f16`, else f32.
+    pub fn preferred(ctx: &GpuContext) -> Self {
+        if ctx.features.shader_f16 {
+            KvDtype::F16
+        } else {
+            KvDtype::F32
+        }
+    }
+
+    pub fn bytes(self) -> u64 {
+        match self {
+            KvDtype::F16 => 2,
+            KvDtype::F32 => 4,
+        }
+    }
+}
+
+/// K and V of every layer, each `(max_ctx, n_kv_heads, head_dim)`, one buffer per layer.
+pub struct KvCache {
+    pub k: Vec<wgpu::Buffer>,
+    pub v: Vec<wgpu::Buffer>,
+    pub max_ctx: u32,
+    pub n_kv_heads: u32,
+    pub head_dim: u32,
+    pub dtype: KvDtype,
+}
+
+impl KvCache {
+    pub fn new(
+        ctx: &GpuContext,
+        n_layers: usize,
+        max_ctx: u32,
+        n_kv_heads: u32,
+        head_dim: u32,
+        dtype: KvDtype,
+    ) -> Result<Self, GpuError> {
+        check(head_dim % 8 == 0 && (8..=256).contains(&head_dim), || {
+            format!("attention with head_dim {head_dim} (must be a multiple of 8, at most 256)")
+        })?;
+        check(max_ctx > 0 && n_kv_heads > 0, || {
+            "a KV cache with no positions or no heads".into()
+        })?;
+        let bytes =
+            u64::from(max_ctx) * u64::from(n_kv_heads) * u64::from(head_dim) * dtype.bytes();
+        if bytes > ctx.max_binding_bytes() {
+            return Err(GpuError::TooLarge {
+                what: format!("KV cache layer ({max_ctx} positions)"),
+                bytes,
+                limit: ctx.max_binding_bytes(),
+            });
+        }
+        let mut k = Vec::with_capacity(n_layers);
+        let mut v = Vec::with_capacity(n_layers);
+        for layer in 0..n_layers {
+            k.push(ctx.storage(&format!("kv.k{layer}"), bytes)?);
+            v.push(ctx.storage(&format!("kv.v{layer}"), bytes)?);
+        }
+        Ok(KvCache {
+            k,
+            v,
+            max_ctx,
+            n_kv_heads,
+            head_dim,
+            dtype,
+        })
+    }
+}
+
+/// The buffers of one attention call, all f32.
+pub struct AttentionBuffers<'a> {
+    /// `(n_tokens, n_heads, head_dim)`, RoPE applied.
+    pub q: &'a wgpu::Buffer,
+    /// New keys `(n_tokens, n_kv_heads, head_dim)`, RoPE applied.
+    pub k: &'a wgpu::Buffer,
+    /// New values `(n_tokens, n_kv_heads, head_dim)`.
+    pub v: &'a wgpu::Buffer,
+    /// `(n_tokens, n_heads, head_dim)`, distinct from the others.
+    pub out: &'a wgpu::Buffer,
+}
+
+/// What one attention call covers.
+#[derive(Copy, Clone, Debug)]
+pub struct AttentionCall {
+    pub layer: usize,
+    pub n_heads: u32,
+    pub n_tokens: u32,
+    /// Pieces each query's context is cut into; `None` chooses (many for decode, one when
+    /// the tokens and heads alone fill the GPU).
+    pub splits: Option<u32>,
+}
+
+/// Append the new K/V at `position`, then `out = softmax(q k^T / sqrt(head_dim)) v` causally.
+pub struct AttentionOp {
+    append: Dispatch,
+    attend: Dispatch,
+    combine: Option<Dispatch>,
+    pub n_splits: u32,
+    _buffers: Vec<wgpu::Buffer>,
+}
+
+impl AttentionOp {
+    pub fn new(
+        ctx: &GpuContext,
+        cache: &KvCache,
+        position: &Position,
+        io: AttentionBuffers<'_>,
+        call: AttentionCall,
+    ) -> Result<Self, GpuError> {
+        let AttentionCall {
+            layer,
+            n_heads,
+            n_tokens,
+            splits,
+        } = call;
+        let (k_cache, v_cache) = match (cache.k.get(layer), cache.v.get(layer)) {
+            (Some(k), Some(v)) => (k, v),
+            _ => {
+                return Err(GpuError::Unsupported(format!(
+                    "attention layer {layer} of a {}-layer KV cache",
+                    cache.k.len()
+                )))
+            }
+        };
+        let (d, n_kv) = (cache.head_dim, cache.n_kv_heads);
+        check(n_heads > 0 && n_heads % n_kv == 0, || {
+            format!("{n_heads} query heads over {n_kv} KV heads")
+        })?;
+        check(n_tokens > 0, || "attention over zero tokens".into())?;
+        let (pipeline, wg) = pipeline(ctx, Kernel::Attention)?;
+        // 16-byte cache slots per head row.
+        let slots = d * cache.dtype.bytes() as u32 / 16;
+        check(slots <= wg, || {
+            format!("head_dim {d} needs more than {wg} threads per workgroup")
+        })?;
+        let q_bytes = u64::from(n_tokens) * u64::from(n_heads) * u64::from(d) * 4;
+        let kv_bytes = u64::from(n_tokens) * u64::from(n_kv) * u64::from(d) * 4;
+        need("attention q", io.q, q_bytes)?;
+        need("attention out", io.out, q_bytes)?;
+        need("attention k", io.k, kv_bytes)?;
+        need("attention v", io.v, kv_bytes)?;
+
+        // Decode: one piece per 256 positions of the cache (one key per thread); prefill: as
+        // many pieces as keep a few hundred workgroups busy.
+        let n_splits = splits.unwrap_or_else(|| {
+            let per_ctx = cache.max_ctx.div_ceil(256);
+            per_ctx
+                .min(512u32.div_ceil(n_tokens * n_heads))
+                .clamp(1, MAX_SPLITS)
+        });
+        check((1..=MAX_SPLITS).contains(&n_splits), || {
+            format!("{n_splits} attention splits (1 ..= {MAX_SPLITS})")
+        })?;
+        // Per piece: head_dim / 4 vec4 of acc, and one vec4 (m, l, 0, 0).
+        let partial_vec4s = if n_splits > 1 {
+            u64::from(n_tokens) * u64::from(n_heads) * u64::from(n_splits) * u64::from(d / 4 + 1)
+        } else {
+            1
+        };
+        let partials = ctx.storage("attention.partials", partial_vec4s * 16)?;
+        let params = |mode| AttentionParams {
+            mode,
+            n_tokens,
+            n_heads,
+            n_kv_heads: n_kv,
+            head_dim: d,
+            max_ctx: cache.max_ctx,
+            n_splits,
+            kv_f16: u32::from(cache.dtype == KvDtype::F16),
+            scale: 1.0 / (d as f32).sqrt(),
+            min_split: MIN_SPLIT,
+            pad0: 0,
+            pad1: 0,
+        };
+        let max_dim = ctx.limits.max_compute_workgroups_per_dimension;
+        check(n_tokens <= max_dim && n_heads <= max_dim, || {
+            format!("attention over {n_tokens} tokens and {n_heads} heads in one dispatch")
+        })?;
+        let mut buffers = Vec::new();
+        let mut dispatch = |mode: u32, a: &wgpu::Buffer, b: &wgpu::Buffer, workgroups| {
+            let u = ctx.uniform("attention.params", &params(mode));
+            let bind_group = ctx.bind(
+                &pipeline,
+                &[
+                    &u,
+                    &position.buffer,
+                    a,
+                    b,
+                    k_cache,
+                    v_cache,
+                    io.out,
+                    &partials,
+                ],
+            );
+            buffers.push(u);
+            Dispatch {
+                pipeline: pipeline.clone(),
+                bind_group,
+                workgroups,
+            }
+        };
+        let append_threads = n_tokens * n_kv * slots;
+        let append = dispatch(
+            MODE_APPEND,
+            io.k,
+            io.v,
+            grid(append_threads.div_ceil(wg), max_dim),
+        );
+        let attend = dispatch(MODE_ATTEND, io.q, io.q, [n_splits, n_heads, n_tokens]);
+        let combine =
+            (n_splits > 1).then(|| dispatch(MODE_COMBINE, io.q, io.q, [n_heads, n_tokens, 1]));
+        buffers.push(partials);
+        Ok(AttentionOp {
+            append,
+            attend,
+            combine,
+            n_splits,
+            _buffers: buffers,
+        })
+    }
+
+    /// Append, attend and combine.
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        self.record_append(pass);
+        self.record_attend(pass);
+    }
+
+    /// Only write the new K/V rows into the cache.
+    pub fn record_append(&self, pass: &mut wgpu::ComputePass<'_>) {
+        self.append.record(pass);
+    }
+
+    /// Only attend (and combine), over the cache as it is.
+    pub fn record_attend(&self, pass: &mut wgpu::ComputePass<'_>) {
+        self.attend.record(pass);
+        if let Some(c) = &self.combine {
+            c.record(pass);
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Element-wise ops: ReLU² (optionally gated), SiLU-gated product and residual add, each out of
+//! place or in place.
+
+use super::{check, need, pipeline};
+use crate::gpu::kernels::Kernel;
+use crate::gpu::matmul::{grid, Dispatch};
+use crate::gpu::{GpuContext, GpuError};
+use crate::gpu_uniform;
+
+gpu_uniform! {
+    /// Parameters of elementwise.wgsl (the driver of relu_squared, silu_mul and add).
+    pub struct ElementwiseParams {
+        pub n: u32,
+        /// 1: the first operand is the output buffer itself.
+        pub in_place: u32,
+        /// ReLU² only: 1 multiplies by the second operand.
+        pub gated: u32,
+        pub pad0: u32,
+    }
+}
+
+/// Which function of `(first, second)`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Elementwise {
+    /// `first + second` (residual add).
+    Add,
+    /// `silu(first) * second` (Llama FFN).
+    SiluMul,
+    /// `max(first, 0)^2` (no second operand).
+    ReluSquared,
+    /// `max(first, 0)^2 * second` (BitNet FFN: `relu(gate)^2 * up`).
+    ReluSquaredMul,
+}
+
+impl Elementwise {
+    fn kernel(self) -> Kernel {
+        match self {
+            Elementwise::Add => Kernel::Add,
+            Elementwise::SiluMul => Kernel::SiluMul,
+            Elementwise::ReluSquared | Elementwise::ReluSquaredMul => Kernel::ReluSquared,
+        }
+    }
+
+    fn takes_second(self) -> bool {
+        self != Elementwise::ReluSquared
+    }
+}
+
+/// `out[i] = f(first[i], second[i])` over `n` f32, with `first` = `out` when in place.
+pub struct ElementwiseOp {
+    dispatch: Dispatch,
+    _params: wgpu::Buffer,
+    _placeholder: Option<wgpu::Buffer>,
+}
+
+impl ElementwiseOp {
+    /// `first: None` computes in place (`out` is the first operand). `second` is required by
+    /// every function but [`Elementwise::ReluSquared`], which ignores it. `out` must differ
+    /// from the other buffers.
+    pub fn new(
+        ctx: &GpuContext,
+        f: Elementwise,
+        out: &wgpu::Buffer,
+        first: Option<&wgpu::Buffer>,
+        second: Option<&wgpu::Buffer>,
+        n: u32,
+    ) -> Result<Self, GpuError> {
+        let bytes = u64::from(n) * 4;
+        need("elementwise out", out, bytes)?;
+        if let Some(a) = first {
+            need("elementwise first operand", a, bytes)?;
+        }
+        let second = if f.takes_second() {
+            let b = second.ok_or_else(|| {
+                GpuError::Unsupported(format!("{f:?} without its second operand"))
+            })?;
+            need("elementwise second operand", b, bytes)?;
+            Some(b)
+        } else {
+            None
+        };
+        check(n > 0, || format!("{f:?} over zero elements"))?;
+        let (pipeline, wg) = pipeline(ctx, f.kernel())?;
+        let params = ctx.uniform(
+            "elementwise.params",
+            &ElementwiseParams {
+                n,
+                in_place: u32::from(first.is_none()),
+                gated: u32::from(f == Elementwise::ReluSquaredMul),
+                pad0: 0,
+            },
+        );
+        // Unused bindings still need a buffer, one that is not `out`.
+        let placeholder = match (first, second) {
+            (None, None) => Some(ctx.storage("elementwise.unused", 4)?),
+            _ => None,
+        };
+        let any = first.or(second).or(placeholder.as_ref()).unwrap_or(out);
+        let bind_group = ctx.bind(
+            &pipeline,
+            &[&params, first.unwrap_or(any), out, second.unwrap_or(any)],
+        );
+        Ok(ElementwiseOp {
+            dispatch: Dispatch {
+                pipeline,
+                bind_group,
+                workgroups: grid(
+                    n.div_ceil(wg),
+                    ctx.limits.max_compute_workgroups_per_dimension,
+                ),
+            },
+            _params: params,
+            _placeholder: placeholder,
+        })
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        self.dispatch.record(pass);
+    }
+}

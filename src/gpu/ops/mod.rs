@@ -1,0 +1,93 @@
+//! The non-matmul ops: RMSNorm and softmax ([`norm`]), RoPE ([`rope`]), attention over a KV
+//! cache ([`attention`]), element-wise activations and residual adds ([`elementwise`]), and
+//! argmax / top-k ([`select`]).
+//!
+//! Like [`crate::gpu::matmul::MatmulOp`], each op creates its uniforms and bind groups once and
+//! records its dispatches into a compute pass every forward pass. Ops that depend on the
+//! position (RoPE, attention) read it from one shared [`Position`] uniform, so advancing a
+//! recorded forward pass to the next token is a single 16-byte write. Each op's CPU twin is
+//! in [`crate::cpu::ops`].
+
+pub mod attention;
+pub mod elementwise;
+pub mod norm;
+pub mod rope;
+pub mod select;
+
+pub use attention::{AttentionBuffers, AttentionCall, AttentionOp, KvCache, KvDtype};
+pub use elementwise::{Elementwise, ElementwiseOp};
+pub use norm::{RmsNormOp, SoftmaxOp};
+pub use rope::{RopeOp, RopeTable};
+pub use select::{ArgmaxOp, TopKOp};
+
+use std::sync::Arc;
+
+use super::kernels::Kernel;
+use super::{GpuContext, GpuError};
+use crate::gpu_uniform;
+
+gpu_uniform! {
+    /// The position of the first token of the batch (shared by RoPE and attention ops).
+    pub struct PositionParams {
+        pub pos0: u32,
+        pub pad0: u32,
+        pub pad1: u32,
+        pub pad2: u32,
+    }
+}
+
+/// The uniform holding the current position; one per forward pass, shared by its ops.
+pub struct Position {
+    pub buffer: wgpu::Buffer,
+}
+
+impl Position {
+    pub fn new(ctx: &GpuContext, pos0: u32) -> Self {
+        Position {
+            buffer: ctx.uniform("position", &Self::params(pos0)),
+        }
+    }
+
+    /// Queue a write of `pos0`; it applies to work submitted after this call. The caller
+    /// keeps `pos0 + n_tokens <= max_ctx` of the KV cache (beyond it, appends are dropped
+    /// and attention sees only the first `max_ctx` keys).
+    pub fn set(&self, ctx: &GpuContext, pos0: u32) {
+        ctx.write(&self.buffer, 0, &[Self::params(pos0)]);
+    }
+
+    fn params(pos0: u32) -> PositionParams {
+        PositionParams {
+            pos0,
+            ..Default::default()
+        }
+    }
+}
+
+/// The pipeline of `kernel` and its workgroup size.
+fn pipeline(
+    ctx: &GpuContext,
+    kernel: Kernel,
+) -> Result<(Arc<wgpu::ComputePipeline>, u32), GpuError> {
+    let wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
+    Ok((ctx.kernel(kernel, Some(wg))?, wg))
+}
+
+/// An error unless `buffer` holds at least `bytes`.
+fn need(what: &str, buffer: &wgpu::Buffer, bytes: u64) -> Result<(), GpuError> {
+    if buffer.size() < bytes {
+        return Err(GpuError::Validation(format!(
+            "{what}: the buffer holds {} bytes, the op needs {bytes}",
+            buffer.size()
+        )));
+    }
+    Ok(())
+}
+
+/// An error naming the op unless `ok`.
+fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), GpuError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(GpuError::Unsupported(what()))
+    }
+}

@@ -1,0 +1,577 @@
+//! Checks of the ops family (RMSNorm, RoPE, attention, softmax, ReLU², SiLU-gated product,
+//! add, argmax, top-k) against their CPU twins in `crate::cpu::ops`, on seeded random inputs
+//! of odd sizes (dims 7, 576, 2560; heads 9/3 of 64 (SmolLM2) and 20/5 of 128 (BitNet);
+//! positions 1, 130, 260, 1000, 4095 and 1_000_003 for RoPE; 1 and 17 tokens), outputs poisoned.
+//!
+//! Tolerances are worst-case bounds built from WGSL's stated accuracies (`+ - *` correctly
+//! rounded, division 2.5 ulp, `inverseSqrt` 2 ulp, `exp(x)` 3 + 2|x| ulp) and the f32
+//! summation bound `n * eps * sum |terms|` (any order); each check states its own. `eps` is
+//! f32's 2^-23; the twins round their f64 result to f32 once, which adds `eps * |want|`.
+
+use super::{compare, gpu_err, poisoned, read_f32, submit, upload_f32, Check, Rng, Stats};
+use crate::cpu::ops as cpu;
+use crate::gpu::ops::{
+    ArgmaxOp, AttentionBuffers, AttentionCall, AttentionOp, Elementwise, ElementwiseOp, KvCache,
+    KvDtype, Position, RmsNormOp, RopeOp, RopeTable, SoftmaxOp, TopKOp,
+};
+use crate::gpu::GpuContext;
+
+pub const CHECKS: &[Check] = &[
+    Check {
+        name: "ops/rms_norm",
+        run: |ctx| Box::pin(rms_norm(ctx)),
+    },
+    Check {
+        name: "ops/rope",
+        run: |ctx| Box::pin(rope(ctx)),
+    },
+    Check {
+        name: "ops/attention_f32_cache",
+        run: |ctx| Box::pin(attention(ctx, KvDtype::F32)),
+    },
+    Check {
+        name: "ops/attention_f16_cache",
+        run: |ctx| Box::pin(attention(ctx, KvDtype::F16)),
+    },
+    Check {
+        name: "ops/softmax",
+        run: |ctx| Box::pin(softmax(ctx)),
+    },
+    Check {
+        name: "ops/relu_squared",
+        run: |ctx| Box::pin(elementwise(ctx, Elementwise::ReluSquared)),
+    },
+    Check {
+        name: "ops/relu_squared_mul",
+        run: |ctx| Box::pin(elementwise(ctx, Elementwise::ReluSquaredMul)),
+    },
+    Check {
+        name: "ops/silu_mul",
+        run: |ctx| Box::pin(elementwise(ctx, Elementwise::SiluMul)),
+    },
+    Check {
+        name: "ops/add",
+        run: |ctx| Box::pin(elementwise(ctx, Elementwise::Add)),
+    },
+    Check {
+        name: "ops/argmax",
+        run: |ctx| Box::pin(argmax(ctx)),
+    },
+    Check {
+        name: "ops/top_k",
+        run: |ctx| Box::pin(top_k(ctx)),
+    },
+];
+
+const EPS: f64 = f32::EPSILON as f64;
+
+fn wide(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| f64::from(x)).collect()
+}
+
+async fn read_u32(ctx: &GpuContext, b: &wgpu::Buffer, n: usize) -> Result<Vec<u32>, String> {
+    let bytes = ctx.read_bytes(b, 0, n as u64 * 4).await.map_err(gpu_err)?;
+    Ok(bytemuck::pod_collect_to_vec(&bytes))
+}
+
+/// Bound: `|want| * ((dim/2 + 8) eps)`. The sum of squares is off by at most
+/// `(dim - 1) eps` relative (all terms positive), which `inverseSqrt` halves; the division by
+/// dim, `+ eps`, `inverseSqrt` (2 ulp), two products and the twin's rounding add the 8.
+async fn rms_norm(ctx: &GpuContext) -> Result<Stats, String> {
+    let mut stats = Stats::default();
+    for (dim, n_rows) in [
+        (576usize, 1usize),
+        (576, 17),
+        (2560, 1),
+        (2560, 17),
+        (7, 1),
+        (7, 17),
+    ] {
+        let mut rng = Rng(dim as u64 * 7 + n_rows as u64);
+        let x = rng.vec(dim * n_rows, 2.0);
+        let w = rng.vec(dim, 1.5);
+        let eps = 1e-5;
+        let want = wide(&cpu::rms_norm(&x, &w, eps));
+        let bound: Vec<f64> = want
+            .iter()
+            .map(|v| v.abs() * (dim as f64 / 2.0 + 8.0) * EPS)
+            .collect();
+        let xb = upload_f32(ctx, "x", &x)?;
+        let wb = upload_f32(ctx, "w", &w)?;
+        let out = poisoned(ctx, x.len())?;
+        let op =
+            RmsNormOp::new(ctx, &xb, &wb, &out, n_rows as u32, dim as u32, eps).map_err(gpu_err)?;
+        submit(ctx, |pass| op.record(pass));
+        let got = read_f32(ctx, &out, x.len()).await?;
+        stats.merge(compare(
+            &format!("rms_norm {n_rows}x{dim}"),
+            &got,
+            &want,
+            &bound,
+        )?);
+    }
+    Ok(stats)
+}
+
+/// Bound per rotated element: `(|a| + |b|) * 12 eps + eps |want|`. The angle is exact to
+/// 2^-31 rad (fixed point), its reduction to [-pi/4, pi/4) costs 3 roundings of a value below
+/// 1, the sin/cos polynomials (truncation below 2e-9) about 4 more, and `a cos - b sin` 3.
+/// Dimensions beyond rot_dim must come back unchanged (bound 0).
+async fn rope(ctx: &GpuContext) -> Result<Stats, String> {
+    use cpu::{Llama3Scaling, RopeConfig, RopeStyle};
+    let llama3 = Llama3Scaling {
+        factor: 32.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: 8192.0,
+    };
+    let smollm2 = RopeConfig::new(64, 100_000.0, RopeStyle::Interleaved);
+    let bitnet = RopeConfig::new(128, 500_000.0, RopeStyle::NeoX);
+    let llama32 = RopeConfig {
+        llama3: Some(llama3),
+        ..RopeConfig::new(64, 500_000.0, RopeStyle::Interleaved)
+    };
+    let partial = RopeConfig {
+        rot_dim: 32,
+        ..RopeConfig::new(64, 10_000.0, RopeStyle::NeoX)
+    };
+    let partial_interleaved = RopeConfig {
+        rot_dim: 48,
+        ..RopeConfig::new(64, 10_000.0, RopeStyle::Interleaved)
+    };
+    let configs = [
+        (smollm2, [9usize, 3]),
+        (bitnet, [20, 5]),
+        (llama32, [32, 8]),
+        (partial, [4, 1]),
+        (partial_interleaved, [3, 1]),
+    ];
+    let mut stats = Stats::default();
+    for (ci, (cfg, heads)) in configs.iter().enumerate() {
+        let table = RopeTable::new(ctx, cfg).map_err(gpu_err)?;
+        for n_heads in heads {
+            for (pos0, n_tokens) in [(1usize, 1usize), (130, 17), (1000, 1), (1_000_003, 17)] {
+                let mut rng = Rng((ci * 1000 + n_heads * 10 + pos0) as u64);
+                let x = rng.vec(n_tokens * n_heads * cfg.head_dim, 2.0);
+                let mut want32 = x.clone();
+                cpu::rope(&mut want32, *n_heads, pos0, cfg);
+                let want = wide(&want32);
+                let bound = rope_bound(&x, &want, cfg);
+                let xb = upload_f32(ctx, "x", &x)?;
+                let position = Position::new(ctx, pos0 as u32);
+                let op = RopeOp::new(
+                    ctx,
+                    &table,
+                    &xb,
+                    &position,
+                    n_tokens as u32,
+                    *n_heads as u32,
+                )
+                .map_err(gpu_err)?;
+                submit(ctx, |pass| op.record(pass));
+                let got = read_f32(ctx, &xb, x.len()).await?;
+                stats.merge(compare(
+                    &format!(
+                        "rope {:?} rot {}/{} x{n_heads} heads, {n_tokens} tokens at {pos0}",
+                        cfg.style, cfg.rot_dim, cfg.head_dim
+                    ),
+                    &got,
+                    &want,
+                    &bound,
+                )?);
+            }
+        }
+    }
+    Ok(stats)
+}
+
+fn rope_bound(x: &[f32], want: &[f64], cfg: &cpu::RopeConfig) -> Vec<f64> {
+    let half = cfg.rot_dim / 2;
+    let mut bound = vec![0.0; x.len()];
+    for (h, head) in x.chunks(cfg.head_dim).enumerate() {
+        for i in 0..half {
+            let (ia, ib) = match cfg.style {
+                cpu::RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                cpu::RopeStyle::NeoX => (i, i + half),
+            };
+            let mag = f64::from(head[ia].abs() + head[ib].abs());
+            for j in [ia, ib] {
+                let at = h * cfg.head_dim + j;
+                bound[at] = mag * 12.0 * EPS + want[at].abs() * EPS;
+            }
+        }
+    }
+    bound
+}
+
+/// Causal GQA attention: the history (positions before pos0) is appended by one op, then the
+/// op under test appends the new rows and attends, decode split over the context or not.
+///
+/// Bound per output element `o[t, h, i]`, with `A = sum_j p_j |v_ji|` (the twin run on |v|),
+/// `c = max_j scale * sum_d |q_d k_jd|`, `L` keys, `u` the cache's rounding (below):
+/// `A * (e^(2 ds) - 1 + u + (3 + 3 * 2c + 2L + 16) eps) + eps |o|` with
+/// `ds = c * (u + (head_dim + 2) eps)` the worst error of a score (q pre-scaled: 1 rounding,
+/// the head_dim-term sum, the cache). A score error ds moves every normalized p_j by at most
+/// a factor e^(+-2 ds); `exp(s - m)` with `|s - m| <= 2c` is off by (3 + 2|s - m|) ulp plus
+/// the subtraction's rounding; the online rescaling, the sums of L terms for l and for each
+/// output and the final division add the rest.
+///
+/// The f16 cache: the reference uses K and V rounded to f16 (to nearest even, as the `half`
+/// crate does); WGSL lets `pack2x16float` round to either neighbour, so `u = 2^-10` covers one
+/// f16 ulp of difference in every K and V element. f32 cache: `u = 0`.
+async fn attention(ctx: &GpuContext, dtype: KvDtype) -> Result<Stats, String> {
+    // (max_ctx, pos0, n_tokens, splits): splits None lets the op choose (4 or 5 pieces here,
+    // 16 at 4096), Some(64) leaves most pieces empty, Some(1) streams every tile in one
+    // workgroup (positions 260 and 1000 cross the 256-key tiles).
+    let cases: [(u32, usize, usize, Option<u32>); 10] = [
+        (1100, 0, 17, None),
+        (1100, 0, 17, Some(1)),
+        (1100, 1, 1, None),
+        (1100, 130, 1, None),
+        (1100, 1000, 1, None),
+        (1100, 1000, 1, Some(1)),
+        (1100, 1000, 1, Some(64)),
+        (1100, 130, 17, Some(1)),
+        (1100, 260, 17, None),
+        (4096, 4095, 1, None),
+    ];
+    let mut stats = Stats::default();
+    for (n_heads, n_kv, d) in [(9usize, 3usize, 64usize), (20, 5, 128)] {
+        for (ci, &(max_ctx, pos0, n_tokens, splits)) in cases.iter().enumerate() {
+            let shape = cpu::AttentionShape {
+                n_heads,
+                n_kv_heads: n_kv,
+                head_dim: d,
+            };
+            let mut rng = Rng((ci * 100 + n_heads) as u64 + 1);
+            let total = pos0 + n_tokens;
+            let k = rng.vec(total * n_kv * d, 1.5);
+            let v = rng.vec(total * n_kv * d, 1.0);
+            let q = rng.vec(n_tokens * n_heads * d, 3.0);
+            let got = run_attention(
+                ctx,
+                dtype,
+                (max_ctx, pos0, n_tokens, splits),
+                shape,
+                &q,
+                &k,
+                &v,
+            )
+            .await?;
+
+            let (k_ref, v_ref, u) = match dtype {
+                KvDtype::F16 => (to_f16(&k), to_f16(&v), 2f64.powi(-10)),
+                KvDtype::F32 => (k.clone(), v.clone(), 0.0),
+            };
+            let want = wide(&cpu::attention(&q, &k_ref, &v_ref, pos0, shape));
+            let v_abs: Vec<f32> = v_ref.iter().map(|x| x.abs()).collect();
+            let a = cpu::attention(&q, &k_ref, &v_abs, pos0, shape);
+            let scale = 1.0 / (d as f64).sqrt();
+            let mut bound = vec![0.0; want.len()];
+            for (row, qh) in q.chunks(d).enumerate() {
+                let (t, h) = (row / n_heads, row % n_heads);
+                let kvh = h / (n_heads / n_kv);
+                let keys = pos0 + t + 1;
+                let c = (0..keys)
+                    .map(|j| {
+                        let kr = &k_ref[(j * n_kv + kvh) * d..][..d];
+                        scale
+                            * qh.iter()
+                                .zip(kr)
+                                .map(|(x, y)| f64::from(x.abs() * y.abs()))
+                                .sum::<f64>()
+                    })
+                    .fold(0.0, f64::max);
+                let ds = c * (u + (d as f64 + 2.0) * EPS);
+                let rel =
+                    (2.0 * ds).exp_m1() + u + (3.0 + 6.0 * c + 2.0 * keys as f64 + 16.0) * EPS;
+                for i in 0..d {
+                    let at = row * d + i;
+                    bound[at] = f64::from(a[at]) * rel + want[at].abs() * EPS;
+                }
+            }
+            stats.merge(compare(
+                &format!(
+                    "attention {n_heads}/{n_kv} heads of {d}, {dtype:?} cache of {max_ctx}, \
+                     {n_tokens} tokens at {pos0}, splits {splits:?}"
+                ),
+                &got,
+                &want,
+                &bound,
+            )?);
+        }
+    }
+    Ok(stats)
+}
+
+/// Round to f16 and back (nearest even).
+fn to_f16(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
+}
+
+/// Fill positions `0..pos0` of a fresh cache with the first rows of `k`, `v`, then append the
+/// rest and attend for `q`; returns the attention output.
+async fn run_attention(
+    ctx: &GpuContext,
+    dtype: KvDtype,
+    (max_ctx, pos0, n_tokens, splits): (u32, usize, usize, Option<u32>),
+    shape: cpu::AttentionShape,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+) -> Result<Vec<f32>, String> {
+    let (n_heads, n_kv, d) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
+    let cache = KvCache::new(ctx, 1, max_ctx, n_kv as u32, d as u32, dtype).map_err(gpu_err)?;
+    let position = Position::new(ctx, 0);
+    let row = n_kv * d;
+    if pos0 > 0 {
+        let kb = upload_f32(ctx, "k_hist", &k[..pos0 * row])?;
+        let vb = upload_f32(ctx, "v_hist", &v[..pos0 * row])?;
+        let q_bytes = (pos0 * n_heads * d * 4) as u64;
+        let qb = ctx.storage("q_hist", q_bytes).map_err(gpu_err)?;
+        let ob = ctx.storage("o_hist", q_bytes).map_err(gpu_err)?;
+        let io = AttentionBuffers {
+            q: &qb,
+            k: &kb,
+            v: &vb,
+            out: &ob,
+        };
+        let call = AttentionCall {
+            layer: 0,
+            n_heads: n_heads as u32,
+            n_tokens: pos0 as u32,
+            splits: None,
+        };
+        let hist = AttentionOp::new(ctx, &cache, &position, io, call).map_err(gpu_err)?;
+        submit(ctx, |pass| hist.record_append(pass));
+    }
+    position.set(ctx, pos0 as u32);
+    let qb = upload_f32(ctx, "q", q)?;
+    let kb = upload_f32(ctx, "k", &k[pos0 * row..])?;
+    let vb = upload_f32(ctx, "v", &v[pos0 * row..])?;
+    let out = poisoned(ctx, q.len())?;
+    let io = AttentionBuffers {
+        q: &qb,
+        k: &kb,
+        v: &vb,
+        out: &out,
+    };
+    let call = AttentionCall {
+        layer: 0,
+        n_heads: n_heads as u32,
+        n_tokens: n_tokens as u32,
+        splits,
+    };
+    let op = AttentionOp::new(ctx, &cache, &position, io, call).map_err(gpu_err)?;
+    submit(ctx, |pass| op.record(pass));
+    read_f32(ctx, &out, q.len()).await
+}
+
+/// Rows of one workgroup (up to 2048 columns) and rows split into chunks (2560 = 2 chunks,
+/// 5000 = 3, a vocabulary 63); the scale is set after creation through `set_scale`.
+///
+/// Bound per element: `|want| * (E_i + 2 E_max + (cols + 6) eps)` with
+/// `E_i = (3 + 3|s_i - m| + |s_i|) eps`, s = x * scale: the rounding of s and of `s - m`
+/// (relative to exp's result: absolute errors of the argument), exp's 3 + 2|x| ulp, the row
+/// sum (cols terms, each off by at most E_max), the chunks' rescaling `exp(m_c - M)` (at most
+/// E_max again), `1 / sum` (2.5 ulp), the product and the twin's rounding.
+async fn softmax(ctx: &GpuContext) -> Result<Stats, String> {
+    let mut stats = Stats::default();
+    for (n_rows, cols, scale) in [
+        (1usize, 7usize, 1.0f32),
+        (3, 576, 0.7),
+        (17, 2560, 1.25),
+        (3, 5000, 0.9),
+        (1, 128_256, 1.0),
+    ] {
+        let mut rng = Rng((n_rows * cols) as u64 + 3);
+        let x = rng.vec(n_rows * cols, 8.0);
+        let want = wide(&cpu::softmax(&x, cols, scale));
+        let mut bound = Vec::with_capacity(x.len());
+        for (xr, wr) in x.chunks(cols).zip(want.chunks(cols)) {
+            let s: Vec<f64> = xr
+                .iter()
+                .map(|&v| f64::from(v) * f64::from(scale))
+                .collect();
+            let m = s.iter().cloned().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = s
+                .iter()
+                .map(|&si| (3.0 + 3.0 * (si - m).abs() + si.abs()) * EPS)
+                .collect();
+            let e_max = e.iter().cloned().fold(0.0, f64::max);
+            bound.extend(
+                wr.iter()
+                    .zip(&e)
+                    .map(|(w, ei)| w.abs() * (ei + 2.0 * e_max + (cols as f64 + 6.0) * EPS)),
+            );
+        }
+        let xb = upload_f32(ctx, "x", &x)?;
+        let out = poisoned(ctx, x.len())?;
+        let op =
+            SoftmaxOp::new(ctx, &xb, &out, n_rows as u32, cols as u32, 1.0).map_err(gpu_err)?;
+        op.set_scale(ctx, scale);
+        submit(ctx, |pass| op.record(pass));
+        let got = read_f32(ctx, &out, x.len()).await?;
+        stats.merge(compare(
+            &format!("softmax {n_rows}x{cols} scale {scale}"),
+            &got,
+            &want,
+            &bound,
+        )?);
+    }
+    Ok(stats)
+}
+
+/// Out of place and in place, n = 7, 6912 and 17 * 2560. Bounds (relative to |want|):
+/// add 1 rounding (`eps`, which also covers the twin's identical f32 sum); ReLU² 2 roundings
+/// (3 with the gate) plus the twin's; SiLU `(10 + 2|g|) eps`: exp(-g) 3 + 2|g| ulp (which
+/// moves `g / (1 + e)` by at most as much, relatively), `1 + e`, the division (2.5 ulp), the
+/// product and the twin's rounding.
+async fn elementwise(ctx: &GpuContext, f: Elementwise) -> Result<Stats, String> {
+    let mut stats = Stats::default();
+    for n in [7usize, 6912, 17 * 2560] {
+        let mut rng = Rng(n as u64 * 13 + f as u64);
+        let a = rng.vec(n, 6.0);
+        let b = rng.vec(n, 3.0);
+        let (want, rel): (Vec<f32>, Vec<f64>) = match f {
+            Elementwise::Add => (cpu::add(&a, &b), vec![1.0; n]),
+            Elementwise::SiluMul => (
+                cpu::silu_mul(&a, &b),
+                a.iter().map(|g| 10.0 + 2.0 * f64::from(g.abs())).collect(),
+            ),
+            Elementwise::ReluSquared => (cpu::relu_squared(&a), vec![3.0; n]),
+            Elementwise::ReluSquaredMul => (cpu::relu_squared_mul(&a, &b), vec![4.0; n]),
+        };
+        let want = wide(&want);
+        let bound: Vec<f64> = want
+            .iter()
+            .zip(&rel)
+            .map(|(w, r)| w.abs() * r * EPS)
+            .collect();
+        let ab = upload_f32(ctx, "a", &a)?;
+        let bb = upload_f32(ctx, "b", &b)?;
+        for in_place in [false, true] {
+            let out = if in_place {
+                upload_f32(ctx, "out", &a)?
+            } else {
+                poisoned(ctx, n)?
+            };
+            let first = (!in_place).then_some(&ab);
+            let op =
+                ElementwiseOp::new(ctx, f, &out, first, Some(&bb), n as u32).map_err(gpu_err)?;
+            submit(ctx, |pass| op.record(pass));
+            let got = read_f32(ctx, &out, n).await?;
+            stats.merge(compare(
+                &format!("{f:?} n {n} in place {in_place}"),
+                &got,
+                &want,
+                &bound,
+            )?);
+        }
+    }
+    Ok(stats)
+}
+
+/// Rows of `cols` random values with planted trouble: the maximum tied at several places
+/// across workgroup chunks, NaNs (one at index 0), -inf, and values rounded to 1/4 so that
+/// ties are common everywhere.
+fn select_rows(n_rows: usize, cols: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    let mut x: Vec<f32> = rng
+        .vec(n_rows * cols, 20.0)
+        .into_iter()
+        .map(|v| (v * 4.0).round() / 4.0)
+        .collect();
+    for row in x.chunks_mut(cols) {
+        for _ in 0..cols.div_ceil(50) {
+            let i = rng.below(cols as u64) as usize;
+            row[i] = f32::NAN;
+            let j = rng.below(cols as u64) as usize;
+            row[j] = f32::NEG_INFINITY;
+        }
+        row[0] = f32::NAN;
+        let top = 30.0;
+        for _ in 0..3 {
+            let i = rng.below(cols as u64) as usize;
+            row[i] = top;
+        }
+    }
+    x
+}
+
+/// Exact: the chosen index must be the twin's (no arithmetic happens). Also a row of NaNs
+/// (`u32::MAX`) and a row of NaNs and -inf.
+async fn argmax(ctx: &GpuContext) -> Result<Stats, String> {
+    let mut stats = Stats::default();
+    for (n_rows, cols) in [(1usize, 128_256usize), (3, 7), (2, 4097), (17, 576)] {
+        let mut x = select_rows(n_rows, cols, (n_rows * cols) as u64);
+        if n_rows > 1 {
+            x[..cols].fill(f32::NAN);
+            let second = &mut x[cols..2 * cols];
+            second.fill(f32::NAN);
+            second[cols / 2] = f32::NEG_INFINITY;
+            second[cols - 1] = f32::NEG_INFINITY;
+        }
+        let want: Vec<u32> = x
+            .chunks(cols)
+            .map(|r| cpu::argmax(r).map_or(u32::MAX, |i| i as u32))
+            .collect();
+        let xb = upload_f32(ctx, "logits", &x)?;
+        let out = poisoned(ctx, n_rows)?;
+        let op = ArgmaxOp::new(ctx, &xb, &out, n_rows as u32, cols as u32).map_err(gpu_err)?;
+        submit(ctx, |pass| op.record(pass));
+        let got = read_u32(ctx, &out, n_rows).await?;
+        if got != want {
+            return Err(format!(
+                "argmax {n_rows}x{cols}: got {got:?}, want {want:?}"
+            ));
+        }
+        stats.merge(Stats {
+            elements: n_rows as u64,
+            worst_ratio: 0.0,
+        });
+    }
+    Ok(stats)
+}
+
+/// Exact: indices equal and values bit-equal (NaN to NaN) to the twin's first k, then
+/// `(u32::MAX, NaN)` padding when the row is shorter than k.
+async fn top_k(ctx: &GpuContext) -> Result<Stats, String> {
+    let mut stats = Stats::default();
+    for (n_rows, cols, k) in [
+        (1usize, 128_256usize, 64usize),
+        (2, 128_256, 40),
+        (1, 128_256, 1),
+        (3, 7, 5),
+        (2, 7, 64),
+        (2, 3000, 17),
+    ] {
+        let x = select_rows(n_rows, cols, (n_rows * cols + k) as u64);
+        let xb = upload_f32(ctx, "logits", &x)?;
+        let out = poisoned(ctx, n_rows * k * 2)?;
+        let op =
+            TopKOp::new(ctx, &xb, &out, n_rows as u32, cols as u32, k as u32).map_err(gpu_err)?;
+        submit(ctx, |pass| op.record(pass));
+        let got = read_u32(ctx, &out, n_rows * k * 2).await?;
+        for (r, row) in x.chunks(cols).enumerate() {
+            let mut want = cpu::top_k(row, k);
+            want.resize(k, (u32::MAX, f32::NAN));
+            for (j, &(wi, wv)) in want.iter().enumerate() {
+                let at = 2 * (r * k + j);
+                let (gi, gv) = (got[at], f32::from_bits(got[at + 1]));
+                let same = gi == wi && (gv == wv || (gv.is_nan() && wv.is_nan()));
+                if !same {
+                    return Err(format!(
+                        "top_k {n_rows}x{cols} k {k}: row {r} rank {j}: got ({gi}, {gv}), \
+                         want ({wi}, {wv})"
+                    ));
+                }
+            }
+        }
+        stats.merge(Stats {
+            elements: (n_rows * k) as u64,
+            worst_ratio: 0.0,
+        });
+    }
+    Ok(stats)
+}

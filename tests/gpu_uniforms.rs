@@ -55,3 +55,49 @@ fn uniform_layouts_match_wgsl() {
     let all: BTreeSet<String> = uniforms.iter().map(|u| u.name.to_string()).collect();
     assert_eq!(seen, all, "uniform structs no kernel declares");
 }
+
+/// Every kernel's WGSL assembles (each file it names is registered exactly once) and parses.
+#[test]
+fn every_kernel_assembles_and_parses() {
+    for kernel in Kernel::all() {
+        for variant in [
+            Variant::default(),
+            Variant {
+                f16: true,
+                subgroups: true,
+            },
+        ] {
+            let wgsl = kernel.wgsl(variant).unwrap();
+            naga::front::wgsl::parse_str(&wgsl)
+                .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(&wgsl)));
+        }
+    }
+}
+
+/// Each shader file is registered once, and every `.wgsl` file in `shaders/` is registered.
+#[test]
+fn shader_files_are_registered_once() {
+    let names = tritium::gpu::kernels::registered_files();
+    let unique: BTreeSet<&str> = names.iter().copied().collect();
+    assert_eq!(
+        unique.len(),
+        names.len(),
+        "a shader file is registered twice: {names:?}"
+    );
+    let mut on_disk = BTreeSet::new();
+    for dir in ["shaders", "shaders/quant"] {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "wgsl") {
+                let rel = p
+                    .strip_prefix("shaders")
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                on_disk.insert(rel);
+            }
+        }
+    }
+    let registered: BTreeSet<String> = unique.iter().map(|s| s.to_string()).collect();
+    assert_eq!(on_disk, registered, "shaders/ and the registry differ");
+}

@@ -23,45 +23,19 @@ pub fn time_compute(
     record: &dyn Fn(&mut wgpu::ComputePass<'_>),
 ) -> Result<(f64, Clock), GpuError> {
     let query = ctx.features.timestamps.then(|| TimestampPair::new(ctx));
-    let mut best = f64::INFINITY;
-    for trial in 0..=trials {
-        let mut enc = ctx.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("bench"),
-                timestamp_writes: query.as_ref().map(|q| wgpu::ComputePassTimestampWrites {
-                    query_set: &q.set,
-                    beginning_of_pass_write_index: Some(0),
-                    end_of_pass_write_index: Some(1),
-                }),
-            });
-            for _ in 0..reps {
-                record(&mut pass);
-            }
+    best_of(ctx, query.as_ref(), reps, trials, &|enc| {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("bench"),
+            timestamp_writes: query.as_ref().map(|q| wgpu::ComputePassTimestampWrites {
+                query_set: &q.set,
+                beginning_of_pass_write_index: Some(0),
+                end_of_pass_write_index: Some(1),
+            }),
+        });
+        for _ in 0..reps {
+            record(&mut pass);
         }
-        if let Some(q) = &query {
-            q.resolve(&mut enc);
-        }
-        let start = Instant::now();
-        ctx.queue.submit([enc.finish()]);
-        ctx.poll_wait();
-        let wall = start.elapsed().as_secs_f64();
-        let secs = match &query {
-            Some(q) => q.seconds(ctx)?,
-            None => wall,
-        };
-        if trial > 0 {
-            best = best.min(secs / f64::from(reps));
-        }
-    }
-    Ok((
-        best,
-        if query.is_some() {
-            Clock::Timestamps
-        } else {
-            Clock::WallClock
-        },
-    ))
+    })
 }
 
 /// Seconds per copy of `bytes` bytes between two buffers (copies recorded `reps` times in one
@@ -79,9 +53,7 @@ pub fn time_copy(
         .features()
         .contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
     let query = inside.then(|| TimestampPair::new(ctx));
-    let mut best = f64::INFINITY;
-    for trial in 0..=trials {
-        let mut enc = ctx.device.create_command_encoder(&Default::default());
+    best_of(ctx, query.as_ref(), reps, trials, &|enc| {
         if let Some(q) = &query {
             enc.write_timestamp(&q.set, 0);
         }
@@ -90,13 +62,31 @@ pub fn time_copy(
         }
         if let Some(q) = &query {
             enc.write_timestamp(&q.set, 1);
+        }
+    })
+}
+
+/// Encode with `encode` (which writes the timestamps when `query` is given), submit, wait, and
+/// keep the best time per repetition over `trials` runs after one warm-up.
+fn best_of(
+    ctx: &GpuContext,
+    query: Option<&TimestampPair>,
+    reps: u32,
+    trials: u32,
+    encode: &dyn Fn(&mut wgpu::CommandEncoder),
+) -> Result<(f64, Clock), GpuError> {
+    let mut best = f64::INFINITY;
+    for trial in 0..=trials {
+        let mut enc = ctx.device.create_command_encoder(&Default::default());
+        encode(&mut enc);
+        if let Some(q) = query {
             q.resolve(&mut enc);
         }
         let start = Instant::now();
         ctx.queue.submit([enc.finish()]);
         ctx.poll_wait();
         let wall = start.elapsed().as_secs_f64();
-        let secs = match &query {
+        let secs = match query {
             Some(q) => q.seconds(ctx)?,
             None => wall,
         };
@@ -104,14 +94,12 @@ pub fn time_copy(
             best = best.min(secs / f64::from(reps));
         }
     }
-    Ok((
-        best,
-        if query.is_some() {
-            Clock::Timestamps
-        } else {
-            Clock::WallClock
-        },
-    ))
+    let clock = if query.is_some() {
+        Clock::Timestamps
+    } else {
+        Clock::WallClock
+    };
+    Ok((best, clock))
 }
 
 struct TimestampPair {

@@ -55,14 +55,6 @@ pub const MATMUL_TILE_ROWS: u32 = 64;
 
 pub const FILES: &[(&str, &str)] = &[
     (
-        "matmul_params.wgsl",
-        include_str!("../../../shaders/matmul_params.wgsl"),
-    ),
-    (
-        "embedding_params.wgsl",
-        include_str!("../../../shaders/embedding_params.wgsl"),
-    ),
-    (
         "quant/legacy_blocks.wgsl",
         include_str!("../../../shaders/quant/legacy_blocks.wgsl"),
     ),

@@ -69,37 +69,47 @@ pub struct KernelSource {
     pub default_workgroup_size: u32,
 }
 
-/// `shaders/` file contents by name; every family registers its own files.
+/// `shaders/` file contents by name: the shared files here, then every family's own (each file
+/// is registered once).
 fn shader_file(name: &str) -> Option<&'static str> {
-    const COMMON: &[(&str, &str)] = &[
-        ("common.wgsl", include_str!("../../../shaders/common.wgsl")),
-        (
-            "reduce_shared.wgsl",
-            include_str!("../../../shaders/reduce_shared.wgsl"),
-        ),
-        (
-            "reduce_subgroup.wgsl",
-            include_str!("../../../shaders/reduce_subgroup.wgsl"),
-        ),
-        (
-            "matmul_params.wgsl",
-            include_str!("../../../shaders/matmul_params.wgsl"),
-        ),
-        (
-            "embedding_params.wgsl",
-            include_str!("../../../shaders/embedding_params.wgsl"),
-        ),
-        ("noop.wgsl", include_str!("../../../shaders/noop.wgsl")),
-        ("copy.wgsl", include_str!("../../../shaders/copy.wgsl")),
-    ];
+    all_files().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+const COMMON: &[(&str, &str)] = &[
+    ("common.wgsl", include_str!("../../../shaders/common.wgsl")),
+    (
+        "reduce_shared.wgsl",
+        include_str!("../../../shaders/reduce_shared.wgsl"),
+    ),
+    (
+        "reduce_subgroup.wgsl",
+        include_str!("../../../shaders/reduce_subgroup.wgsl"),
+    ),
+    (
+        "matmul_params.wgsl",
+        include_str!("../../../shaders/matmul_params.wgsl"),
+    ),
+    (
+        "embedding_params.wgsl",
+        include_str!("../../../shaders/embedding_params.wgsl"),
+    ),
+    ("noop.wgsl", include_str!("../../../shaders/noop.wgsl")),
+    ("copy.wgsl", include_str!("../../../shaders/copy.wgsl")),
+];
+
+/// Every registered shader file, `(name, contents)`.
+fn all_files() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
     COMMON
         .iter()
         .chain(legacy::FILES)
         .chain(kquants::FILES)
         .chain(ternary::FILES)
         .chain(ops::FILES)
-        .find(|(n, _)| *n == name)
-        .map(|(_, s)| *s)
+}
+
+/// The names of every registered shader file (each should appear once).
+pub fn registered_files() -> Vec<&'static str> {
+    all_files().map(|(n, _)| *n).collect()
 }
 
 impl Kernel {

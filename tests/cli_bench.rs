@@ -1,0 +1,44 @@
+//! `tritium bench kernels --quick --json` runs on the test device (lavapipe in CI) and reports
+//! every figure it promises. Speed itself is never asserted: it is recorded in BENCHMARKS.md.
+
+use std::process::Command;
+
+#[test]
+fn bench_kernels_quick_reports_every_figure() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tritium"))
+        .args([
+            "bench", "kernels", "--quick", "--json", "--dtype", "Q4_K", "--dtype", "I2_S",
+            "--dtype", "F16",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let positive = |x: &serde_json::Value| x.as_f64().is_some_and(|f| f.is_finite() && f > 0.0);
+    for key in [
+        "copy_gb_per_s",
+        "copy_engine_gb_per_s",
+        "copy_kernel_gb_per_s",
+        "empty_dispatch_us",
+    ] {
+        assert!(positive(&v[key]), "{key}: {}", v[key]);
+    }
+    let large = v["large"].as_array().unwrap();
+    let dtypes: Vec<&str> = large.iter().map(|r| r["dtype"].as_str().unwrap()).collect();
+    assert_eq!(dtypes, ["Q4_K", "I2_S", "F16"], "in the order asked for");
+    for r in large {
+        for key in ["us_per_call", "gb_per_s", "fraction_of_copy"] {
+            assert!(positive(&r[key]), "{} {key}", r["dtype"]);
+        }
+    }
+    // Every model shape of those dtypes: BitNet's four I2_S shapes and F16 head, Llama's Q4_K ones.
+    let shapes = v["shapes"].as_array().unwrap();
+    assert_eq!(shapes.iter().filter(|s| s["dtype"] == "I2_S").count(), 4);
+    assert_eq!(shapes.iter().filter(|s| s["dtype"] == "F16").count(), 1);
+    assert_eq!(shapes.iter().filter(|s| s["dtype"] == "Q4_K").count(), 3);
+    assert!(shapes.iter().all(|s| positive(&s["us_per_call"])));
+}

@@ -30,3 +30,20 @@ fn workgroup_max(v: f32, lid: u32) -> f32 {
     workgroupBarrier();
     return r;
 }
+
+var<workgroup> reduce_scratch4: array<vec4<f32>, 256>;
+
+// workgroup_sum of four values at once (one tree for the four lanes).
+fn workgroup_sum4(v: vec4<f32>, lid: u32) -> vec4<f32> {
+    reduce_scratch4[lid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            reduce_scratch4[lid] = reduce_scratch4[lid] + reduce_scratch4[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = reduce_scratch4[0];
+    workgroupBarrier();
+    return r;
+}

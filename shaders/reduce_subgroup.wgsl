@@ -36,3 +36,24 @@ fn workgroup_max(v: f32, lid: u32) -> f32 {
     workgroupBarrier();
     return m;
 }
+
+var<workgroup> reduce_scratch4: array<vec4<f32>, 256>;
+
+// workgroup_sum of four values at once: one vec4 subgroupAdd (no barrier), then one barrier
+// for the subgroup partials.
+fn workgroup_sum4(v: vec4<f32>, lid: u32) -> vec4<f32> {
+    let s = subgroupAdd(v);
+    let size = subgroupAdd(1u);
+    let first = subgroupBroadcastFirst(lid);
+    if (lid == first) {
+        reduce_scratch4[first / size] = s;
+    }
+    workgroupBarrier();
+    var total = vec4<f32>(0.0);
+    let n = (WG + size - 1u) / size;
+    for (var i = 0u; i < n; i = i + 1u) {
+        total = total + reduce_scratch4[i];
+    }
+    workgroupBarrier();
+    return total;
+}

@@ -10,9 +10,10 @@
 //   kq_unit(b, u) -> KqUnit           the unit's 32 weights, dequantized with the f32
 //                                     operations of crate::quant in the same order, so
 //                                     bit-identical to the CPU (matmul, embedding)
-//   kq_dot(raw, u, xa, xb, sx) -> f32 the unit's dot product with x (matvec): the per-group
-//                                     scale and min are applied once per 16 products
-//                                     (sx = (sum xa, sum xb), for the mins)
+//   kq_dot(raw, u, xa, xb, sx) -> f32 the unit's dot product with x (matvec), xa and xb
+//                                     pre-scaled by KQ_XS: the per-group scale and min are
+//                                     applied once per 16 products (sx = the sums of the
+//                                     unscaled xa and xb, for the mins)
 
 const KQ_BLOCK: u32 = 256u; // weights per super-block
 const KQ_UNITS: u32 = 8u;   // units per super-block
@@ -69,10 +70,26 @@ fn kq_scaled16(c: vec4<u32>, d: f32, bias: f32) -> V16 {
                d * kq_f32(kq_bytes(c.z), bias), d * kq_f32(kq_bytes(c.w), bias));
 }
 
-// sum over the 16 codes in the bytes of `c` of (code - bias) * x.
-fn kq_dot16(c: vec4<u32>, x: V16, bias: f32) -> f32 {
-    return (dot(kq_f32(kq_bytes(c.x), bias), x.a) + dot(kq_f32(kq_bytes(c.y), bias), x.b))
-        + (dot(kq_f32(kq_bytes(c.z), bias), x.c) + dot(kq_f32(kq_bytes(c.w), bias), x.d));
+// Factors by which matvec pre-scales each vec4 of x (exact powers of two), so that kq_lanes
+// needs no shift per code: x * (1, 2^-8, 2^-16, 2^-16).
+const KQ_XS: vec4<f32> = vec4<f32>(1.0, 0.00390625, 0.0000152587890625, 0.0000152587890625);
+
+// The codes (c & mask) of the four bytes of word `c`, each minus `bias`, as exact f32 scaled by
+// (1, 2^8, 2^16, 2^16): every code is masked in place (byte 3 moved down to byte 2 by one
+// shift) into the mantissa of 2^23, and 2^23 + bias (scaled) is subtracted. One AND-OR and one
+// subtraction per code, no shift or int-to-float conversion. The mask must fit in 7 bits
+// (byte 2's code lands in bits 16..22, below the exponent).
+fn kq_lanes(c: u32, mask: u32, bias: f32) -> vec4<f32> {
+    let m = vec4<u32>(c, c, c, c >> 8u) & (vec4<u32>(mask) << vec4<u32>(0u, 8u, 16u, 16u));
+    return bitcast<vec4<f32>>(m | vec4<u32>(0x4b000000u))
+        - (vec4<f32>(8388608.0) + bias * vec4<f32>(1.0, 256.0, 65536.0, 65536.0));
+}
+
+// sum over the 16 codes (c & mask) in the bytes of `c` of (code - bias) * x, for x pre-scaled
+// by KQ_XS (so each product is the unscaled one, exactly).
+fn kq_dot16(c: vec4<u32>, mask: u32, x: V16, bias: f32) -> f32 {
+    return (dot(kq_lanes(c.x, mask, bias), x.a) + dot(kq_lanes(c.y, mask, bias), x.b))
+        + (dot(kq_lanes(c.z, mask, bias), x.c) + dot(kq_lanes(c.w, mask, bias), x.d));
 }
 
 // ggml's get_scale_min_k4: the 6-bit (scale, min) of sub-block j (0..8) from a Q4_K/Q5_K
@@ -89,10 +106,19 @@ fn k4_scale_min(h: vec4<u32>, j: u32) -> vec2<u32> {
 }
 
 // Unit u's (d * scale, dmin * min) for group A, then group B, from a Q4_K/Q5_K header: the
-// sub-blocks are 2 (u / 2) and 2 (u / 2) + 1. Each product is exact.
+// sub-blocks are 2 (u / 2) and 2 (u / 2) + 1, whose scale and min bytes are adjacent, so both
+// are decoded at once (k4_scale_min for the pair, without branches). Each product is exact.
 fn k4_unit_scales(h: vec4<u32>, u: u32) -> vec4<f32> {
     let dm = unpack2x16float(h.x);
-    let sub = 2u * (u / 2u);
-    let s = kq_f32(vec4<u32>(k4_scale_min(h, sub), k4_scale_min(h, sub + 1u)), 0.0);
+    let pair = u / 2u;
+    let sh = 16u * (pair & 1u);
+    let a = h.y >> sh; // scales[2 (pair % 2) ..] (sub-block j % 4)
+    let b = h.z >> sh; // scales[2 (pair % 2) + 4 ..]
+    let c = h.w >> sh; // scales[2 (pair % 2) + 8 ..]
+    let hi = pair >= 2u;
+    let sc = select(a & 0x3f3fu, (c & 0x0f0fu) | ((a >> 2u) & 0x3030u), hi);
+    let mn = select(b & 0x3f3fu, ((c >> 4u) & 0x0f0fu) | ((b >> 2u) & 0x3030u), hi);
+    let q = vec4<u32>(sc, mn, sc >> 8u, mn >> 8u) & vec4<u32>(0xffu);
+    let s = bitcast<vec4<f32>>(q | vec4<u32>(0x4b000000u)) - vec4<f32>(8388608.0);
     return vec4<f32>(dm.x * s.x, dm.y * s.y, dm.x * s.z, dm.y * s.w);
 }

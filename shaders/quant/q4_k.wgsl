@@ -33,6 +33,6 @@ fn kq_unit(b: u32, u: u32) -> KqUnit {
 
 fn kq_dot(w: KqRaw, u: u32, xa: V16, xb: V16, sx: vec2<f32>) -> f32 {
     let s = k4_unit_scales(w.h, u);
-    let c = q4k_codes(w);
-    return (s.x * kq_dot16(c.lo, xa, 0.0) - s.y * sx.x) + (s.z * kq_dot16(c.hi, xb, 0.0) - s.w * sx.y);
+    return (s.x * kq_dot16(w.q, 0x0fu, xa, 0.0) - s.y * sx.x)
+        + (s.z * kq_dot16(w.q >> vec4<u32>(4u), 0x0fu, xb, 0.0) - s.w * sx.y);
 }

@@ -43,5 +43,6 @@ fn kq_unit(b: u32, u: u32) -> KqUnit {
 fn kq_dot(w: KqRaw, u: u32, xa: V16, xb: V16, sx: vec2<f32>) -> f32 {
     let s = k4_unit_scales(w.h, u);
     let c = q5k_codes(w, u);
-    return (s.x * kq_dot16(c.lo, xa, 0.0) - s.y * sx.x) + (s.z * kq_dot16(c.hi, xb, 0.0) - s.w * sx.y);
+    return (s.x * kq_dot16(c.lo, 0x1fu, xa, 0.0) - s.y * sx.x)
+        + (s.z * kq_dot16(c.hi, 0x1fu, xb, 0.0) - s.w * sx.y);
 }

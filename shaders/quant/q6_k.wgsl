@@ -42,13 +42,14 @@ fn q6k_codes(w: KqRaw, u: u32) -> KqCodes {
     );
 }
 
-// d * scale for group A, group B (scales 8 h + 2 t + j and that + 4): exact products.
+// d * scale for group A, group B (scales 8 h + 2 t + j and that + 4, i.e. byte u % 4 of
+// scale word 2 h and 2 h + 1): exact products. The i8 is read through the mantissa of 2^23
+// (byte ^ 0x80 = scale + 128) and the words are picked by select, without dynamic indexing.
 fn q6k_unit_scales(w: KqRaw, u: u32) -> vec2<f32> {
     let d = unpack2x16float(w.d).x;
-    let i = 8u * (u / 4u) + 2u * ((u / 2u) % 2u) + u % 2u;
-    let sa = sext8(w.sc[i / 4u] >> (8u * (i % 4u)));
-    let sb = sext8(w.sc[i / 4u + 1u] >> (8u * (i % 4u)));
-    return d * vec2<f32>(f32(sa), f32(sb));
+    let words = select(w.sc.xy, w.sc.zw, u >= 4u);
+    let b = ((words >> vec2<u32>(8u * (u % 4u))) & vec2<u32>(0xffu)) ^ vec2<u32>(0x80u);
+    return d * (bitcast<vec2<f32>>(b | vec2<u32>(0x4b000000u)) - vec2<f32>(8388736.0));
 }
 
 fn kq_unit(b: u32, u: u32) -> KqUnit {
@@ -61,5 +62,5 @@ fn kq_unit(b: u32, u: u32) -> KqUnit {
 fn kq_dot(w: KqRaw, u: u32, xa: V16, xb: V16, sx: vec2<f32>) -> f32 {
     let s = q6k_unit_scales(w, u);
     let c = q6k_codes(w, u);
-    return s.x * kq_dot16(c.lo, xa, 32.0) + s.y * kq_dot16(c.hi, xb, 32.0);
+    return s.x * kq_dot16(c.lo, 0x3fu, xa, 32.0) + s.y * kq_dot16(c.hi, 0x3fu, xb, 32.0);
 }

@@ -15,7 +15,7 @@ pub enum Clock {
 }
 
 /// Seconds per repetition of `record`, recorded `reps` times in one compute pass (one
-/// submission), after one warm-up run. The best of `trials`.
+/// submission), after a warm-up. The best of `trials`.
 pub fn time_compute(
     ctx: &GpuContext,
     reps: u32,
@@ -67,7 +67,7 @@ pub fn time_copy(
 }
 
 /// Encode with `encode` (which writes the timestamps when `query` is given), submit, wait, and
-/// keep the best time per repetition over `trials` runs after one warm-up.
+/// keep the best time per repetition over `trials` runs after a warm-up.
 fn best_of(
     ctx: &GpuContext,
     query: Option<&TimestampPair>,
@@ -75,8 +75,20 @@ fn best_of(
     trials: u32,
     encode: &dyn Fn(&mut wgpu::CommandEncoder),
 ) -> Result<(f64, Clock), GpuError> {
+    // Warm up for at least 0.3 s of submissions: a GPU that sat idle while the CPU prepared
+    // the next weight drops its clocks, and one short warm-up submission does not bring them
+    // back (on an H200 that made later kernels of a full run measure up to 4x slower).
+    let warm = Instant::now();
+    let mut warm_runs = 0;
+    while warm_runs < 2 || (warm.elapsed().as_secs_f64() < 0.3 && warm_runs < 500) {
+        let mut enc = ctx.device.create_command_encoder(&Default::default());
+        encode(&mut enc);
+        ctx.queue.submit([enc.finish()]);
+        ctx.poll_wait();
+        warm_runs += 1;
+    }
     let mut best = f64::INFINITY;
-    for trial in 0..=trials {
+    for _ in 0..trials.max(1) {
         let mut enc = ctx.device.create_command_encoder(&Default::default());
         encode(&mut enc);
         if let Some(q) = query {
@@ -90,9 +102,7 @@ fn best_of(
             Some(q) => q.seconds(ctx)?,
             None => wall,
         };
-        if trial > 0 {
-            best = best.min(secs / f64::from(reps));
-        }
+        best = best.min(secs / f64::from(reps));
     }
     let clock = if query.is_some() {
         Clock::Timestamps

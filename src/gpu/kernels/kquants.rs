@@ -18,19 +18,24 @@
 //!   vec4-aligned with the least change; `d` costs one 4-byte load per unit that the 8 units of
 //!   a block share through the cache.
 //!
-//! Dispatch: matvec runs [`MATVEC_ROWS`] rows per workgroup: each thread loads all its rows'
-//! data for a unit before computing, applies the unit's x (loaded once) to every row, and the
-//! rows are reduced together by one vec4 tree; short rows split the workgroup into thread
-//! groups. Matmul runs tiles of [`MATMUL_ROWS`] rows by `workgroup_size / 8` tokens, each
-//! weight dequantized once per tile into workgroup memory; embedding one workgroup per token.
+//! Dispatch: matvec runs [`MATVEC_ROWS`] rows per workgroup: each thread issues the loads of
+//! two units of all its rows before computing, applies each unit's x (loaded once, pre-scaled
+//! by powers of two so every code is decoded in place in the mantissa of 2^23: one AND-OR and
+//! one subtraction per weight) to every row, and the rows are reduced together by one
+//! `workgroup_sum4` (a vec4 `subgroupAdd` and one barrier); short rows split the workgroup into
+//! thread groups. Matmul runs tiles of [`MATMUL_ROWS`] rows by `workgroup_size / 8` tokens,
+//! each weight dequantized once per tile into workgroup memory; embedding one workgroup per
+//! token.
 //!
-//! Matvec speed on an H200 through Vulkan (default 64 threads; a kernel that only streams the
-//! same planes reaches 4.1 TB/s there): 1.67 TB/s on 256 MB of Q4_K, 1.73 Q5_K, 1.92 Q6_K;
-//! 1.59 TB/s on the 128256 x 2048 Q6_K head; 0.89-1.17 TB/s on the 9-14 MB Llama-3.2-1B
-//! projections and 0.13-0.43 TB/s on the 0.6-2.4 MB ones (launch and latency bound: 4.5-5.5 us
-//! a call). What limits the large shapes is per-thread latency and occupancy, not the memory
-//! system: cutting the ALU work per weight by about a quarter changed nothing measurable,
-//! while fewer reduction barriers per workgroup gained 15-35%.
+//! Matvec speed on an H200 through Vulkan (default 64 threads; the copy kernel reaches 4.2 TB/s
+//! there): 1.60 TB/s on 256 MB of Q4_K, 1.72 Q5_K, 2.21 Q6_K; 2.07 TB/s on the 128256 x 2048
+//! Q6_K head (104 us, was 135); 4.2-10.8 us on the Llama-3.2-1B projections (a layer's seven
+//! matvecs 50.0 us, was 54.6). Still far from the copy bandwidth: every format runs at about
+//! 2.5-3 G weights per ms whatever its bytes per weight, the same with 4 or 8 rows per thread,
+//! 32, 64 or 128 threads, or with a third fewer decode instructions, so the limit is per-weight
+//! issue and latency in the f32 decode rather than the memory system. 32 threads gain 6% on
+//! the head and 7% on 8192-wide rows but lose 25% on 512-row matrices; 8 rows per workgroup,
+//! and pairs of adjacent units per thread (one scale decode for 64 weights), were slower.
 
 use super::{Kernel, KernelSource};
 use crate::quant::GgmlType;

@@ -92,6 +92,20 @@ impl MatmulOp {
             Kernel::Matmul(w.dtype)
         };
         let wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
+        Self::with_kernel(ctx, kernel, wg, w, x, y, n_tokens)
+    }
+
+    /// The same with an explicit kernel and workgroup size (self-tests run the matmul kernel
+    /// for one token and sweep workgroup sizes; benchmarks may tune).
+    pub fn with_kernel(
+        ctx: &GpuContext,
+        kernel: Kernel,
+        wg: u32,
+        w: &GpuWeight,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        n_tokens: u32,
+    ) -> Result<Self, GpuError> {
         let pipeline = ctx.kernel(kernel, Some(wg))?;
         let mut dispatches = Vec::new();
         let mut uniforms = Vec::new();

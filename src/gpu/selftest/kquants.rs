@@ -33,8 +33,8 @@ use super::{
     Rng, Stats, POISON,
 };
 use crate::gpu::embedding::EmbeddingOp;
-use crate::gpu::kernels::{kquants, Kernel};
-use crate::gpu::matmul::{grid, Dispatch, MatmulParams};
+use crate::gpu::kernels::Kernel;
+use crate::gpu::matmul::MatmulOp;
 use crate::gpu::weights::{row_bytes, GpuWeight};
 use crate::gpu::GpuContext;
 use crate::quant::{self, f16_bits_to_f32, scale_min_k4, GgmlType};
@@ -151,9 +151,8 @@ fn check_margin(what: &str, out: &[f32]) -> Result<(), String> {
     }
 }
 
-/// Dispatch `kernel` with `workgroup_size` over every chunk of `w` as `MatmulOp` does (but for
-/// any kernel, so Matmul also runs for one token), optionally with the chunks in reverse, and
-/// read back `y`.
+/// Run `kernel` with `workgroup_size` through `MatmulOp::with_kernel` (so Matmul also runs for
+/// one token), optionally with the chunks dispatched in reverse, and read back `y`.
 async fn run_kernel(
     ctx: &GpuContext,
     kernel: Kernel,
@@ -165,36 +164,12 @@ async fn run_kernel(
 ) -> Result<Vec<f32>, String> {
     let n = (w.rows * n_tokens) as usize;
     let y = poisoned(ctx, n + MARGIN)?;
-    let pipeline = ctx.kernel(kernel, Some(workgroup_size)).map_err(gpu_err)?;
-    let mut uniforms = Vec::new();
-    let mut dispatches = Vec::new();
-    for chunk in &w.chunks {
-        let params = MatmulParams {
-            rows: chunk.rows,
-            cols: w.cols,
-            n_tokens,
-            row_offset: chunk.first_row,
-            y_stride: w.rows,
-            x_stride: w.cols,
-            weight_scale: w.scale,
-            pad0: 0,
-        };
-        let u = ctx.uniform("kquants.params", &params);
-        let mut buffers: Vec<&wgpu::Buffer> = vec![&u, x, &y];
-        buffers.extend(chunk.planes.iter());
-        let bind_group = ctx.bind(&pipeline, &buffers);
-        let count = kquants::workgroups(kernel, chunk.rows, n_tokens, workgroup_size);
-        dispatches.push(Dispatch {
-            pipeline: pipeline.clone(),
-            bind_group,
-            workgroups: grid(count, ctx.limits.max_compute_workgroups_per_dimension),
-        });
-        uniforms.push(u);
-    }
+    let mut op =
+        MatmulOp::with_kernel(ctx, kernel, workgroup_size, w, x, &y, n_tokens).map_err(gpu_err)?;
     if reverse {
-        dispatches.reverse();
+        op.dispatches.reverse();
     }
-    submit(ctx, |pass| dispatches.iter().for_each(|d| d.record(pass)));
+    submit(ctx, |pass| op.record(pass));
     let mut out = read_f32(ctx, &y, n + MARGIN).await?;
     check_margin(&kernel.label(), &out[n..])?;
     out.truncate(n);

@@ -26,8 +26,8 @@ use super::{
     Rng, Stats,
 };
 use crate::gpu::embedding::EmbeddingOp;
-use crate::gpu::kernels::{legacy, Kernel};
-use crate::gpu::matmul::{grid, MatmulParams};
+use crate::gpu::kernels::Kernel;
+use crate::gpu::matmul::MatmulOp;
 use crate::gpu::weights::{row_bytes, GpuWeight};
 use crate::gpu::GpuContext;
 use crate::quant::{self, GgmlType};
@@ -168,36 +168,10 @@ async fn run_matmul_kernel(
 ) -> Result<Vec<f32>, String> {
     let kernel = Kernel::Matmul(w.dtype);
     let wg = kernel.source().map_or(256, |s| s.default_workgroup_size);
-    let pipeline = ctx.kernel(kernel, Some(wg)).map_err(gpu_err)?;
     let n = (w.rows * n_tokens) as usize;
     let y = poisoned(ctx, n)?;
-    let mut work = Vec::new();
-    for chunk in &w.chunks {
-        let params = MatmulParams {
-            rows: chunk.rows,
-            cols: w.cols,
-            n_tokens,
-            row_offset: chunk.first_row,
-            y_stride: w.rows,
-            x_stride: w.cols,
-            weight_scale: 1.0,
-            pad0: 0,
-        };
-        let u = ctx.uniform("params", &params);
-        let mut buffers: Vec<&wgpu::Buffer> = vec![&u, x, &y];
-        buffers.extend(chunk.planes.iter());
-        let bind_group = ctx.bind(&pipeline, &buffers);
-        let groups = legacy::workgroups(kernel, chunk.rows, n_tokens, wg);
-        let size = grid(groups, ctx.limits.max_compute_workgroups_per_dimension);
-        work.push((bind_group, size));
-    }
-    submit(ctx, |pass| {
-        pass.set_pipeline(&pipeline);
-        for (bind_group, [a, b, c]) in &work {
-            pass.set_bind_group(0, bind_group, &[]);
-            pass.dispatch_workgroups(*a, *b, *c);
-        }
-    });
+    let op = MatmulOp::with_kernel(ctx, kernel, wg, w, x, &y, n_tokens).map_err(gpu_err)?;
+    submit(ctx, |pass| op.record(pass));
     read_f32(ctx, &y, n).await
 }
 

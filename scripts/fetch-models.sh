@@ -21,4 +21,6 @@ PY
   echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $gguf.part" | sha256sum --check --quiet
   mv "$gguf.part" "$gguf"
 fi
+# Tokenizer test data (llama.cpp's vocab test vectors, the Llama-3 tokenizer.json): models/testdata.
+scripts/fetch-test-data.sh
 echo "models ready: $(ls models | tr '\n' ' ')"

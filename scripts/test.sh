@@ -23,9 +23,15 @@ cargo build -j2 --lib --target wasm32-unknown-unknown --no-default-features --fe
 echo "== fuzz targets build"
 cargo check -j2 --manifest-path fuzz/Cargo.toml --bins
 
+echo "== test models (Q4_K_M, Q6_K, Q8_0 made from the Q4_1 file by tritium quantize)"
+scripts/make-test-models.sh
+
 echo "== cargo test"
 cargo test -j2 --workspace
 
 echo "== browser kernel suite (headless Chromium, WebGPU)"
 scripts/build-wasm-test.sh
 node tests/browser/run-selftest.mjs
+
+echo "== browser end-to-end generation (headless Chromium, WebGPU) vs native"
+node tests/browser/run-generate.mjs

@@ -6,6 +6,6 @@ struct MatmulParams {
     row_offset: u32,   // first output row of this chunk
     y_stride: u32,     // output row length: y[t * y_stride + row]
     x_stride: u32,     // input row length: x[t * x_stride + col]
-    weight_scale: f32, // per-tensor scale (I2_S), else 1
+    weight_scale: f32, // per-tensor scale (I2_S, TQ*: the model's), else 1
     pad0: u32,
 }

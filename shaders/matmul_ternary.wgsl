@@ -1,10 +1,11 @@
 // Y = X W^T for several tokens (prefill), W in a ternary block format (TQ1_0 or TQ2_0: the
 // format file before this one supplies TQ_WORDS, tq_word, tq_scale, tq_word_dot and the
-// weight bindings 3..), X in f32. One thread per row, WG rows by TT tokens per workgroup: each
-// weight word is loaded once and used for the TT tokens of the tile (the activation loads are
-// the same address across the workgroup: broadcasts). The word is decoded again per token:
-// straight-line decoding measured faster on an H200 than decoding once into dynamically
-// indexed registers.
+// weight bindings 3..), X in f32, Y times the per-tensor weight_scale (1 unless the model
+// gives one, as upstream BitNet GGUFs do in a separate tensor). One thread per row, WG rows
+// by TT tokens per workgroup: each weight word is loaded once and used for the TT tokens of
+// the tile (the activation loads are the same address across the workgroup: broadcasts). The
+// word is decoded again per token: straight-line decoding measured faster on an H200 than
+// decoding once into dynamically indexed registers.
 //
 // Bindings:
 //   0  uniform MatmulParams
@@ -52,7 +53,7 @@ fn main(
     }
     for (var t = 0u; t < TT; t = t + 1u) {
         if (t0 + t < p.n_tokens) {
-            y[(t0 + t) * p.y_stride + p.row_offset + row] = acc[t];
+            y[(t0 + t) * p.y_stride + p.row_offset + row] = acc[t] * p.weight_scale;
         }
     }
 }

@@ -1,10 +1,11 @@
 // y = W x for one token, W in a ternary block format (TQ1_0 or TQ2_0: the format file before
 // this one supplies TQ_WORDS, tq_word, tq_scale, tq_word_dot and the weight bindings 3..),
-// x in f32. TPR threads per row, WG / TPR rows per workgroup: the threads of a row take
-// consecutive u32 words of it, so that both the weight loads and the activation loads of
-// neighbouring threads are neighbours (with a 16-byte unit per thread, one activation load of
-// a warp touched up to 16 cache lines). The row's TPR partial sums are then added in
-// workgroup memory.
+// x in f32, y times the per-tensor weight_scale (1 unless the model gives one, as upstream
+// BitNet GGUFs do in a separate tensor). TPR threads per row, WG / TPR rows per workgroup:
+// the threads of a row take consecutive u32 words of it, so that both the weight loads and the
+// activation loads of neighbouring threads are neighbours (with a 16-byte unit per thread, one
+// activation load of a warp touched up to 16 cache lines). The row's TPR partial sums are then
+// added in workgroup memory.
 //
 // Bindings:
 //   0  uniform MatmulParams
@@ -47,6 +48,6 @@ fn main(
         for (var i = 0u; i < TPR; i = i + 1u) {
             total = total + row_partial[lid + i];
         }
-        y[p.row_offset + row] = total;
+        y[p.row_offset + row] = total * p.weight_scale;
     }
 }

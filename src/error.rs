@@ -6,6 +6,8 @@ use crate::formats::safetensors::SafetensorsError;
 use crate::formats::source::SourceError;
 use crate::formats::trellis::TrellisError;
 use crate::quant::QuantError;
+use crate::sampling::SamplingError;
+use crate::text::TextError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -21,6 +23,10 @@ pub enum Error {
     Trellis(#[from] TrellisError),
     #[error(transparent)]
     Quant(#[from] QuantError),
+    #[error(transparent)]
+    Text(#[from] TextError),
+    #[error(transparent)]
+    Sampling(#[from] SamplingError),
     #[cfg(feature = "gpu")]
     #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),

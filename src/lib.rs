@@ -4,13 +4,18 @@
 //! Layers, bottom up: [`formats`] (bytes to meaning) and [`quant`] (block layouts and CPU
 //! dequantization) are pure; [`storage`] is where bytes live.
 
+pub mod backend;
 pub mod cpu;
+pub mod engine;
 pub mod error;
 pub mod formats;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+pub mod model;
 pub mod quant;
+pub mod sampling;
 pub mod storage;
+pub mod text;
 
 #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
 pub mod bench;

@@ -292,6 +292,49 @@ fn prepare(ctx: &GpuContext, w: &GpuWeight) -> Result<Prepared, GpuError> {
     Ok(Prepared { op, x, y })
 }
 
+/// Device-to-device copy bandwidth, (bytes read + bytes written) per second in GB/s.
+pub struct CopyBandwidth {
+    /// `copy_buffer_to_buffer` (the copy engine).
+    pub engine_gb_per_s: f64,
+    /// A plain compute copy kernel (16 bytes per load).
+    pub kernel_gb_per_s: f64,
+}
+
+impl CopyBandwidth {
+    /// The better of the two: the physical limit kernels are measured against.
+    pub fn best(&self) -> f64 {
+        self.engine_gb_per_s.max(self.kernel_gb_per_s)
+    }
+}
+
+/// Measure both copies over `copy_bytes` (a multiple of 16 within one binding).
+pub fn copy_bandwidth(
+    ctx: &GpuContext,
+    copy_bytes: u64,
+    calls: u32,
+    trials: u32,
+) -> Result<CopyBandwidth, GpuError> {
+    let (engine_secs, _) = time_copy(ctx, copy_bytes, calls, trials)?;
+    let src = ctx.storage("copy.src", copy_bytes)?;
+    let dst = ctx.storage("copy.dst", copy_bytes)?;
+    let copy = ctx.kernel(Kernel::Copy, None)?;
+    let copy_bind = ctx.bind(&copy, &[&src, &dst]);
+    let groups = (copy_bytes / 16)
+        .div_ceil(256)
+        .min(u64::from(ctx.limits.max_compute_workgroups_per_dimension)) as u32;
+    let (kernel_secs, _) = time_compute(ctx, calls, trials, &|pass| {
+        pass.set_pipeline(&copy);
+        pass.set_bind_group(0, &copy_bind, &[]);
+        pass.dispatch_workgroups(groups, 1, 1);
+    })?;
+    src.destroy();
+    dst.destroy();
+    Ok(CopyBandwidth {
+        engine_gb_per_s: 2.0 * copy_bytes as f64 / engine_secs / 1e9,
+        kernel_gb_per_s: 2.0 * copy_bytes as f64 / kernel_secs / 1e9,
+    })
+}
+
 /// Run the benchmark.
 pub fn run(ctx: &GpuContext, opts: &KernelBenchOptions) -> Result<KernelBenchReport, GpuError> {
     let dtypes = if opts.dtypes.is_empty() {
@@ -305,26 +348,11 @@ pub fn run(ctx: &GpuContext, opts: &KernelBenchOptions) -> Result<KernelBenchRep
         (opts.large_bytes, opts.calls)
     };
 
-    // The copy bandwidth: the better of the copy engine (copy_buffer_to_buffer) and a plain
-    // compute copy kernel, each counted as bytes read + bytes written per second.
     let copy_bytes = large_bytes.min(ctx.max_binding_bytes()) & !15;
-    let (engine_secs, _) = time_copy(ctx, copy_bytes, calls, opts.trials)?;
-    let copy_engine_gb_per_s = 2.0 * copy_bytes as f64 / engine_secs / 1e9;
-    let src = ctx.storage("copy.src", copy_bytes)?;
-    let dst = ctx.storage("copy.dst", copy_bytes)?;
-    let copy = ctx.kernel(Kernel::Copy, None)?;
-    let copy_bind = ctx.bind(&copy, &[&src, &dst]);
-    let groups = (copy_bytes / 16)
-        .div_ceil(256)
-        .min(u64::from(ctx.limits.max_compute_workgroups_per_dimension)) as u32;
-    let (kernel_secs, _) = time_compute(ctx, calls, opts.trials, &|pass| {
-        pass.set_pipeline(&copy);
-        pass.set_bind_group(0, &copy_bind, &[]);
-        pass.dispatch_workgroups(groups, 1, 1);
-    })?;
-    let copy_kernel_gb_per_s = 2.0 * copy_bytes as f64 / kernel_secs / 1e9;
-    src.destroy();
-    dst.destroy();
+    let CopyBandwidth {
+        engine_gb_per_s: copy_engine_gb_per_s,
+        kernel_gb_per_s: copy_kernel_gb_per_s,
+    } = copy_bandwidth(ctx, copy_bytes, calls, opts.trials)?;
     let copy_gb_per_s = copy_engine_gb_per_s.max(copy_kernel_gb_per_s);
 
     let sink = ctx.storage("bench.sink", 4)?;

@@ -41,3 +41,54 @@ pub fn kernels(
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `tritium bench generate`.
+pub fn generate(
+    model: &std::path::Path,
+    opts: &crate::bench::generate::GenerateBenchOptions,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let src = crate::storage::FileSource::open(model)?;
+    let file = crate::formats::gguf::GgufFile::read(&src).map_err(|e| Error::from(e).at(model))?;
+    let ctx = pollster::block_on(GpuContext::new(&DeviceOptions::default()))?;
+    let r = crate::bench::generate::run(ctx, &file, &src, opts).map_err(|e| e.at(model))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| Error::Usage(e.to_string()))?
+        );
+    } else {
+        println!("{} on {}", model.display(), r.adapter);
+        println!(
+            "prefill  {:>6} tokens  {:>9.1} ms  {:>9.1} tokens/s  (time to first token {:.1} ms)",
+            r.prompt_tokens, r.prefill_ms, r.prefill_tokens_per_s, r.time_to_first_token_ms
+        );
+        println!(
+            "decode   {:>6} tokens  {:>9.1} ms  {:>9.1} tokens/s  = {:.1}% of the limit {:.0} tokens/s",
+            r.decode_tokens,
+            r.decode_ms,
+            r.decode_tokens_per_s,
+            100.0 * r.fraction_of_limit,
+            r.limit_tokens_per_s
+        );
+        println!(
+            "limit: {} weight bytes per token at {:.0} GB/s copy bandwidth; GPU memory {}",
+            r.bytes_per_token,
+            r.copy_gb_per_s,
+            super::human_bytes(r.gpu_bytes)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tritium synth`.
+pub fn synth(kind: &str, out: &std::path::Path, layers: Option<u64>) -> Result<ExitCode, Error> {
+    let spec = crate::bench::synth::SynthSpec::named(kind).ok_or_else(|| {
+        Error::Usage(format!(
+            "unknown synthetic model {kind} (bitnet-2b4t or llama-1b-q4k)"
+        ))
+    })?;
+    let bytes = crate::bench::synth::write(&spec, layers, out)?;
+    eprintln!("wrote {} ({})", out.display(), super::human_bytes(bytes));
+    Ok(ExitCode::SUCCESS)
+}

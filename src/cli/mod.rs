@@ -4,9 +4,11 @@
 #[cfg(feature = "gpu")]
 mod bench;
 mod dump;
+mod generate;
 mod inspect;
 mod migrate;
 mod model;
+mod quantize;
 #[cfg(feature = "gpu")]
 mod selftest;
 mod validate;
@@ -70,12 +72,53 @@ enum Command {
         #[command(subcommand)]
         what: BenchCommand,
     },
+    /// Generate text from a prompt (streamed to the terminal; `--json` for one object).
+    Run(generate::RunArgs),
+    /// Talk with a model on the terminal (keeps the conversation and reuses its KV cache).
+    Chat {
+        #[command(flatten)]
+        load: generate::LoadArgs,
+        #[command(flatten)]
+        sampling: generate::SamplingArgs,
+        /// A system message to start the conversation with.
+        #[arg(long)]
+        system: Option<String>,
+    },
+    /// Write the logits of every position of one batch of token ids as raw little-endian f32,
+    /// shape [len(ids), n_vocab].
+    Logits {
+        #[command(flatten)]
+        load: generate::LoadArgs,
+        /// Token ids: `1,2,3`.
+        #[arg(long, value_delimiter = ',', required = true)]
+        ids: Vec<u32>,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Write a synthetic GGUF with a real model's shapes and random weights (for benchmarks):
+    /// bitnet-2b4t (BitNet b1.58 2B4T, I2_S) or llama-1b-q4k (Llama-3.2-1B shapes, Q4_K/Q6_K).
+    #[cfg(feature = "gpu")]
+    Synth {
+        kind: String,
+        output: PathBuf,
+        /// Fewer layers than the real model (quick local checks).
+        #[arg(long)]
+        layers: Option<u64>,
+    },
     /// Write one tensor, dequantized on the CPU, as raw little-endian f32 in file element order.
     Dump {
         model: PathBuf,
         tensor: String,
         #[arg(short, long)]
         output: PathBuf,
+    },
+    /// Requantize a GGUF model as llama-quantize does (no importance matrix): Q4_K_M, Q6_K, Q8_0.
+    Quantize {
+        input: PathBuf,
+        output: PathBuf,
+        /// The llama.cpp file type: q4_k_m, q6_k or q8_0.
+        #[arg(long = "type", value_parser = quantize::parse_type)]
+        ftype: crate::quant::ftype::FileType,
     },
     /// Rewrite a Trellis v2 folder (layer_XXXX/ directories) as v3 in a new or empty folder.
     Migrate {
@@ -109,6 +152,23 @@ enum BenchCommand {
         #[arg(long)]
         calls: Option<u32>,
     },
+    /// Prefill and decode speed of a model on the GPU, decode as a fraction of the bandwidth
+    /// limit (weight bytes per token over the copy bandwidth measured in the same run).
+    Generate {
+        /// A GGUF file (`tritium synth` makes ones with real shapes).
+        model: PathBuf,
+        /// Prompt tokens to prefill.
+        #[arg(long, default_value_t = 512)]
+        prompt: usize,
+        /// Tokens to decode.
+        #[arg(long, default_value_t = 128)]
+        decode: usize,
+        /// Most tokens per prefill pass.
+        #[arg(long, default_value_t = 512)]
+        batch: usize,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Run the CLI and return the process exit code.
@@ -118,6 +178,13 @@ pub fn main() -> ExitCode {
         Command::Inspect { model, json } => inspect::run(&model, json),
         Command::Validate { dir, json } => validate::validate(&dir, json),
         Command::Verify { dir, json } => validate::verify(&dir, json),
+        Command::Run(args) => generate::run(&args),
+        Command::Chat {
+            load,
+            sampling,
+            system,
+        } => generate::chat(&load, &sampling, system.as_deref()),
+        Command::Logits { load, ids, output } => generate::logits(&load, &ids, &output),
         Command::Dump {
             model,
             tensor,
@@ -128,6 +195,11 @@ pub fn main() -> ExitCode {
             output,
             shard_size,
         } => migrate::run(&input, &output, shard_size),
+        Command::Quantize {
+            input,
+            output,
+            ftype,
+        } => quantize::run(&input, &output, ftype),
         #[cfg(feature = "gpu")]
         Command::Selftest {
             prefix,
@@ -146,6 +218,32 @@ pub fn main() -> ExitCode {
                     calls,
                 },
         } => bench::kernels(quick, json, &dtypes, large_mib, calls),
+        #[cfg(feature = "gpu")]
+        Command::Bench {
+            what:
+                BenchCommand::Generate {
+                    model,
+                    prompt,
+                    decode,
+                    batch,
+                    json,
+                },
+        } => bench::generate(
+            &model,
+            &crate::bench::generate::GenerateBenchOptions {
+                prompt_tokens: prompt,
+                decode_tokens: decode,
+                batch,
+                warmup: true,
+            },
+            json,
+        ),
+        #[cfg(feature = "gpu")]
+        Command::Synth {
+            kind,
+            output,
+            layers,
+        } => bench::synth(&kind, &output, layers),
     };
     match result {
         Ok(code) => code,

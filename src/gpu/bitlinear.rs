@@ -1,8 +1,18 @@
-//! BitLinear on the GPU: per-token int8 quantization of the activations, then the I2_S
-//! product with integer accumulation (see [`crate::cpu::bitlinear`] for the definition and
-//! what transformers does).
+//! BitLinear on the GPU: per-token int8 quantization of the activations, then the ternary
+//! product (see [`crate::cpu::bitlinear`] for the definition and what transformers does).
 //!
-//! # The quantized activations buffer
+//! - **I2_S**: the activations are quantized into int8 records (below) and the I2_S kernels
+//!   accumulate integers, applying `weight_scale / s` once.
+//! - **TQ1_0, TQ2_0** (upstream llama.cpp's BitNet files): the activations are quantized the
+//!   same way but written back as f32 `x_q / s` (fake quantization), and the f32 TQ kernels
+//!   run on that, applying `weight_scale`. Why not int8 records here too: these products are
+//!   bound by the weight reads (2.06 or 1.69 bits per weight against one activation row per
+//!   token: for a 2560-column row 10 KB as f32, 2.5 KB as int8), the TQ decode produces f32
+//!   codes without conversions, and a per-block f16 scale `d` breaks the single integer sum
+//!   per row that makes int8 pay off for I2_S; so the tested TQ kernels are reused unchanged
+//!   (but for the weight scale) and no second decode interface per format is needed.
+//!
+//! # The quantized activations buffer (I2_S)
 //! One record per token, `record_bytes(cols)` bytes each, records back to back:
 //!
 //! | bytes             | what                                                          |
@@ -15,7 +25,8 @@
 //!
 //! The I2_S matvec/matmul kernels take this buffer as binding 1 ("x") of the [`MatmulOp`]
 //! convention, so `MatmulOp::new(ctx, w_i2s, &xq, &y, n_tokens)` works on it directly, and one
-//! quantization can feed several weights with the same input (q/k/v, gate/up).
+//! quantization can feed several weights with the same input (q/k/v, gate/up). The same holds
+//! for the f32 buffer of the TQ formats ([`fake_activations_bytes`]).
 
 use std::sync::Arc;
 
@@ -40,6 +51,20 @@ gpu_uniform! {
     }
 }
 
+gpu_uniform! {
+    /// Parameters of the FakeQuantizeActivations kernel.
+    pub struct FakeQuantParams {
+        /// Tokens.
+        pub n_tokens: u32,
+        /// Values per token (a multiple of 4).
+        pub cols: u32,
+        /// Input row length: `x[t * x_stride + col]` (a multiple of 4).
+        pub x_stride: u32,
+        /// Output row length: `y[t * y_stride + col]` (a multiple of 4).
+        pub y_stride: u32,
+    }
+}
+
 /// Bytes of a record's header (scale, sum, two zero words).
 pub const RECORD_HEADER_BYTES: u64 = 16;
 
@@ -57,6 +82,11 @@ pub fn activations_bytes(cols: u32, n_tokens: u32) -> u64 {
     record_bytes(cols) * u64::from(n_tokens)
 }
 
+/// Bytes of the fake-quantized (f32 `x_q / s`) activations of `n_tokens` rows of `cols`.
+pub fn fake_activations_bytes(cols: u32, n_tokens: u32) -> u64 {
+    4 * u64::from(cols) * u64::from(n_tokens)
+}
+
 /// One token's record read back: `(s, sum(x_q), x_q)`, or `None` if `record` is too short.
 pub fn decode_record(record: &[u8], cols: usize) -> Option<(f32, i32, Vec<i8>)> {
     let header = record.get(..16)?;
@@ -70,14 +100,16 @@ pub fn decode_record(record: &[u8], cols: usize) -> Option<(f32, i32, Vec<i8>)> 
     Some((s, sum, q))
 }
 
-/// The QuantizeActivations dispatch for `n_tokens` rows of `cols` f32 in `x`, writing records
-/// into `xq` (at least [`activations_bytes`] bytes). Built once, recorded every pass.
+/// An activation quantization dispatch for `n_tokens` rows of `cols` f32 in `x`: int8
+/// records ([`QuantizeActivationsOp::new`], for I2_S) or f32 `x_q / s`
+/// ([`QuantizeActivationsOp::fake`], for TQ1_0/TQ2_0). Built once, recorded every pass.
 pub struct QuantizeActivationsOp {
     pub dispatch: Dispatch,
     _params: wgpu::Buffer,
 }
 
 impl QuantizeActivationsOp {
+    /// Int8 records (module docs) into `xq`, at least [`activations_bytes`] bytes.
     pub fn new(
         ctx: &GpuContext,
         x: &wgpu::Buffer,
@@ -91,17 +123,7 @@ impl QuantizeActivationsOp {
                  most {MAX_COLS})"
             )));
         }
-        let need = activations_bytes(cols, n_tokens);
-        if xq.size() < need {
-            return Err(GpuError::TooLarge {
-                what: "quantized activations for the buffer given".into(),
-                bytes: need,
-                limit: xq.size(),
-            });
-        }
-        let kernel = Kernel::QuantizeActivations;
-        let wg = kernel.source().map_or(256, |s| s.default_workgroup_size);
-        let pipeline = ctx.kernel(kernel, Some(wg))?;
+        fits(xq, activations_bytes(cols, n_tokens))?;
         let params = QuantizeParams {
             n_tokens,
             cols,
@@ -109,7 +131,45 @@ impl QuantizeActivationsOp {
             record_words: (record_bytes(cols) / 4) as u32,
         };
         let u = ctx.uniform("quantize_activations.params", &params);
-        let bind_group = ctx.bind(&pipeline, &[&u, x, xq]);
+        Self::build(ctx, Kernel::QuantizeActivations, u, x, xq, n_tokens)
+    }
+
+    /// F32 `x_q / s`, `(n_tokens, cols)`, into `y` (at least [`fake_activations_bytes`]).
+    pub fn fake(
+        ctx: &GpuContext,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        cols: u32,
+        n_tokens: u32,
+    ) -> Result<Self, GpuError> {
+        if cols == 0 || cols % 4 != 0 {
+            return Err(GpuError::Unsupported(format!(
+                "activation quantization of rows of {cols} values (needs a multiple of 4)"
+            )));
+        }
+        fits(y, fake_activations_bytes(cols, n_tokens))?;
+        let params = FakeQuantParams {
+            n_tokens,
+            cols,
+            x_stride: cols,
+            y_stride: cols,
+        };
+        let u = ctx.uniform("fake_quantize_activations.params", &params);
+        Self::build(ctx, Kernel::FakeQuantizeActivations, u, x, y, n_tokens)
+    }
+
+    /// One workgroup per token, bindings `(params, x, out)`.
+    fn build(
+        ctx: &GpuContext,
+        kernel: Kernel,
+        params: wgpu::Buffer,
+        x: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        n_tokens: u32,
+    ) -> Result<Self, GpuError> {
+        let wg = kernel.source().map_or(256, |s| s.default_workgroup_size);
+        let pipeline = ctx.kernel(kernel, Some(wg))?;
+        let bind_group = ctx.bind(&pipeline, &[&params, x, out]);
         let n = ternary::workgroups(kernel, 0, n_tokens, wg);
         Ok(QuantizeActivationsOp {
             dispatch: Dispatch {
@@ -117,7 +177,7 @@ impl QuantizeActivationsOp {
                 bind_group,
                 workgroups: grid(n, ctx.limits.max_compute_workgroups_per_dimension),
             },
-            _params: u,
+            _params: params,
         })
     }
 
@@ -126,13 +186,27 @@ impl QuantizeActivationsOp {
     }
 }
 
-/// `y[t, :] = BitLinear(W, x[t, :])` for `n_tokens` tokens with W in I2_S: quantize the
-/// activations into an owned buffer, then the I2_S matvec (one token) or matmul. Built once,
-/// recorded every pass (no buffers or bind groups are created per pass).
+/// An error unless `buffer` holds at least `need` bytes.
+fn fits(buffer: &wgpu::Buffer, need: u64) -> Result<(), GpuError> {
+    if buffer.size() < need {
+        return Err(GpuError::TooLarge {
+            what: "quantized activations for the buffer given".into(),
+            bytes: need,
+            limit: buffer.size(),
+        });
+    }
+    Ok(())
+}
+
+/// `y[t, :] = BitLinear(W, x[t, :])` for `n_tokens` tokens with W in I2_S, TQ1_0 or TQ2_0:
+/// quantize the activations into an owned buffer (int8 records for I2_S, f32 `x_q / s` for
+/// the TQ formats), then the format's matvec (one token) or matmul, which applies the weight's
+/// per-tensor scale. Built once, recorded every pass (no buffers or bind groups are created
+/// per pass).
 pub struct BitLinearOp {
     pub quantize: QuantizeActivationsOp,
     pub matmul: MatmulOp,
-    /// The quantized activations (records as in the module docs).
+    /// The quantized activations (records as in the module docs, or f32 for TQ).
     pub xq: wgpu::Buffer,
 }
 
@@ -145,17 +219,29 @@ impl BitLinearOp {
         y: &wgpu::Buffer,
         n_tokens: u32,
     ) -> Result<Self, GpuError> {
-        if w.dtype != GgmlType::I2_S {
-            return Err(GpuError::Unsupported(format!(
-                "BitLinear over {} weights ({}: only I2_S carries int8 activations)",
-                w.dtype, w.name
-            )));
-        }
-        let xq = ctx.storage(
-            &format!("{}.xq", w.name),
-            activations_bytes(w.cols, n_tokens),
-        )?;
-        let quantize = QuantizeActivationsOp::new(ctx, x, &xq, w.cols, n_tokens)?;
+        let label = format!("{}.xq", w.name);
+        let (quantize, xq) = match w.dtype {
+            GgmlType::I2_S => {
+                let xq = ctx.storage(&label, activations_bytes(w.cols, n_tokens))?;
+                (
+                    QuantizeActivationsOp::new(ctx, x, &xq, w.cols, n_tokens)?,
+                    xq,
+                )
+            }
+            GgmlType::TQ1_0 | GgmlType::TQ2_0 => {
+                let xq = ctx.storage(&label, fake_activations_bytes(w.cols, n_tokens))?;
+                (
+                    QuantizeActivationsOp::fake(ctx, x, &xq, w.cols, n_tokens)?,
+                    xq,
+                )
+            }
+            t => {
+                return Err(GpuError::Unsupported(format!(
+                    "BitLinear over {t} weights ({}: ternary types only)",
+                    w.name
+                )))
+            }
+        };
         let matmul = MatmulOp::new(ctx, w, &xq, y, n_tokens)?;
         Ok(BitLinearOp {
             quantize,

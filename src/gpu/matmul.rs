@@ -25,7 +25,7 @@ gpu_uniform! {
         pub y_stride: u32,
         /// Input row length: `x[t * x_stride + col]`.
         pub x_stride: u32,
-        /// Per-tensor weight scale (I2_S), else 1.
+        /// Per-tensor weight scale ([`GpuWeight::scale`]: applied by I2_S, TQ1_0, TQ2_0).
         pub weight_scale: f32,
         pub pad0: u32,
     }
@@ -78,7 +78,8 @@ fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32) -> 
 
 impl MatmulOp {
     /// `x` holds `n_tokens` rows of `w.cols` values (for I2_S: the int8-quantized activations
-    /// from the QuantizeActivations kernel); `y` receives `n_tokens` rows of `w.rows` f32.
+    /// from the QuantizeActivations kernel, see [`crate::gpu::bitlinear`]); `y` receives
+    /// `n_tokens` rows of `w.rows` f32.
     pub fn new(
         ctx: &GpuContext,
         w: &GpuWeight,

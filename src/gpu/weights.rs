@@ -20,7 +20,9 @@ pub struct GpuWeight {
     pub rows: u32,
     pub cols: u32,
     pub chunks: Vec<WeightChunk>,
-    /// The per-tensor scale of ternary formats that carry one (I2_S); 1 otherwise.
+    /// The per-tensor scale of ternary formats that carry one (I2_S), times any scale the model
+    /// gives in a separate tensor (upstream BitNet TQ1_0/TQ2_0 files); 1 otherwise. The I2_S,
+    /// TQ1_0 and TQ2_0 kernels multiply their output by it.
     pub scale: f32,
     /// Bytes of weight data on the GPU (what a matvec must read).
     pub bytes: u64,

@@ -4,9 +4,10 @@
 //! with each product rounded separately, never fused), so it is bit identical to gguf-py 0.19.
 //! Quantization follows ggml's reference quantizers without importance weights
 //! (`quantize_row_q4_K_ref` with `make_qkx2_quants`, `quantize_row_q6_K_ref` with
-//! `make_qx_quants`) operation for operation. The only deliberate difference: ggml stores the
-//! rounded 6-bit / 8-bit sub-scales through a `uint8_t`/`int8_t` truncation where we clamp, which
-//! matters only for degenerate inputs where ggml's own result is garbage.
+//! `make_qx_quants`; `quantize_row_q5_K_ref` likewise) operation for operation, integer
+//! truncations included (`uint8_t ls = nearest_int(..)`, `int8_t` sub-scales), so the bytes are
+//! identical to llama.cpp's for any finite input. ggml compiles these in its base library without
+//! `-march` flags, so no multiply-add is fused there either; Rust never fuses.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -94,10 +95,13 @@ fn pack_scale_min_k4(scales: &[u8; 8], mins: &[u8; 8]) -> [u8; 12] {
     packed
 }
 
-/// ggml's `nearest_int`: round half to even. ggml's float trick is only defined below 2^22;
-/// a saturating cast keeps this total for any input.
+/// ggml's `nearest_int`, bit for bit: add 1.5 * 2^23 so the f32 addition rounds to an integer
+/// (half to even), then read the integer out of the mantissa. Exact below 2^22 in magnitude,
+/// where it equals `round_ties_even`; beyond that it returns what ggml's release build returns
+/// (its range check is an `assert`, compiled out).
 fn nearest_int(x: f32) -> i32 {
-    x.round_ties_even() as i32
+    let val = x + 12_582_912.0;
+    (val.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
 impl BlockQ4K {
@@ -120,58 +124,7 @@ impl BlockQ4K {
 
     /// ggml's `quantize_row_q4_K_ref` for one super-block.
     pub fn quantize(x: &[f32; QK_K]) -> Self {
-        let mut l_codes = [0u8; QK_K];
-        let mut scales = [0f32; 8];
-        let mut mins = [0f32; 8];
-        let mut max_scale = 0f32;
-        let mut max_min = 0f32;
-        for j in 0..8 {
-            let xs: [f32; 32] = std::array::from_fn(|l| x[32 * j + l]);
-            let mut sum_x2 = 0f32;
-            for &v in &xs {
-                sum_x2 += v * v;
-            }
-            let av_x = (sum_x2 / 32.0).sqrt();
-            let weights: [f32; 32] = std::array::from_fn(|l| av_x + xs[l].abs());
-            let (scale, min, codes) = make_qkx2_quants::<32>(15, &xs, &weights, -1.0, 0.1, 20);
-            l_codes[32 * j..32 * j + 32].copy_from_slice(&codes);
-            scales[j] = scale;
-            mins[j] = min;
-            if scale > max_scale {
-                max_scale = scale;
-            }
-            if min > max_min {
-                max_min = min;
-            }
-        }
-
-        let inv_scale = if max_scale > 0.0 {
-            63.0 / max_scale
-        } else {
-            0.0
-        };
-        let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
-        let ls: [u8; 8] =
-            std::array::from_fn(|j| nearest_int(inv_scale * scales[j]).clamp(0, 63) as u8);
-        let lm: [u8; 8] =
-            std::array::from_fn(|j| nearest_int(inv_min * mins[j]).clamp(0, 63) as u8);
-        let packed = pack_scale_min_k4(&ls, &lm);
-        let d = F16Le::from_f32(max_scale / 63.0);
-        let dmin = F16Le::from_f32(max_min / 63.0);
-
-        for j in 0..8 {
-            let (sc, m) = scale_min_k4(j, &packed);
-            let dj = d.to_f32() * f32::from(sc);
-            if dj == 0.0 {
-                continue;
-            }
-            let dm = dmin.to_f32() * f32::from(m);
-            for (ii, code) in l_codes[32 * j..32 * j + 32].iter_mut().enumerate() {
-                let l = nearest_int((x[32 * j + ii] + dm) / dj);
-                *code = l.clamp(0, 15) as u8;
-            }
-        }
-
+        let (packed, d, dmin, l_codes) = quantize_k4(x, 15, -1.0, 20);
         let mut qs = [0u8; QK_K / 2];
         for c in 0..4 {
             for l in 0..32 {
@@ -188,6 +141,29 @@ impl BlockQ4K {
 }
 
 impl BlockQ5K {
+    /// ggml's `quantize_row_q5_K_ref` for one super-block.
+    pub fn quantize(x: &[f32; QK_K]) -> Self {
+        let (packed, d, dmin, l_codes) = quantize_k4(x, 31, -0.5, 15);
+        let mut qs = [0u8; QK_K / 2];
+        let mut qh = [0u8; QK_K / 8];
+        // Chunk c of 64 codes: the low nibbles of codes 64c..64c+32 and the high nibbles of
+        // 64c+32..64c+64 share qs[32c..32c+32]; their fifth bits are bits 2c and 2c+1 of qh.
+        for c in 0..4 {
+            for j in 0..32 {
+                let (l1, l2) = (l_codes[64 * c + j], l_codes[64 * c + j + 32]);
+                qh[j] |= ((l1 >> 4) << (2 * c)) | ((l2 >> 4) << (2 * c + 1));
+                qs[32 * c + j] = (l1 & 0x0f) | ((l2 & 0x0f) << 4);
+            }
+        }
+        BlockQ5K {
+            d,
+            dmin,
+            scales: packed,
+            qh,
+            qs,
+        }
+    }
+
     pub fn dequantize(&self, out: &mut [f32; QK_K]) {
         let d = self.d.to_f32();
         let dmin = self.dmin.to_f32();
@@ -242,7 +218,8 @@ impl BlockQ6K {
         let d = F16Le::from_f32(1.0 / iscale);
         let mut sc = [0i8; 16];
         for (s, &scale) in sc.iter_mut().zip(&scales) {
-            *s = nearest_int(iscale * scale).clamp(-128, 127) as i8;
+            // ggml: `int8_t = MIN(127, nearest_int(..))`, a wrapping conversion.
+            *s = nearest_int(iscale * scale).min(127) as i8;
         }
         for j in 0..16 {
             let dj = d.to_f32() * f32::from(sc[j]);
@@ -273,6 +250,69 @@ impl BlockQ6K {
             d,
         }
     }
+}
+
+/// The shared part of ggml's `quantize_row_q4_K_ref` / `quantize_row_q5_K_ref`: fit each
+/// 32-weight sub-block with [`make_qkx2_quants`] (weights `sqrt(mean(x^2)) + |x|`), quantize the
+/// sub-scales and sub-mins to 6 bits against the super-block's `d` / `dmin`, then requantize
+/// every code against the rounded scales. Returns `(packed scales, d, dmin, codes 0..=nmax)`.
+fn quantize_k4(
+    x: &[f32; QK_K],
+    nmax: i32,
+    rmin: f32,
+    nstep: i32,
+) -> ([u8; 12], F16Le, F16Le, [u8; QK_K]) {
+    let mut l_codes = [0u8; QK_K];
+    let mut scales = [0f32; 8];
+    let mut mins = [0f32; 8];
+    let mut max_scale = 0f32;
+    let mut max_min = 0f32;
+    for j in 0..8 {
+        let xs: [f32; 32] = std::array::from_fn(|l| x[32 * j + l]);
+        let mut sum_x2 = 0f32;
+        for &v in &xs {
+            sum_x2 += v * v;
+        }
+        let av_x = (sum_x2 / 32.0).sqrt();
+        let weights: [f32; 32] = std::array::from_fn(|l| av_x + xs[l].abs());
+        let (scale, min, codes) = make_qkx2_quants::<32>(nmax, &xs, &weights, rmin, 0.1, nstep);
+        l_codes[32 * j..32 * j + 32].copy_from_slice(&codes);
+        scales[j] = scale;
+        mins[j] = min;
+        if scale > max_scale {
+            max_scale = scale;
+        }
+        if min > max_min {
+            max_min = min;
+        }
+    }
+
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    // ggml: `uint8_t ls = nearest_int(..); ls = MIN(63, ls);` (a wrapping conversion first).
+    let ls: [u8; 8] = std::array::from_fn(|j| (nearest_int(inv_scale * scales[j]) as u8).min(63));
+    let lm: [u8; 8] = std::array::from_fn(|j| (nearest_int(inv_min * mins[j]) as u8).min(63));
+    let packed = pack_scale_min_k4(&ls, &lm);
+    let d = F16Le::from_f32(max_scale / 63.0);
+    let dmin = F16Le::from_f32(max_min / 63.0);
+
+    for j in 0..8 {
+        let (sc, m) = scale_min_k4(j, &packed);
+        let dj = d.to_f32() * f32::from(sc);
+        if dj == 0.0 {
+            continue;
+        }
+        let dm = dmin.to_f32() * f32::from(m);
+        for (ii, code) in l_codes[32 * j..32 * j + 32].iter_mut().enumerate() {
+            let l = nearest_int((x[32 * j + ii] + dm) / dj);
+            *code = l.clamp(0, nmax) as u8;
+        }
+    }
+    (packed, d, dmin, l_codes)
 }
 
 /// ggml's `make_qkx2_quants` (with `use_mad = false`): fit `x ≈ scale * L + min` with

@@ -11,7 +11,9 @@
 //!
 //! Dequantization is bit identical to gguf-py 0.19 (tested against goldens it wrote);
 //! quantization matches gguf-py/ggml byte for byte where they define it (Q8_0, the other legacy
-//! types, TQ1_0, TQ2_0, F16, BF16) and follows ggml's reference quantizers for Q4_K and Q6_K.
+//! types, TQ1_0, TQ2_0, F16, BF16) and ggml's reference quantizers for Q4_K, Q5_K and Q6_K
+//! (tested against llama.cpp's bytes). [`ftype`] picks each tensor's type the way
+//! `llama-quantize` does.
 //! Everything here takes untrusted bytes: sizes are checked up front and nothing panics.
 
 mod dtype;
@@ -66,6 +68,7 @@ pub enum QuantError {
     Invalid(String),
 }
 
+pub mod ftype;
 pub mod trellis;
 
 /// Whether [`quantize`] can produce this type.
@@ -73,7 +76,19 @@ pub fn can_quantize(dtype: GgmlType) -> bool {
     use GgmlType::*;
     matches!(
         dtype,
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q6_K | TQ1_0 | TQ2_0 | I2_S
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | Q4_K
+            | Q5_K
+            | Q6_K
+            | TQ1_0
+            | TQ2_0
+            | I2_S
     )
 }
 
@@ -100,7 +115,8 @@ pub fn i2s_weight_scale(data: &[u8], n_elements: usize) -> Result<f32, QuantErro
 /// Encode `values` as `dtype`. Block types need a whole number of blocks and finite values;
 /// F32/F16/BF16 take anything (NaN and infinities included).
 ///
-/// Q4_K and Q6_K follow ggml's reference quantizers without an importance matrix; I2_S
+/// Every block type is byte identical to ggml's `quantize_row_*_ref` (what llama.cpp uses when
+/// there is no importance matrix), K-quants included; I2_S
 /// ternarizes with the tensor's absmean (see [`ternary_code`]) and appends the scale.
 pub fn quantize(dtype: GgmlType, values: &[f32]) -> Result<Vec<u8>, QuantError> {
     use GgmlType::*;
@@ -114,6 +130,7 @@ pub fn quantize(dtype: GgmlType, values: &[f32]) -> Result<Vec<u8>, QuantError> 
         Q5_1 => quantize_blocks(dtype, values, BlockQ5_1::quantize),
         Q8_0 => quantize_blocks(dtype, values, BlockQ8_0::quantize),
         Q4_K => quantize_blocks(dtype, values, BlockQ4K::quantize),
+        Q5_K => quantize_blocks(dtype, values, BlockQ5K::quantize),
         Q6_K => quantize_blocks(dtype, values, BlockQ6K::quantize),
         TQ1_0 => quantize_blocks(dtype, values, BlockTQ1_0::quantize),
         TQ2_0 => quantize_blocks(dtype, values, BlockTQ2_0::quantize),

@@ -4,6 +4,8 @@
 //!
 //! Errors cross into JS once, here: a JS `Error` with a readable message and a stable `code`.
 
+mod generate;
+
 use std::sync::{Arc, Mutex, Once};
 
 use js_sys::{Function, Reflect};

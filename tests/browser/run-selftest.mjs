@@ -10,12 +10,10 @@
 // Environment: CHROMIUM (default /usr/bin/chromium), TRITIUM_PKG_DIR (default
 // $CARGO_TARGET_DIR/browser-test/pkg or target/browser-test/pkg), SELFTEST_TIMEOUT_S (default
 // 900 for the whole suite).
-import { createServer } from 'node:http';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, extname, join, resolve, sep } from 'node:path';
+import { statSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import { launch, serve } from './harness.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, '..', '..');
@@ -37,41 +35,15 @@ for (const [what, path] of [['the wasm package', join(pkgDir, 'tritium_bg.wasm')
   }
 }
 
-// A static server for two folders only: /pkg/... from the wasm package, the rest from here.
-const types = {
-  '.html': 'text/html; charset=utf-8',
-  '.js': 'text/javascript; charset=utf-8',
-  '.mjs': 'text/javascript; charset=utf-8',
-  '.wasm': 'application/wasm',
-  '.json': 'application/json',
-  '.map': 'application/json',
-  '.ts': 'text/plain; charset=utf-8',
-};
-const server = createServer((req, res) => {
-  const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
-  const [root, rel] = path.startsWith('/pkg/') ? [pkgDir, path.slice(5)] : [here, path.slice(1)];
-  const file = resolve(root, rel || 'selftest.html');
-  let body;
-  try {
-    if (!file.startsWith(root + sep)) throw new Error('outside the served folders');
-    body = readFileSync(file);
-  } catch {
-    res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
-    return;
-  }
-  res.writeHead(200, {
-    'content-type': types[extname(file)] ?? 'application/octet-stream',
-    'cache-control': 'no-store',
-  }).end(body);
-});
-await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
-const url = `http://127.0.0.1:${server.address().port}/selftest.html` +
+// /pkg/... from the wasm package, the rest from here.
+const { server, base } = await serve({ '/pkg/': pkgDir, '/': here }, 'selftest.html');
+const url = `${base}/selftest.html` +
   (prefix ? `?prefix=${encodeURIComponent(prefix)}` : '');
 
-const userDataDir = mkdtempSync(join(tmpdir(), 'tritium-chromium-'));
 const started = Date.now();
 const seconds = () => ((Date.now() - started) / 1000).toFixed(1);
 let context;
+let closeBrowser = async () => {};
 const problems = []; // no adapter, page error, crash, timeout, zero checks: each fails the run
 const gpuErrors = []; // WebGPU errors that error scopes caught (the related check fails too)
 const streamed = new Map(); // name -> passed, as results arrive
@@ -111,13 +83,7 @@ const watchdog = setTimeout(() => {
 let report;
 let adapterInfo;
 try {
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath,
-    headless: true,
-    args: ['--headless=new', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-quic',
-      '--no-first-run', '--disable-background-networking', '--disable-component-update',
-      '--disable-sync'],
-  });
+  ({ context, close: closeBrowser } = await launch(executablePath));
   const page = context.pages()[0] ?? await context.newPage();
   let broken = false;
   page.on('pageerror', (e) => { problems.push(`page error: ${e.message}`); broken = true; });
@@ -164,9 +130,8 @@ try {
     : `the browser run failed: ${e.message}`);
 } finally {
   clearTimeout(watchdog);
-  await context?.close().catch(() => {});
+  await closeBrowser();
   server.close();
-  rmSync(userDataDir, { recursive: true, force: true });
 }
 
 let passed = [...streamed.values()].filter(Boolean).length;

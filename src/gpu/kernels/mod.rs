@@ -29,6 +29,9 @@ pub enum Kernel {
     Embedding(GgmlType),
     /// Per-token int8 absmax quantization of activations (BitLinear input).
     QuantizeActivations,
+    /// The same quantization written back as f32 `x_q / s` (BitLinear input for kernels that
+    /// take f32 activations: TQ1_0, TQ2_0).
+    FakeQuantizeActivations,
     RmsNorm,
     Rope,
     Attention,
@@ -121,6 +124,7 @@ impl Kernel {
         }
         v.extend([
             Kernel::QuantizeActivations,
+            Kernel::FakeQuantizeActivations,
             Kernel::RmsNorm,
             Kernel::Rope,
             Kernel::Attention,
@@ -147,7 +151,7 @@ impl Kernel {
                 I2_S | TQ1_0 | TQ2_0 => ternary::source(self),
                 _ => None,
             },
-            Kernel::QuantizeActivations => ternary::source(self),
+            Kernel::QuantizeActivations | Kernel::FakeQuantizeActivations => ternary::source(self),
             Kernel::Copy => Some(KernelSource {
                 files: &["copy.wgsl"],
                 entry: "main",

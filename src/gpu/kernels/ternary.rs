@@ -1,19 +1,24 @@
 //! Ternary formats: I2_S as BitLinear (int8 activations, integer accumulation), and upstream
-//! ggml's TQ1_0 and TQ2_0 (f32 activations; the model applies BitLinear's activation
-//! quantization before them).
+//! ggml's TQ1_0 and TQ2_0 (f32 activations; for BitLinear the activations are quantized and
+//! written back as f32 first).
 //!
 //! # Kernels
 //! - `QuantizeActivations` (`quantize_activations.wgsl`): f32 `(n_tokens, cols)` to one buffer
 //!   of per-token records: a 16-byte header (the f32 scale `s = 127 / max(absmax, 1e-5)`, the
 //!   i32 sum of the int8 values, two zero words) then the int8 values packed 4 per u32, zero
 //!   padded to 16 bytes (see `shaders/quant/i2s.wgsl` and [`crate::gpu::bitlinear`]).
+//! - `FakeQuantizeActivations` (`fake_quantize_activations.wgsl`): the same quantization
+//!   written back as f32 `x_q / s`, `(n_tokens, cols)`, the BitLinear input of the TQ kernels.
+//!   Both quantizers take `s` and `x_q` from `activation_quant.wgsl`, so they agree bit for bit
+//!   with each other and with the CPU.
 //! - `Matvec(I2_S)` / `Matmul(I2_S)` (`matvec_i2s.wgsl`, `matmul_i2s.wgsl`, helpers in
 //!   `quant/i2s.wgsl`): take those records as binding 1; `sum(c * x_q)` with unsigned codes by
 //!   `dot4I8Packed` into an i32, minus the header's `sum(x_q)`, times `weight_scale / s` once.
 //! - `Matvec(TQ*)` / `Matmul(TQ*)`: one skeleton each (`matvec_ternary.wgsl`,
 //!   `matmul_ternary.wgsl`) over a decode interface (`TQ_WORDS`, `tq_word`, `tq_scale`,
 //!   `tq_word_dot`) that `quant/tq1_0.wgsl` and `quant/tq2_0.wgsl` implement, with the
-//!   conversion-free 2-bit decode of `quant/ternary_codes.wgsl`.
+//!   conversion-free 2-bit decode of `quant/ternary_codes.wgsl`; the result is multiplied by
+//!   the `weight_scale` uniform (BitNet's per-tensor scale, else 1).
 //!
 //! # Layout on the GPU
 //! I2_S rows are whole 32-byte blocks, so the codes are uploaded as they are (the per-tensor
@@ -36,7 +41,7 @@
 //!   neighbouring activations.
 //! - Matmul: one invocation per row, `WG` rows by [`MATMUL_TILE_TOKENS`] tokens per workgroup,
 //!   token tiles fastest.
-//! - QuantizeActivations: one workgroup per token.
+//! - QuantizeActivations, FakeQuantizeActivations: one workgroup per token.
 
 use super::{Kernel, KernelSource};
 use crate::quant::GgmlType;
@@ -51,6 +56,14 @@ pub const TQ_MATVEC_THREADS_PER_ROW: u32 = 32;
 pub const MATMUL_TILE_TOKENS: u32 = 8;
 
 pub const FILES: &[(&str, &str)] = &[
+    (
+        "activation_quant.wgsl",
+        include_str!("../../../shaders/activation_quant.wgsl"),
+    ),
+    (
+        "fake_quantize_activations.wgsl",
+        include_str!("../../../shaders/fake_quantize_activations.wgsl"),
+    ),
     (
         "quantize_activations.wgsl",
         include_str!("../../../shaders/quantize_activations.wgsl"),
@@ -93,8 +106,10 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
     use GgmlType::*;
     const P: &str = "matmul_params.wgsl";
     const C: &str = "quant/ternary_codes.wgsl";
+    const A: &str = "activation_quant.wgsl";
     let (files, default_workgroup_size): (&'static [&'static str], u32) = match kernel {
-        Kernel::QuantizeActivations => (&["quantize_activations.wgsl"], 256),
+        Kernel::QuantizeActivations => (&[A, "quantize_activations.wgsl"], 256),
+        Kernel::FakeQuantizeActivations => (&[A, "fake_quantize_activations.wgsl"], 256),
         Kernel::Matvec(I2_S) => (&[P, "quant/i2s.wgsl", "matvec_i2s.wgsl"], 64),
         Kernel::Matmul(I2_S) => (&[P, "quant/i2s.wgsl", "matmul_i2s.wgsl"], 64),
         Kernel::Matvec(TQ1_0) => (&[P, C, "quant/tq1_0.wgsl", "matvec_ternary.wgsl"], 64),
@@ -153,16 +168,19 @@ pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32)
         }
         Kernel::Matvec(_) => rows.div_ceil((wg / TQ_MATVEC_THREADS_PER_ROW).max(1)),
         Kernel::Matmul(_) => rows.div_ceil(wg) * n_tokens.div_ceil(MATMUL_TILE_TOKENS),
-        Kernel::QuantizeActivations => n_tokens,
+        Kernel::QuantizeActivations | Kernel::FakeQuantizeActivations => n_tokens,
         _ => rows,
     }
 }
 
 /// Uniform structs of this family (checked against the WGSL by tests/gpu_uniforms.rs).
 pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
-    vec![crate::gpu::uniforms::UniformLayout::of::<
-        crate::gpu::bitlinear::QuantizeParams,
-    >()]
+    use crate::gpu::bitlinear::{FakeQuantParams, QuantizeParams};
+    use crate::gpu::uniforms::UniformLayout;
+    vec![
+        UniformLayout::of::<QuantizeParams>(),
+        UniformLayout::of::<FakeQuantParams>(),
+    ]
 }
 
 #[cfg(test)]

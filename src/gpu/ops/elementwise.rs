@@ -19,30 +19,13 @@ gpu_uniform! {
     }
 }
 
-/// Which function of `(first, second)`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Elementwise {
-    /// `first + second` (residual add).
-    Add,
-    /// `silu(first) * second` (Llama FFN).
-    SiluMul,
-    /// `max(first, 0)^2` (no second operand).
-    ReluSquared,
-    /// `max(first, 0)^2 * second` (BitNet FFN: `relu(gate)^2 * up`).
-    ReluSquaredMul,
-}
+pub use crate::backend::Elementwise;
 
-impl Elementwise {
-    fn kernel(self) -> Kernel {
-        match self {
-            Elementwise::Add => Kernel::Add,
-            Elementwise::SiluMul => Kernel::SiluMul,
-            Elementwise::ReluSquared | Elementwise::ReluSquaredMul => Kernel::ReluSquared,
-        }
-    }
-
-    fn takes_second(self) -> bool {
-        self != Elementwise::ReluSquared
+fn kernel(f: Elementwise) -> Kernel {
+    match f {
+        Elementwise::Add => Kernel::Add,
+        Elementwise::SiluMul => Kernel::SiluMul,
+        Elementwise::ReluSquared | Elementwise::ReluSquaredMul => Kernel::ReluSquared,
     }
 }
 
@@ -80,7 +63,7 @@ impl ElementwiseOp {
             None
         };
         check(n > 0, || format!("{f:?} over zero elements"))?;
-        let (pipeline, wg) = pipeline(ctx, f.kernel())?;
+        let (pipeline, wg) = pipeline(ctx, kernel(f))?;
         let params = ctx.uniform(
             "elementwise.params",
             &ElementwiseParams {

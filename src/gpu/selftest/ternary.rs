@@ -1,5 +1,6 @@
-//! Checks of the ternary family: activation quantization, I2_S BitLinear (matvec and matmul),
-//! TQ1_0 and TQ2_0 (matvec and matmul), against the CPU references.
+//! Checks of the ternary family: activation quantization (int8 records and f32), I2_S
+//! BitLinear (matvec and matmul), TQ1_0 and TQ2_0 (matvec and matmul on f32 activations, and
+//! as BitLinear), against the CPU references.
 //!
 //! Shapes are BitNet b1.58 2B4T's in small form plus odd ones: rows 640 (the K/V projection)
 //! and 7; cols 2560 (hidden) and 3 blocks (384 for I2_S's 128-weight blocks, 768 for the TQ
@@ -10,7 +11,9 @@ use super::{
     Rng, Stats,
 };
 use crate::cpu::bitlinear::{bitlinear_i2s, quantize_activations};
-use crate::gpu::bitlinear::{activations_bytes, decode_record, record_bytes};
+use crate::gpu::bitlinear::{
+    activations_bytes, decode_record, fake_activations_bytes, record_bytes,
+};
 use crate::gpu::bitlinear::{BitLinearOp, QuantizeActivationsOp};
 use crate::gpu::weights::{row_bytes, GpuWeight};
 use crate::gpu::GpuContext;
@@ -36,6 +39,18 @@ pub const CHECKS: &[Check] = &[
     Check {
         name: "ternary/matmul_tq1_0",
         run: |ctx| Box::pin(tq(ctx, GgmlType::TQ1_0, &[3, 17])),
+    },
+    Check {
+        name: "ternary/fake_quantize_activations",
+        run: |ctx| Box::pin(fake_quantize_check(ctx)),
+    },
+    Check {
+        name: "ternary/bitlinear_tq1_0",
+        run: |ctx| Box::pin(tq_bitlinear(ctx, GgmlType::TQ1_0)),
+    },
+    Check {
+        name: "ternary/bitlinear_tq2_0",
+        run: |ctx| Box::pin(tq_bitlinear(ctx, GgmlType::TQ2_0)),
     },
     Check {
         name: "ternary/matvec_tq2_0",
@@ -74,21 +89,24 @@ fn activations(rng: &mut Rng, n_tokens: usize, cols: usize) -> Vec<f32> {
     x
 }
 
+/// `(n_tokens, cols)` for the quantization checks: 4096 tokens of 4 values put the scale
+/// division through many mantissas and binades; 8196 values take several strides of the
+/// workgroup; 100 is no multiple of 16 (record padding).
+const QUANTIZE_SHAPES: [(usize, usize); 6] = [
+    (3, 2560),
+    (64, 384),
+    (17, 100),
+    (2, 6912),
+    (4096, 4),
+    (2, 8196),
+];
+
 /// QuantizeActivations against the CPU: int8 values, padding and the header exactly equal,
 /// scales bit-equal (the kernel divides by exact integer long division; `127 / m` is never a
 /// tie, so the rounding is decided by the round and sticky bits). Tolerance: none.
 async fn quantize_check(ctx: &GpuContext) -> Result<Stats, String> {
     let mut stats = Stats::default();
-    // 4096 tokens of 4 values put the scale division through many mantissas and binades;
-    // 8196 values take several strides of the workgroup.
-    for (n_tokens, cols) in [
-        (3usize, 2560usize),
-        (64, 384),
-        (17, 100),
-        (2, 6912),
-        (4096, 4),
-        (2, 8196),
-    ] {
+    for (n_tokens, cols) in QUANTIZE_SHAPES {
         let mut rng = Rng(n_tokens as u64 * 1009 + cols as u64);
         let x = activations(&mut rng, n_tokens, cols);
         let (want_q, want_s) = quantize_activations(&x, cols);
@@ -217,6 +235,99 @@ async fn tq(ctx: &GpuContext, dtype: GgmlType, token_counts: &[usize]) -> Result
             for max_chunk in chunk_limits(dtype, rows, cols)? {
                 let gw = upload(ctx, dtype, rows, cols, &data, max_chunk)?;
                 let got = run_matmul(ctx, &gw, &xb, n as u32).await?;
+                stats.merge(compare(
+                    &format!("{rows}x{cols}, {n} tokens, {} chunks", gw.chunks.len()),
+                    &got,
+                    &want,
+                    &bound,
+                )?);
+            }
+        }
+    }
+    Ok(stats)
+}
+
+/// FakeQuantizeActivations against the CPU quantizer: `y = x_q / s` with the CPU's `x_q` and
+/// `s`. The kernel takes `s` and `x_q` from the same WGSL helpers as QuantizeActivations
+/// (checked bit-exact above); only the final `x_q / s` is a WGSL division, allowed 2.5 ulp of
+/// the exact quotient, so the bound is `2.5 eps |x_q / s|` against the exact f64 quotient (a
+/// zero code must give exactly zero). A wrong code would be off by `1 / s`, at least
+/// `|x_q / s| / 127`, far outside the bound.
+async fn fake_quantize_check(ctx: &GpuContext) -> Result<Stats, String> {
+    let mut stats = Stats::default();
+    for (n_tokens, cols) in QUANTIZE_SHAPES {
+        let mut rng = Rng(n_tokens as u64 * 2003 + cols as u64);
+        let x = activations(&mut rng, n_tokens, cols);
+        let (want_q, want_s) = quantize_activations(&x, cols);
+        let want: Vec<f64> = want_q
+            .iter()
+            .enumerate()
+            .map(|(i, &q)| f64::from(q) / f64::from(want_s[i / cols]))
+            .collect();
+        let bound: Vec<f64> = want
+            .iter()
+            .map(|v| 2.5 * f64::from(f32::EPSILON) * v.abs())
+            .collect();
+        let xb = upload_f32(ctx, "x", &x)?;
+        let n = (fake_activations_bytes(cols as u32, n_tokens as u32) / 4) as usize;
+        let y = poisoned(ctx, n)?;
+        let op = QuantizeActivationsOp::fake(ctx, &xb, &y, cols as u32, n_tokens as u32)
+            .map_err(gpu_err)?;
+        submit(ctx, |pass| op.record(pass));
+        let got = read_f32(ctx, &y, n).await?;
+        stats.merge(compare(&format!("{n_tokens}x{cols}"), &got, &want, &bound)?);
+    }
+    Ok(stats)
+}
+
+/// BitLinear over TQ1_0/TQ2_0 (fake quantization, then matvec for 1 token and matmul for 3
+/// and 17) against the CPU twin's definition evaluated in f64:
+/// `y[t, r] = weight_scale * sum_c w[r, c] * x_q[t, c] / s_t`, with `w` from
+/// `quant::dequantize` and `x_q`, `s_t` from `cpu::bitlinear::quantize_activations`, on the
+/// special activation rows too (all zero, tiny, ties), with a weight scale other than 1 (the
+/// kernels apply it from the uniform). Bound, with `S = |weight_scale| sum_c |w x_q / s|`:
+/// the GPU's `x_q / s` is within 2.5 eps relative (see the check above), the TQ kernels'
+/// summation within `cols eps` of `S` (see [`tq`]), the final multiply by the weight scale one
+/// rounding: `(cols + 4) eps S`.
+async fn tq_bitlinear(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
+    let mut stats = Stats::default();
+    for (rows, cols) in [(640usize, 2560usize), (7, 768), (7, 2560), (640, 768)] {
+        let mut rng = Rng(rows as u64 * 15_485_863 + cols as u64 + dtype as u64);
+        let w = rng.vec(rows * cols, 1.0);
+        let mut data = quant::quantize(dtype, &w).map_err(|e| e.to_string())?;
+        data[0] = 0xff;
+        data[1] = 0xf7;
+        let deq = quant::dequantize(dtype, &data, rows * cols).map_err(|e| e.to_string())?;
+        // A BitNet-like per-tensor scale, not a power of two (its multiply rounds).
+        let ws = 0.5 + rng.f32().abs();
+        for n in [1usize, 3, 17] {
+            let x = activations(&mut rng, n, cols);
+            let (xq, s) = quantize_activations(&x, cols);
+            let mut want = vec![0.0f64; rows * n];
+            let mut bound = vec![0.0f64; rows * n];
+            for t in 0..n {
+                let st = f64::from(s[t]);
+                for r in 0..rows {
+                    let (mut acc, mut abs) = (0.0f64, 0.0f64);
+                    for c in 0..cols {
+                        let p = f64::from(deq[r * cols + c]) * f64::from(xq[t * cols + c]) / st;
+                        acc += p;
+                        abs += p.abs();
+                    }
+                    let ws = f64::from(ws);
+                    want[t * rows + r] = ws * acc;
+                    bound[t * rows + r] =
+                        (cols as f64 + 4.0) * f64::from(f32::EPSILON) * ws.abs() * abs;
+                }
+            }
+            let xb = upload_f32(ctx, "x", &x)?;
+            for max_chunk in chunk_limits(dtype, rows, cols)? {
+                let mut gw = upload(ctx, dtype, rows, cols, &data, max_chunk)?;
+                gw.scale = ws;
+                let y = poisoned(ctx, rows * n)?;
+                let op = BitLinearOp::new(ctx, &gw, &xb, &y, n as u32).map_err(gpu_err)?;
+                submit(ctx, |pass| op.record(pass));
+                let got = read_f32(ctx, &y, rows * n).await?;
                 stats.merge(compare(
                     &format!("{rows}x{cols}, {n} tokens, {} chunks", gw.chunks.len()),
                     &got,

@@ -1,0 +1,568 @@
+//! The wgpu backend: every op call of a forward pass is recorded onto a tape, and the whole pass
+//! is submitted once, at [`Backend::finish`], with the readback copy in the same submission.
+//!
+//! A tape is kept per batch size. The first pass of a given size builds each op (its uniforms
+//! and bind groups) and stores it with a key of its arguments; later passes find the same key
+//! at the same place on the tape and only record the stored op, so a steady decode loop
+//! creates no buffers, bind groups or uniforms: advancing to the next token is a write of the
+//! token ids and of the shared position uniform. A call whose key differs rebuilds the tape
+//! from that point on.
+
+use std::collections::HashMap;
+
+use super::{Backend, Elementwise, KvShape, Logits, Readback, Tensor, Weight, WeightData};
+use crate::cpu::ops::RopeConfig;
+use crate::gpu::bitlinear::BitLinearOp;
+use crate::gpu::embedding::EmbeddingOp;
+use crate::gpu::matmul::MatmulOp;
+use crate::gpu::ops::{
+    AttentionBuffers, AttentionCall, AttentionOp, ElementwiseOp, KvCache, KvDtype, Position,
+    RmsNormOp, RopeOp, RopeTable, TopKOp,
+};
+use crate::gpu::weights::GpuWeight;
+use crate::gpu::{GpuContext, GpuError};
+use crate::quant::GgmlType;
+use crate::Error;
+
+/// The arguments that identify one op on the tape.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    Embed(Weight, Tensor),
+    RmsNorm(Tensor, Tensor, Tensor, usize, usize, u32),
+    Matmul(Weight, Tensor, Tensor, usize),
+    BitLinear(Weight, Tensor, Tensor, usize),
+    Rope(Tensor, usize),
+    Attention(usize, [Tensor; 4], usize),
+    Elementwise(Elementwise, Tensor, Option<Tensor>, Option<Tensor>, usize),
+    CopyRow(Tensor, usize, usize, Tensor),
+    TopK(Tensor, usize, usize, usize),
+}
+
+enum Step {
+    Embed(EmbeddingOp),
+    RmsNorm(RmsNormOp),
+    Matmul(MatmulOp),
+    BitLinear(Box<BitLinearOp>),
+    Rope(RopeOp),
+    Attention(AttentionOp),
+    Elementwise(ElementwiseOp),
+    TopK(TopKOp),
+    /// A buffer copy (between compute passes).
+    Copy {
+        src: Tensor,
+        src_offset: u64,
+        dst: Tensor,
+        bytes: u64,
+    },
+}
+
+impl Step {
+    fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        match self {
+            Step::Embed(op) => op.record(pass),
+            Step::RmsNorm(op) => op.record(pass),
+            Step::Matmul(op) => op.record(pass),
+            Step::BitLinear(op) => op.record(pass),
+            Step::Rope(op) => op.record(pass),
+            Step::Attention(op) => op.record(pass),
+            Step::Elementwise(op) => op.record(pass),
+            Step::TopK(op) => op.record(pass),
+            Step::Copy { .. } => {}
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tape {
+    steps: Vec<(Key, Step)>,
+}
+
+/// The wgpu backend.
+pub struct GpuBackend {
+    pub ctx: GpuContext,
+    max_batch: usize,
+    buffers: Vec<wgpu::Buffer>,
+    weights: Vec<GpuWeight>,
+    cache: Option<KvCache>,
+    /// The KV cache's element type; `None`: f16 where the device has `shader-f16`.
+    kv_dtype: Option<KvDtype>,
+    rope: Option<RopeTable>,
+    position: Position,
+    /// Token ids of the pass (`max_batch` u32).
+    ids: wgpu::Buffer,
+    /// Top-k output (`max_batch * k` pairs, grown on demand).
+    top: Option<(wgpu::Buffer, usize)>,
+    staging: Option<wgpu::Buffer>,
+    tapes: HashMap<usize, Tape>,
+    n_tokens: usize,
+    cursor: usize,
+    bytes: u64,
+}
+
+impl GpuBackend {
+    /// A backend on `ctx` whose passes take at most `max_batch` tokens.
+    pub fn new(ctx: GpuContext, max_batch: usize) -> Result<Self, Error> {
+        let max_batch = max_batch.max(1);
+        let ids = ctx.storage("tokens", max_batch as u64 * 4)?;
+        let position = Position::new(&ctx, 0);
+        Ok(GpuBackend {
+            ctx,
+            max_batch,
+            buffers: Vec::new(),
+            weights: Vec::new(),
+            cache: None,
+            kv_dtype: None,
+            rope: None,
+            position,
+            ids,
+            top: None,
+            staging: None,
+            tapes: HashMap::new(),
+            n_tokens: 0,
+            cursor: 0,
+            bytes: max_batch as u64 * 4,
+        })
+    }
+
+    /// Choose the KV cache's element type (before the model is loaded). f32 keeps keys and
+    /// values exactly as computed, for comparisons with f32 references; f16 halves the memory.
+    pub fn set_kv_dtype(&mut self, dtype: Option<KvDtype>) {
+        self.kv_dtype = dtype;
+    }
+
+    fn buf(&self, t: Tensor) -> &wgpu::Buffer {
+        &self.buffers[t.0 as usize]
+    }
+
+    /// Advance the tape by one op with `key`, building it with `build` unless the tape
+    /// already holds it at this place.
+    fn step(
+        &mut self,
+        key: Key,
+        build: impl FnOnce(&Self) -> Result<Step, GpuError>,
+    ) -> Result<(), Error> {
+        let cursor = self.cursor;
+        let n = self.n_tokens;
+        let hit = self
+            .tapes
+            .get(&n)
+            .and_then(|t| t.steps.get(cursor))
+            .is_some_and(|(k, _)| *k == key);
+        if !hit {
+            let step = build(self)?;
+            let tape = self.tapes.entry(n).or_default();
+            tape.steps.truncate(cursor);
+            tape.steps.push((key, step));
+        }
+        self.cursor += 1;
+        Ok(())
+    }
+
+    fn cache(&self) -> Result<&KvCache, GpuError> {
+        self.cache
+            .as_ref()
+            .ok_or_else(|| GpuError::Validation("attention before the KV cache was created".into()))
+    }
+
+    fn staging(&mut self, bytes: u64) -> wgpu::Buffer {
+        let size = bytes.next_multiple_of(4).max(4);
+        if let Some(s) = &self.staging {
+            if s.size() >= size {
+                return s.clone();
+            }
+        }
+        let s = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: size.next_power_of_two(),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.staging = Some(s.clone());
+        s
+    }
+
+    /// Record the current tape into one command encoder.
+    fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
+        let Some(tape) = self.tapes.get(&self.n_tokens) else {
+            return;
+        };
+        let steps = &tape.steps[..self.cursor.min(tape.steps.len())];
+        let mut i = 0;
+        while i < steps.len() {
+            if let (
+                _,
+                Step::Copy {
+                    src,
+                    src_offset,
+                    dst,
+                    bytes,
+                },
+            ) = &steps[i]
+            {
+                encoder.copy_buffer_to_buffer(
+                    self.buf(*src),
+                    *src_offset,
+                    self.buf(*dst),
+                    0,
+                    *bytes,
+                );
+                i += 1;
+                continue;
+            }
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("forward"),
+                timestamp_writes: None,
+            });
+            while i < steps.len() && !matches!(steps[i].1, Step::Copy { .. }) {
+                steps[i].1.record(&mut pass);
+                i += 1;
+            }
+        }
+    }
+}
+
+impl Backend for GpuBackend {
+    fn describe(&self) -> String {
+        format!(
+            "gpu: {} ({})",
+            self.ctx.adapter.name, self.ctx.adapter.backend
+        )
+    }
+
+    fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, Error> {
+        let (rows, cols) = (u32::try_from(w.rows), u32::try_from(w.cols));
+        let (Ok(rows), Ok(cols)) = (rows, cols) else {
+            return Err(Error::Usage(format!(
+                "{}: too many rows or columns",
+                w.name
+            )));
+        };
+        let mut gw = self
+            .ctx
+            .upload_weight(w.name, w.dtype, rows, cols, w.bytes)?;
+        if let Some(s) = w.scale {
+            gw.scale *= s;
+        }
+        self.bytes += gw.bytes;
+        self.weights.push(gw);
+        Ok(Weight(self.weights.len() as u32 - 1))
+    }
+
+    fn load_vector(&mut self, name: &str, values: &[f32]) -> Result<Tensor, Error> {
+        let b = self.ctx.storage_init(name, bytemuck::cast_slice(values))?;
+        self.bytes += b.size();
+        self.buffers.push(b);
+        Ok(Tensor(self.buffers.len() as u32 - 1))
+    }
+
+    fn alloc(&mut self, name: &str, len: usize) -> Result<Tensor, Error> {
+        let b = self.ctx.storage(name, len as u64 * 4)?;
+        self.bytes += b.size();
+        self.buffers.push(b);
+        Ok(Tensor(self.buffers.len() as u32 - 1))
+    }
+
+    fn init_cache(&mut self, kv: KvShape, rope: &RopeConfig) -> Result<(), Error> {
+        let dtype = self
+            .kv_dtype
+            .unwrap_or_else(|| KvDtype::preferred(&self.ctx));
+        let cache = KvCache::new(
+            &self.ctx,
+            kv.n_layers,
+            kv.max_ctx as u32,
+            kv.n_kv_heads as u32,
+            kv.head_dim as u32,
+            dtype,
+        )?;
+        self.bytes +=
+            2 * (kv.n_layers * kv.max_ctx * kv.n_kv_heads * kv.head_dim) as u64 * dtype.bytes();
+        self.cache = Some(cache);
+        self.rope = Some(RopeTable::new(&self.ctx, rope)?);
+        self.tapes.clear();
+        Ok(())
+    }
+
+    fn bytes_used(&self) -> u64 {
+        self.bytes
+    }
+
+    fn begin(&mut self, ids: &[u32], pos0: usize) -> Result<(), Error> {
+        if ids.is_empty() || ids.len() > self.max_batch {
+            return Err(Error::Usage(format!(
+                "a forward pass of {} tokens (1 ..= {})",
+                ids.len(),
+                self.max_batch
+            )));
+        }
+        if let Some(c) = &self.cache {
+            if pos0 + ids.len() > c.max_ctx as usize {
+                return Err(Error::Usage(format!(
+                    "positions {pos0} .. {} exceed the context of {} tokens",
+                    pos0 + ids.len(),
+                    c.max_ctx
+                )));
+            }
+        }
+        self.ctx.write(&self.ids, 0, ids);
+        self.position.set(&self.ctx, pos0 as u32);
+        self.n_tokens = ids.len();
+        self.cursor = 0;
+        Ok(())
+    }
+
+    fn embed(&mut self, table: Weight, out: Tensor) -> Result<(), Error> {
+        let n = self.n_tokens as u32;
+        self.step(Key::Embed(table, out), |s| {
+            let w = &s.weights[table.0 as usize];
+            Ok(Step::Embed(EmbeddingOp::new(
+                &s.ctx,
+                w,
+                &s.ids,
+                s.buf(out),
+                n,
+            )?))
+        })
+    }
+
+    fn rms_norm(
+        &mut self,
+        x: Tensor,
+        weight: Tensor,
+        out: Tensor,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<(), Error> {
+        let key = Key::RmsNorm(x, weight, out, rows, dim, eps.to_bits());
+        self.step(key, |s| {
+            Ok(Step::RmsNorm(RmsNormOp::new(
+                &s.ctx,
+                s.buf(x),
+                s.buf(weight),
+                s.buf(out),
+                rows as u32,
+                dim as u32,
+                eps,
+            )?))
+        })
+    }
+
+    fn matmul(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
+        self.step(Key::Matmul(w, x, out, rows), |s| {
+            let gw = &s.weights[w.0 as usize];
+            Ok(Step::Matmul(MatmulOp::new(
+                &s.ctx,
+                gw,
+                s.buf(x),
+                s.buf(out),
+                rows as u32,
+            )?))
+        })
+    }
+
+    fn bitlinear(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
+        let dtype = self.weights[w.0 as usize].dtype;
+        if !matches!(dtype, GgmlType::I2_S | GgmlType::TQ1_0 | GgmlType::TQ2_0) {
+            return Err(GpuError::Unsupported(format!(
+                "BitLinear over {dtype} weights on the GPU (ternary types only)"
+            ))
+            .into());
+        }
+        self.step(Key::BitLinear(w, x, out, rows), |s| {
+            let gw = &s.weights[w.0 as usize];
+            Ok(Step::BitLinear(Box::new(BitLinearOp::new(
+                &s.ctx,
+                gw,
+                s.buf(x),
+                s.buf(out),
+                rows as u32,
+            )?)))
+        })
+    }
+
+    fn rope(&mut self, x: Tensor, n_heads: usize) -> Result<(), Error> {
+        let n = self.n_tokens as u32;
+        self.step(Key::Rope(x, n_heads), |s| {
+            let table = s
+                .rope
+                .as_ref()
+                .ok_or_else(|| GpuError::Validation("RoPE before its table was created".into()))?;
+            Ok(Step::Rope(RopeOp::new(
+                &s.ctx,
+                table,
+                s.buf(x),
+                &s.position,
+                n,
+                n_heads as u32,
+            )?))
+        })
+    }
+
+    fn attention(
+        &mut self,
+        layer: usize,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        out: Tensor,
+        n_heads: usize,
+    ) -> Result<(), Error> {
+        let n = self.n_tokens as u32;
+        self.step(Key::Attention(layer, [q, k, v, out], n_heads), |s| {
+            let io = AttentionBuffers {
+                q: s.buf(q),
+                k: s.buf(k),
+                v: s.buf(v),
+                out: s.buf(out),
+            };
+            let call = AttentionCall {
+                layer,
+                n_heads: n_heads as u32,
+                n_tokens: n,
+                splits: None,
+            };
+            Ok(Step::Attention(AttentionOp::new(
+                &s.ctx,
+                s.cache()?,
+                &s.position,
+                io,
+                call,
+            )?))
+        })
+    }
+
+    fn elementwise(
+        &mut self,
+        f: Elementwise,
+        out: Tensor,
+        first: Option<Tensor>,
+        second: Option<Tensor>,
+        len: usize,
+    ) -> Result<(), Error> {
+        self.step(Key::Elementwise(f, out, first, second, len), |s| {
+            Ok(Step::Elementwise(ElementwiseOp::new(
+                &s.ctx,
+                f,
+                s.buf(out),
+                first.map(|t| s.buf(t)),
+                second.map(|t| s.buf(t)),
+                len as u32,
+            )?))
+        })
+    }
+
+    fn copy_row(&mut self, src: Tensor, row: usize, cols: usize, dst: Tensor) -> Result<(), Error> {
+        let bytes = cols as u64 * 4;
+        let src_offset = row as u64 * bytes;
+        if self.buf(src).size() < src_offset + bytes || self.buf(dst).size() < bytes {
+            return Err(GpuError::Validation(format!(
+                "copy of row {row} ({cols} values): a buffer is too small"
+            ))
+            .into());
+        }
+        self.step(Key::CopyRow(src, row, cols, dst), |_| {
+            Ok(Step::Copy {
+                src,
+                src_offset,
+                dst,
+                bytes,
+            })
+        })
+    }
+
+    async fn finish(
+        &mut self,
+        logits: Tensor,
+        rows: usize,
+        vocab: usize,
+        readback: Readback,
+    ) -> Result<Logits, Error> {
+        let row_bytes = vocab as u64 * 4;
+        // What to copy back: (source buffer, offset, bytes).
+        let source = match readback {
+            Readback::All => Some((self.buf(logits).clone(), 0, rows as u64 * row_bytes)),
+            Readback::Last => Some((
+                self.buf(logits).clone(),
+                (rows as u64 - 1) * row_bytes,
+                row_bytes,
+            )),
+            Readback::TopK(k) => {
+                let need = rows * k;
+                if self.top.as_ref().is_none_or(|(_, n)| *n < need) {
+                    let b = self.ctx.storage("top_k", need as u64 * 8)?;
+                    self.top = Some((b, need));
+                    // Ops bound to the old buffer must be rebuilt.
+                    for tape in self.tapes.values_mut() {
+                        tape.steps.retain(|(key, _)| !matches!(key, Key::TopK(..)));
+                    }
+                }
+                let top = self.top.as_ref().map(|(b, _)| b.clone());
+                let Some(top) = top else {
+                    return Err(GpuError::Validation("no top-k buffer".into()).into());
+                };
+                let t = top.clone();
+                self.step(Key::TopK(logits, rows, vocab, k), move |s| {
+                    Ok(Step::TopK(TopKOp::new(
+                        &s.ctx,
+                        s.buf(logits),
+                        &t,
+                        rows as u32,
+                        vocab as u32,
+                        k as u32,
+                    )?))
+                })?;
+                Some((top, (rows as u64 - 1) * k as u64 * 8, k as u64 * 8))
+            }
+            Readback::Nothing => None,
+        };
+        let mut encoder = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("forward"),
+            });
+        self.encode(&mut encoder);
+        let Some((buffer, offset, bytes)) = source else {
+            self.ctx.queue.submit([encoder.finish()]);
+            return Ok(Logits::None);
+        };
+        let staging = self.staging(bytes);
+        encoder.copy_buffer_to_buffer(&buffer, offset, &staging, 0, bytes.next_multiple_of(4));
+        self.ctx.queue.submit([encoder.finish()]);
+        let (tx, rx) = futures_channel::oneshot::channel();
+        staging
+            .slice(..bytes)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+        self.ctx.poll_wait();
+        rx.await
+            .map_err(|_| GpuError::Readback("the map callback was dropped".into()))?
+            .map_err(|e| GpuError::Readback(e.to_string()))?;
+        let data = {
+            let view = staging
+                .slice(..bytes)
+                .get_mapped_range()
+                .map_err(|e| GpuError::Readback(e.to_string()))?;
+            view.to_vec()
+        };
+        staging.unmap();
+        Ok(match readback {
+            Readback::TopK(_) => Logits::Top(
+                data.chunks_exact(8)
+                    .map(|c| {
+                        let id = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                        let v = f32::from_le_bytes([c[4], c[5], c[6], c[7]]);
+                        (id, v)
+                    })
+                    .filter(|&(id, _)| id != u32::MAX)
+                    .collect(),
+            ),
+            _ => Logits::Full(bytemuck::pod_collect_to_vec(&data)),
+        })
+    }
+}

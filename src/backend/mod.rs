@@ -1,0 +1,202 @@
+//! The ops a model's forward pass is written against, and the backends that run them: the CPU
+//! ([`cpu::CpuBackend`], the reference) and wgpu ([`gpu::GpuBackend`], WebGPU in the browser,
+//! Vulkan/Metal natively).
+//!
+//! A backend owns every buffer: the model asks for activation buffers ([`Tensor`]) and uploads
+//! weights ([`Weight`]) once, then each forward pass is a sequence of op calls between
+//! [`Backend::begin`] and [`Backend::finish`]. The CPU backend runs each op as it is called; the
+//! GPU backend records it (building its uniforms and bind groups the first time a call with the
+//! same buffers and shape is seen, reusing them afterwards) and submits the whole pass at
+//! `finish`, reading back only what was asked for.
+//!
+//! Layouts are row-major f32: a batch of `n` rows of `dim` values is `x[row * dim + i]`.
+
+pub mod cpu;
+#[cfg(feature = "gpu")]
+pub mod gpu;
+
+use crate::cpu::ops::RopeConfig;
+use crate::quant::GgmlType;
+
+pub use crate::cpu::ops::AttentionShape;
+
+/// An f32 buffer owned by a backend.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Tensor(pub(crate) u32);
+
+/// A weight matrix owned by a backend, in its file format.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Weight(pub(crate) u32);
+
+/// A `[rows, cols]` weight as the file stores it.
+#[derive(Clone, Copy, Debug)]
+pub struct WeightData<'a> {
+    pub name: &'a str,
+    pub dtype: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    /// The tensor's bytes (for I2_S including the trailing scale).
+    pub bytes: &'a [u8],
+    /// A separate per-tensor scale the weight is multiplied by (upstream llama.cpp's
+    /// `blk.N.<name>.scale` for TQ1_0/TQ2_0 BitNet files); I2_S carries its own.
+    pub scale: Option<f32>,
+}
+
+/// Which function of `(first, second)` [`Backend::elementwise`] computes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Elementwise {
+    /// `first + second` (residual add).
+    Add,
+    /// `silu(first) * second` (Llama FFN).
+    SiluMul,
+    /// `max(first, 0)^2` (no second operand).
+    ReluSquared,
+    /// `max(first, 0)^2 * second` (BitNet FFN: `relu(gate)^2 * up`).
+    ReluSquaredMul,
+}
+
+impl Elementwise {
+    /// Whether the function reads a second operand.
+    pub fn takes_second(self) -> bool {
+        self != Elementwise::ReluSquared
+    }
+}
+
+/// What [`Backend::finish`] reads back from a `(rows, vocab)` logits buffer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Readback {
+    /// Every row (the `logits` command; costs `rows * vocab * 4` bytes).
+    All,
+    /// The last row in full (sampling that needs the whole distribution).
+    Last,
+    /// The best `k` `(id, logit)` of the last row, best first.
+    TopK(usize),
+    /// Nothing (prefill chunks before the last).
+    Nothing,
+}
+
+/// What a forward pass returns.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Logits {
+    /// `rows * vocab` values (All) or `vocab` values (Last).
+    Full(Vec<f32>),
+    /// Best first, ties by lower id.
+    Top(Vec<(u32, f32)>),
+    None,
+}
+
+/// Everything one layer's KV cache needs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct KvShape {
+    pub n_layers: usize,
+    pub max_ctx: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+/// The ops of a forward pass. Errors are [`crate::Error`] (a GPU op that cannot be built, a
+/// shape the backend does not support); a backend never panics on model data.
+#[allow(async_fn_in_trait)]
+pub trait Backend {
+    /// A short description (`cpu`, `gpu: NVIDIA H200 (Vulkan)`).
+    fn describe(&self) -> String;
+
+    /// Most tokens one forward pass takes (activation buffers are sized for it).
+    fn max_batch(&self) -> usize;
+
+    /// Upload a weight in its file format.
+    fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, crate::Error>;
+
+    /// An f32 vector (norm weights) uploaded once.
+    fn load_vector(&mut self, name: &str, values: &[f32]) -> Result<Tensor, crate::Error>;
+
+    /// A zeroed activation buffer of `len` f32.
+    fn alloc(&mut self, name: &str, len: usize) -> Result<Tensor, crate::Error>;
+
+    /// Create the KV cache and the RoPE table (once per model, before the first pass).
+    fn init_cache(&mut self, kv: KvShape, rope: &RopeConfig) -> Result<(), crate::Error>;
+
+    /// Bytes this backend holds for weights, activations and cache.
+    fn bytes_used(&self) -> u64;
+
+    /// Start a forward pass over `ids` (at most [`Backend::max_batch`]) at positions
+    /// `pos0 ..`.
+    fn begin(&mut self, ids: &[u32], pos0: usize) -> Result<(), crate::Error>;
+
+    /// `out[t, :] = table[ids[t], :]` for the pass's tokens.
+    fn embed(&mut self, table: Weight, out: Tensor) -> Result<(), crate::Error>;
+
+    /// `out[r, :] = rmsnorm(x[r, :]) * weight` for `rows` rows of `weight`'s length `dim`.
+    fn rms_norm(
+        &mut self,
+        x: Tensor,
+        weight: Tensor,
+        out: Tensor,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<(), crate::Error>;
+
+    /// `out[t, :] = W x[t, :]` for `rows` rows of x (f32 activations; a separate scale of the
+    /// weight is applied).
+    fn matmul(
+        &mut self,
+        w: Weight,
+        x: Tensor,
+        out: Tensor,
+        rows: usize,
+    ) -> Result<(), crate::Error>;
+
+    /// BitLinear: `out[t, :] = (W_ternary . q(x[t, :])) * weight_scale / s_t` with `q` the
+    /// per-token int8 absmax quantization (transformers' BitNet).
+    fn bitlinear(
+        &mut self,
+        w: Weight,
+        x: Tensor,
+        out: Tensor,
+        rows: usize,
+    ) -> Result<(), crate::Error>;
+
+    /// Rotate `x: (n_tokens, n_heads, head_dim)` in place at the pass's positions.
+    fn rope(&mut self, x: Tensor, n_heads: usize) -> Result<(), crate::Error>;
+
+    /// Append the pass's `k`, `v` to layer `layer` of the cache at the pass's positions, then
+    /// causal attention of `q` over positions `0 ..= pos`: `out: (n_tokens, n_heads, head_dim)`.
+    fn attention(
+        &mut self,
+        layer: usize,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        out: Tensor,
+        n_heads: usize,
+    ) -> Result<(), crate::Error>;
+
+    /// `out[i] = f(first[i], second[i])` for `len` values (`first: None`: in place on `out`).
+    fn elementwise(
+        &mut self,
+        f: Elementwise,
+        out: Tensor,
+        first: Option<Tensor>,
+        second: Option<Tensor>,
+        len: usize,
+    ) -> Result<(), crate::Error>;
+
+    /// `dst[0 .. cols] = src[row * cols ..][.. cols]`.
+    fn copy_row(
+        &mut self,
+        src: Tensor,
+        row: usize,
+        cols: usize,
+        dst: Tensor,
+    ) -> Result<(), crate::Error>;
+
+    /// End the pass (the GPU submits it) and read back from `logits: (rows, vocab)`.
+    async fn finish(
+        &mut self,
+        logits: Tensor,
+        rows: usize,
+        vocab: usize,
+        readback: Readback,
+    ) -> Result<Logits, crate::Error>;
+}

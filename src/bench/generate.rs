@@ -1,0 +1,141 @@
+//! `tritium bench generate <model>`: prefill speed at a long prompt, decode speed over many
+//! tokens, time to first token and GPU memory, with the decode figure as a fraction of the
+//! physical limit: (bytes of weights one token must read) / (copy bandwidth measured in the
+//! same run).
+
+use web_time::Instant;
+
+use super::kernels::copy_bandwidth;
+use crate::backend::gpu::GpuBackend;
+use crate::backend::{Backend, Readback};
+use crate::formats::gguf::GgufFile;
+use crate::formats::source::ByteSource;
+use crate::gpu::GpuContext;
+use crate::model::{GgufTensors, Model, ModelConfig};
+use crate::Error;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct GenerateBenchOptions {
+    pub prompt_tokens: usize,
+    pub decode_tokens: usize,
+    /// Most tokens per prefill pass.
+    pub batch: usize,
+    /// Untimed runs first (pipelines compiled, tapes built, clocks up).
+    pub warmup: bool,
+}
+
+/// The figures (`--json` prints this).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GenerateBenchReport {
+    pub adapter: String,
+    pub arch: String,
+    pub prompt_tokens: usize,
+    pub prefill_ms: f64,
+    pub prefill_tokens_per_s: f64,
+    /// Prefill plus sampling the first token (greedy, top-1 read back).
+    pub time_to_first_token_ms: f64,
+    pub decode_tokens: usize,
+    pub decode_ms: f64,
+    pub decode_tokens_per_s: f64,
+    /// Bytes the backend holds (weights, activations, KV cache): the peak, since nothing is
+    /// allocated after the first passes.
+    pub gpu_bytes: u64,
+    /// Weight bytes one decoded token reads (every matrix once; the LM head included).
+    pub bytes_per_token: u64,
+    pub copy_gb_per_s: f64,
+    /// `copy_gb_per_s / bytes_per_token`: decode tokens/s if only weight reads cost time.
+    pub limit_tokens_per_s: f64,
+    pub fraction_of_limit: f64,
+}
+
+/// Weight bytes a decode step reads: every 2-D tensor, except an embedding that is only
+/// gathered (a separate `output.weight` exists).
+pub fn bytes_per_token(file: &GgufFile) -> u64 {
+    let untied = file.tensor("output.weight").is_some();
+    file.tensors
+        .iter()
+        .filter(|t| t.dims.len() == 2 && !(untied && t.name == "token_embd.weight"))
+        .map(|t| t.n_bytes)
+        .sum()
+}
+
+/// Run the benchmark on `ctx` (the model is loaded with a context of prompt + decode tokens).
+pub fn run(
+    ctx: GpuContext,
+    file: &GgufFile,
+    src: &dyn ByteSource,
+    opts: &GenerateBenchOptions,
+) -> Result<GenerateBenchReport, Error> {
+    let config = ModelConfig::from_gguf(file)?;
+    let copy_bytes = (256u64 << 20).min(ctx.max_binding_bytes()) & !15;
+    let copy = copy_bandwidth(&ctx, copy_bytes, 20, 3)?.best();
+    let adapter = format!("{} ({})", ctx.adapter.name, ctx.adapter.backend);
+    let backend = GpuBackend::new(ctx, opts.batch.max(1))?;
+    let total = opts.prompt_tokens + opts.decode_tokens;
+    let tensors = GgufTensors { file, src };
+    let mut model = Model::load(backend, config.clone(), &tensors, total)?;
+    // Token ids spread over the vocabulary (the values do not change the work).
+    let prompt: Vec<u32> = (0..opts.prompt_tokens)
+        .map(|i| ((i as u64 * 7919 + 13) % config.n_vocab as u64) as u32)
+        .collect();
+    let batch = model.backend.max_batch();
+
+    let prefill = |model: &mut Model<GpuBackend>| -> Result<(f64, f64, u32), Error> {
+        let start = Instant::now();
+        let chunks = prompt.chunks(batch).count();
+        let mut first = 0;
+        for (i, chunk) in prompt.chunks(batch).enumerate() {
+            let rb = if i + 1 == chunks {
+                Readback::TopK(1)
+            } else {
+                Readback::Nothing
+            };
+            if let crate::backend::Logits::Top(t) =
+                pollster::block_on(model.forward(chunk, i * batch, rb))?
+            {
+                first = t.first().map_or(0, |c| c.0);
+            }
+        }
+        let ttft = start.elapsed().as_secs_f64() * 1e3;
+        Ok((ttft, ttft, first))
+    };
+    let decode = |model: &mut Model<GpuBackend>, first: u32, n: usize| -> Result<f64, Error> {
+        let start = Instant::now();
+        let mut token = first;
+        for i in 0..n {
+            let pos = prompt.len() + i;
+            if let crate::backend::Logits::Top(t) =
+                pollster::block_on(model.forward(&[token], pos, Readback::TopK(1)))?
+            {
+                token = t.first().map_or(0, |c| c.0);
+            }
+        }
+        Ok(start.elapsed().as_secs_f64() * 1e3)
+    };
+    if opts.warmup {
+        let (_, _, first) = prefill(&mut model)?;
+        decode(&mut model, first, opts.decode_tokens.min(16))?;
+    }
+    let (prefill_ms, ttft, first) = prefill(&mut model)?;
+    let decode_ms = decode(&mut model, first, opts.decode_tokens)?;
+    let bpt = bytes_per_token(file);
+    let decode_tps = opts.decode_tokens as f64 / (decode_ms / 1e3);
+    let limit = copy * 1e9 / bpt as f64;
+    Ok(GenerateBenchReport {
+        adapter,
+        arch: config.arch_name,
+        prompt_tokens: opts.prompt_tokens,
+        prefill_ms,
+        prefill_tokens_per_s: opts.prompt_tokens as f64 / (prefill_ms / 1e3),
+        time_to_first_token_ms: ttft,
+        decode_tokens: opts.decode_tokens,
+        decode_ms,
+        decode_tokens_per_s: decode_tps,
+        gpu_bytes: model.backend.bytes_used(),
+        bytes_per_token: bpt,
+        copy_gb_per_s: copy,
+        limit_tokens_per_s: limit,
+        fraction_of_limit: decode_tps / limit,
+    })
+}

@@ -1,0 +1,524 @@
+//! `tritium run`, `tritium chat` and `tritium logits`: load a model on the CPU or GPU backend
+//! and generate (streaming text to the terminal, or one JSON object), converse, or write the
+//! logits of one batch.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+
+use super::model::{open, OpenModel};
+use crate::backend::cpu::CpuBackend;
+use crate::backend::Backend;
+use crate::engine::{Engine, FinishReason, GenerateOptions, Generation, TokenControl};
+use crate::formats::gguf::GgufFile;
+use crate::model::{GgufTensors, Model, ModelConfig};
+use crate::sampling::SamplerConfig;
+use crate::text::{ChatMessage, ChatTemplate, TextStream, Tokenizer};
+use crate::Error;
+
+/// Which backend runs the model.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendChoice {
+    /// The GPU when the machine has a real one; the CPU when the only adapter is a software
+    /// rasterizer (lavapipe, SwiftShader), which is slower than the CPU backend.
+    Auto,
+    Cpu,
+    Gpu,
+}
+
+/// Options every model-running command takes.
+#[derive(Args, Clone, Debug)]
+pub struct LoadArgs {
+    /// A GGUF file.
+    pub model: PathBuf,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
+    /// Context (KV cache) size in tokens; default: the model's, capped at 4096.
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// Most tokens per forward pass (prefill batch).
+    #[arg(long, default_value_t = 128)]
+    pub batch: usize,
+    /// The GPU's KV cache element type: f16 where the device supports it, or f32.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub kv_cache: KvChoice,
+}
+
+/// KV cache element type.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KvChoice {
+    Auto,
+    F16,
+    F32,
+}
+
+/// Sampling flags.
+#[derive(Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// 0 turns it off.
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// 1 turns it off.
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Text that ends the generation (repeatable; not included in the output).
+    #[arg(long = "stop")]
+    pub stop: Vec<String>,
+}
+
+impl SamplingArgs {
+    fn config(&self) -> SamplerConfig {
+        SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            seed: self.seed,
+        }
+    }
+}
+
+/// `tritium run` arguments.
+#[derive(Args, Clone, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// The prompt (raw text; BOS added as the model's tokenizer says).
+    #[arg(short, long, conflicts_with = "ids")]
+    pub prompt: Option<String>,
+    /// The prompt as token ids: `1,2,3`.
+    #[arg(long, value_delimiter = ',')]
+    pub ids: Option<Vec<u32>>,
+    /// Wrap the prompt as a user message in the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// One JSON object instead of streamed text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A model opened for generation: its GGUF, tokenizer and template.
+struct Loaded {
+    file: Box<GgufFile>,
+    src: crate::storage::FileSource,
+    config: ModelConfig,
+    tokenizer: Option<Tokenizer>,
+    template: ChatTemplate,
+}
+
+fn open_model(path: &Path) -> Result<Loaded, Error> {
+    let (src, file) = match open(path)? {
+        OpenModel::Gguf { src, file } => (src, file),
+        _ => {
+            return Err(Error::Usage(format!(
+                "{}: running RDRR and Trellis models is not supported yet; give a GGUF file",
+                path.display()
+            )))
+        }
+    };
+    let config = ModelConfig::from_gguf(&file).map_err(|e| e.at(path))?;
+    // A model without tokenizer metadata still runs from token ids.
+    let tokenizer = Tokenizer::from_gguf(&file).ok();
+    let template = ChatTemplate::from_gguf(&file).unwrap_or_else(|e| {
+        eprintln!("warning: the model's chat template does not load ({e}); using ChatML");
+        ChatTemplate::chatml()
+    });
+    Ok(Loaded {
+        file,
+        src,
+        config,
+        tokenizer,
+        template,
+    })
+}
+
+/// Load the model onto the chosen backend and hand the engine to `f`.
+fn with_engine<T>(
+    args: &LoadArgs,
+    loaded: &Loaded,
+    f: impl FnOnce(&mut dyn EngineOps) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let ctx = args
+        .ctx
+        .unwrap_or(loaded.config.context_length.min(4096))
+        .min(loaded.config.context_length.max(1));
+    let tensors = GgufTensors {
+        file: &loaded.file,
+        src: &loaded.src,
+    };
+    let at = |e: Error| e.at(&args.model);
+    #[cfg(feature = "gpu")]
+    let gpu = match args.backend {
+        BackendChoice::Cpu => None,
+        BackendChoice::Gpu => Some(pollster::block_on(crate::gpu::GpuContext::new(
+            &crate::gpu::DeviceOptions::default(),
+        ))?),
+        BackendChoice::Auto => pollster::block_on(crate::gpu::GpuContext::new(
+            &crate::gpu::DeviceOptions::default(),
+        ))
+        .ok()
+        .filter(|c| c.adapter.device_type != "Cpu"),
+    };
+    #[cfg(not(feature = "gpu"))]
+    let gpu: Option<()> = match args.backend {
+        BackendChoice::Gpu => {
+            return Err(Error::Usage(
+                "this build has no GPU backend (feature `gpu`)".into(),
+            ))
+        }
+        _ => None,
+    };
+    match gpu {
+        None => {
+            let b = CpuBackend::new(args.batch);
+            let model = Model::load(b, loaded.config.clone(), &tensors, ctx).map_err(at)?;
+            f(&mut Engine::new(model))
+        }
+        #[cfg(feature = "gpu")]
+        Some(gpu) => {
+            {
+                use crate::backend::gpu::GpuBackend;
+                use crate::gpu::ops::KvDtype;
+                let mut b = GpuBackend::new(gpu, args.batch)?;
+                b.set_kv_dtype(match args.kv_cache {
+                    KvChoice::Auto => None,
+                    KvChoice::F16 => Some(KvDtype::F16),
+                    KvChoice::F32 => Some(KvDtype::F32),
+                });
+                let model = Model::load(b, loaded.config.clone(), &tensors, ctx).map_err(at)?;
+                f(&mut Engine::new(model))
+            }
+            #[cfg(not(feature = "gpu"))]
+            Err(Error::Usage(
+                "this build has no GPU backend (feature `gpu`)".into(),
+            ))
+        }
+    }
+}
+
+/// The engine operations the commands use, object-safe (blocking natively).
+trait EngineOps {
+    fn describe(&self) -> String;
+    fn logits_all(&mut self, ids: &[u32]) -> Result<Vec<f32>, Error>;
+    fn generate(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        on_token: &mut dyn FnMut(u32) -> TokenControl,
+    ) -> Result<Generation, Error>;
+}
+
+impl<B: Backend> EngineOps for Engine<B> {
+    fn describe(&self) -> String {
+        self.model.backend.describe()
+    }
+
+    fn logits_all(&mut self, ids: &[u32]) -> Result<Vec<f32>, Error> {
+        pollster::block_on(Engine::logits_all(self, ids))
+    }
+
+    fn generate(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        on_token: &mut dyn FnMut(u32) -> TokenControl,
+    ) -> Result<Generation, Error> {
+        pollster::block_on(Engine::generate(self, prompt, opts, on_token))
+    }
+}
+
+fn need_tokenizer(loaded: &Loaded) -> Result<&Tokenizer, Error> {
+    loaded.tokenizer.as_ref().ok_or_else(|| {
+        Error::Usage("the model has no tokenizer metadata: give the prompt as --ids".into())
+    })
+}
+
+/// Tokenize a rendered chat: BOS is added only when the template did not write it.
+fn encode_chat(tok: &Tokenizer, rendered: &str) -> Result<Vec<u32>, Error> {
+    let bos_text = tok.bos().and_then(|b| tok.id_to_token(b));
+    let has_bos = bos_text.is_some_and(|b| !b.is_empty() && rendered.starts_with(&b));
+    Ok(tok.encode(rendered, !has_bos)?)
+}
+
+/// Streams generated text, holding back what could be the start of a stop string.
+struct Detokenizer<'a> {
+    tok: Option<&'a Tokenizer>,
+    stream: TextStream,
+    stop: &'a [String],
+    /// Text produced and not yet released.
+    pending: String,
+    pub text: String,
+}
+
+impl<'a> Detokenizer<'a> {
+    fn new(tok: Option<&'a Tokenizer>, stop: &'a [String]) -> Self {
+        Detokenizer {
+            tok,
+            stream: TextStream::new(true),
+            stop,
+            pending: String::new(),
+            text: String::new(),
+        }
+    }
+
+    /// Add a token; returns the text that can be shown now and whether a stop string was hit.
+    fn push(&mut self, id: u32) -> Result<(String, bool), Error> {
+        let Some(tok) = self.tok else {
+            return Ok((String::new(), false));
+        };
+        self.pending.push_str(&self.stream.push(tok, id)?);
+        if let Some((at, _)) = self
+            .stop
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| self.pending.find(s.as_str()).map(|i| (i, s)))
+            .min_by_key(|(i, _)| *i)
+        {
+            let out = self.pending[..at].to_string();
+            self.text.push_str(&out);
+            self.pending.clear();
+            return Ok((out, true));
+        }
+        // Keep back the longest suffix that is a prefix of some stop string.
+        let keep = self
+            .stop
+            .iter()
+            .map(|s| {
+                (1..s.len().min(self.pending.len() + 1))
+                    .rev()
+                    .find(|&n| {
+                        self.pending.is_char_boundary(self.pending.len() - n)
+                            && s.is_char_boundary(n)
+                            && self.pending.ends_with(&s[..n])
+                    })
+                    .unwrap_or(0)
+            })
+            .max()
+            .unwrap_or(0);
+        let cut = self.pending.len() - keep;
+        let out = self.pending[..cut].to_string();
+        self.pending.drain(..cut);
+        self.text.push_str(&out);
+        Ok((out, false))
+    }
+
+    fn finish(&mut self) -> String {
+        let mut out = std::mem::take(&mut self.pending);
+        out.push_str(&self.stream.finish());
+        self.text.push_str(&out);
+        out
+    }
+}
+
+/// `tritium run`.
+pub fn run(args: &RunArgs) -> Result<ExitCode, Error> {
+    let loaded = open_model(&args.load.model)?;
+    let tok = loaded.tokenizer.as_ref();
+    let prompt_ids = match (&args.ids, &args.prompt) {
+        (Some(ids), _) => ids.clone(),
+        (None, Some(p)) => {
+            let t = need_tokenizer(&loaded)?;
+            if args.chat {
+                let rendered = loaded
+                    .template
+                    .render(&[ChatMessage::new("user", p.as_str())], true)?;
+                encode_chat(t, &rendered)?
+            } else {
+                t.encode(p, true)?
+            }
+        }
+        (None, None) => return Err(Error::Usage("give a prompt: -p TEXT or --ids 1,2,3".into())),
+    };
+    let opts = GenerateOptions {
+        max_tokens: args.sampling.max_tokens,
+        sampling: args.sampling.config(),
+        stop_ids: tok.map(|t| t.stop_ids().to_vec()).unwrap_or_default(),
+    };
+    let json = args.json;
+    with_engine(&args.load, &loaded, |engine| {
+        let mut detok = Detokenizer::new(tok, &args.sampling.stop);
+        let mut stdout = std::io::stdout();
+        let mut failure = None;
+        let generation = engine.generate(&prompt_ids, &opts, &mut |id| match detok.push(id) {
+            Ok((text, stop)) => {
+                if !json {
+                    let _ = stdout.write_all(text.as_bytes());
+                    let _ = stdout.flush();
+                }
+                if stop {
+                    TokenControl::Stop
+                } else {
+                    TokenControl::Continue
+                }
+            }
+            Err(e) => {
+                failure = Some(e);
+                TokenControl::Cancel
+            }
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let tail = detok.finish();
+        let u = &generation.usage;
+        if json {
+            let out = serde_json::json!({
+                "backend": engine.describe(),
+                "prompt_ids": generation.prompt_ids,
+                "generated_ids": generation.ids,
+                "text": detok.text,
+                "finish_reason": generation.finish_reason,
+                "usage": {
+                    "prompt_tokens": u.prompt_tokens,
+                    "cached_tokens": u.cached_tokens,
+                    "completion_tokens": u.generated_tokens,
+                    "total_tokens": u.prompt_tokens + u.generated_tokens,
+                },
+                "timings": {
+                    "prefill_ms": u.prefill_ms,
+                    "decode_ms": u.decode_ms,
+                    "time_to_first_token_ms": u.time_to_first_token_ms,
+                    "prefill_tokens_per_s": u.prefill_tokens_per_s,
+                    "decode_tokens_per_s": u.decode_tokens_per_s,
+                },
+            });
+            println!("{out}");
+        } else {
+            println!("{tail}");
+            eprintln!(
+                "\n[{}] {} prompt tokens ({:.1} tok/s prefill), {} generated ({:.1} tok/s), \
+                 first token after {:.0} ms, finish: {:?}",
+                engine.describe(),
+                u.prompt_tokens,
+                u.prefill_tokens_per_s,
+                u.generated_tokens,
+                u.decode_tokens_per_s,
+                u.time_to_first_token_ms,
+                generation.finish_reason
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// `tritium logits`.
+pub fn logits(load: &LoadArgs, ids: &[u32], output: &Path) -> Result<ExitCode, Error> {
+    let loaded = open_model(&load.model)?;
+    let io = |e: std::io::Error| Error::Io {
+        path: output.display().to_string(),
+        message: e.to_string(),
+    };
+    let mut args = load.clone();
+    // The whole batch must fit the context.
+    args.ctx = Some(args.ctx.unwrap_or(0).max(ids.len()));
+    with_engine(&args, &loaded, |engine| {
+        let v = engine.logits_all(ids)?;
+        let part = output.with_extension("part");
+        std::fs::write(&part, bytemuck::cast_slice::<f32, u8>(&v)).map_err(io)?;
+        std::fs::rename(&part, output).map_err(io)?;
+        eprintln!(
+            "wrote {} x {} logits to {} ({})",
+            ids.len(),
+            v.len() / ids.len().max(1),
+            output.display(),
+            engine.describe()
+        );
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// `tritium chat`: an interactive conversation on the terminal (an empty line or EOF ends
+/// it; `/reset` starts over).
+pub fn chat(
+    load: &LoadArgs,
+    sampling: &SamplingArgs,
+    system: Option<&str>,
+) -> Result<ExitCode, Error> {
+    let loaded = open_model(&load.model)?;
+    let tok = need_tokenizer(&loaded)?;
+    let template = &loaded.template;
+    let opts = GenerateOptions {
+        max_tokens: sampling.max_tokens,
+        sampling: sampling.config(),
+        stop_ids: tok.stop_ids().to_vec(),
+    };
+    with_engine(load, &loaded, |engine| {
+        eprintln!(
+            "[{}] type a message; an empty line ends, /reset starts over",
+            engine.describe()
+        );
+        let mut messages: Vec<ChatMessage> = system
+            .map(|s| vec![ChatMessage::new("system", s)])
+            .unwrap_or_default();
+        let stdin = std::io::stdin();
+        let mut stdout = std::io::stdout();
+        loop {
+            eprint!("> ");
+            let mut line = String::new();
+            if stdin.lock().read_line(&mut line).map_err(|e| Error::Io {
+                path: "stdin".into(),
+                message: e.to_string(),
+            })? == 0
+            {
+                break;
+            }
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                break;
+            }
+            if line == "/reset" {
+                messages.retain(|m| m.role == "system");
+                continue;
+            }
+            messages.push(ChatMessage::new("user", line));
+            let prompt = encode_chat(tok, &template.render(&messages, true)?)?;
+            let mut detok = Detokenizer::new(Some(tok), &sampling.stop);
+            let g = engine.generate(&prompt, &opts, &mut |id| match detok.push(id) {
+                Ok((text, stop)) => {
+                    let _ = stdout.write_all(text.as_bytes());
+                    let _ = stdout.flush();
+                    if stop {
+                        TokenControl::Stop
+                    } else {
+                        TokenControl::Continue
+                    }
+                }
+                Err(_) => TokenControl::Cancel,
+            })?;
+            println!("{}", detok.finish());
+            eprintln!(
+                "[{} tokens, {:.1} tok/s, {} prompt tokens reused{}]",
+                g.usage.generated_tokens,
+                g.usage.decode_tokens_per_s,
+                g.usage.cached_tokens,
+                if g.finish_reason == FinishReason::Length {
+                    ", cut at --max-tokens"
+                } else {
+                    ""
+                }
+            );
+            messages.push(ChatMessage::new("assistant", detok.text.clone()));
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}

@@ -1,0 +1,252 @@
+//! The engine: prefill a prompt in batched passes (reusing the KV cache for a prefix it already
+//! holds), then decode one token at a time, sampling from what the backend reads back (a
+//! token's top-k candidates when they suffice, the whole logits row otherwise), until a stop
+//! id, the caller's callback, the token budget or the context ends it.
+
+use web_time::Instant;
+
+use crate::backend::{Backend, Logits, Readback};
+use crate::model::Model;
+use crate::sampling::{Sampler, SamplerConfig, Scores};
+use crate::Error;
+
+/// Most candidates the GPU's top-k selection returns; beyond it the whole row is read.
+const MAX_CANDIDATES: usize = 64;
+
+/// How a generation is run.
+#[derive(Clone, Debug)]
+pub struct GenerateOptions {
+    /// Most tokens to generate (0: prefill only).
+    pub max_tokens: usize,
+    pub sampling: SamplerConfig,
+    /// Ids that end the generation (not included in the output).
+    pub stop_ids: Vec<u32>,
+}
+
+/// Why a generation ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A stop id or stop string.
+    Stop,
+    /// The token budget or the context was used up.
+    Length,
+    /// The caller's callback asked to stop.
+    Cancelled,
+}
+
+/// Token counts and times of one generation.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose keys and values were already in the cache.
+    pub cached_tokens: usize,
+    pub generated_tokens: usize,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    /// From the call to the first generated token.
+    pub time_to_first_token_ms: f64,
+    /// Prompt tokens computed per second of prefill.
+    pub prefill_tokens_per_s: f64,
+    /// Generated tokens per second of decode (the first token comes from the prefill).
+    pub decode_tokens_per_s: f64,
+}
+
+/// The result of [`Engine::generate`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Generation {
+    pub prompt_ids: Vec<u32>,
+    pub ids: Vec<u32>,
+    pub finish_reason: FinishReason,
+    pub usage: Usage,
+}
+
+/// A model plus what its KV cache holds.
+pub struct Engine<B: Backend> {
+    pub model: Model<B>,
+    /// The tokens whose keys and values the cache holds, in order.
+    cached: Vec<u32>,
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+impl<B: Backend> Engine<B> {
+    pub fn new(model: Model<B>) -> Self {
+        Engine {
+            model,
+            cached: Vec::new(),
+        }
+    }
+
+    /// Forget the cache's contents (the next prompt is computed from scratch).
+    pub fn reset(&mut self) {
+        self.cached.clear();
+    }
+
+    /// The logits at every position of `ids` (from position 0), `ids.len() * n_vocab`
+    /// values, computed in passes of the backend's batch size.
+    pub async fn logits_all(&mut self, ids: &[u32]) -> Result<Vec<f32>, Error> {
+        self.check_fits(ids.len())?;
+        self.cached.clear();
+        let mut out = Vec::with_capacity(ids.len() * self.model.config.n_vocab);
+        let batch = self.model.backend.max_batch();
+        for (i, chunk) in ids.chunks(batch).enumerate() {
+            match self.model.forward(chunk, i * batch, Readback::All).await? {
+                Logits::Full(v) => out.extend_from_slice(&v),
+                other => {
+                    return Err(Error::Usage(format!(
+                        "the backend read back {other:?} for all logits"
+                    )))
+                }
+            }
+            self.cached.extend_from_slice(chunk);
+        }
+        Ok(out)
+    }
+
+    fn check_fits(&self, n: usize) -> Result<(), Error> {
+        if n == 0 {
+            return Err(Error::Usage("an empty prompt".into()));
+        }
+        if n > self.model.ctx {
+            return Err(Error::Usage(format!(
+                "the prompt has {n} tokens, more than the context of {} (ask for a larger --ctx)",
+                self.model.ctx
+            )));
+        }
+        Ok(())
+    }
+
+    /// What to read back for sampling the next token.
+    fn readback_for(sampler: &Sampler, history: &[u32], n_vocab: usize) -> Readback {
+        match sampler.config().candidates_needed_for(history) {
+            Some(k) if k.min(n_vocab) <= MAX_CANDIDATES => Readback::TopK(k.min(n_vocab)),
+            _ => Readback::Last,
+        }
+    }
+
+    /// Compute the prompt's keys and values (the part not already cached) and return what
+    /// sampling the first token needs; the number of cached tokens reused.
+    async fn prefill(
+        &mut self,
+        prompt: &[u32],
+        readback: Readback,
+    ) -> Result<(Logits, usize), Error> {
+        // Reuse the longest cached prefix, but always compute at least the last token.
+        let common = self
+            .cached
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len() - 1);
+        self.cached.truncate(common);
+        let batch = self.model.backend.max_batch();
+        let rest = &prompt[common..];
+        let mut logits = Logits::None;
+        let n_chunks = rest.len().div_ceil(batch);
+        for (i, chunk) in rest.chunks(batch).enumerate() {
+            let rb = if i + 1 == n_chunks {
+                readback
+            } else {
+                Readback::Nothing
+            };
+            logits = self.model.forward(chunk, common + i * batch, rb).await?;
+            self.cached.extend_from_slice(chunk);
+        }
+        Ok((logits, common))
+    }
+
+    /// Generate from `prompt`. `on_token` sees each generated id as it is produced and
+    /// returns `false` to stop (finish reason `Cancelled`, or `Stop` when it reports a stop
+    /// string through `stopped`).
+    pub async fn generate(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        mut on_token: impl FnMut(u32) -> TokenControl,
+    ) -> Result<Generation, Error> {
+        self.check_fits(prompt.len())?;
+        let mut sampler = Sampler::new(opts.sampling)?;
+        let n_vocab = self.model.config.n_vocab;
+        let start = Instant::now();
+        let mut history = prompt.to_vec();
+        let mut usage = Usage {
+            prompt_tokens: prompt.len(),
+            ..Usage::default()
+        };
+        let mut ids = Vec::new();
+        let done = |ids: Vec<u32>, reason, usage| Generation {
+            prompt_ids: prompt.to_vec(),
+            ids,
+            finish_reason: reason,
+            usage,
+        };
+        let rb = if opts.max_tokens == 0 {
+            Readback::Nothing
+        } else {
+            Self::readback_for(&sampler, &history, n_vocab)
+        };
+        let (mut logits, cached) = self.prefill(prompt, rb).await?;
+        usage.cached_tokens = cached;
+        usage.prefill_ms = ms(start);
+        usage.prefill_tokens_per_s = per_s(prompt.len() - cached, usage.prefill_ms);
+        if opts.max_tokens == 0 {
+            return Ok(done(ids, FinishReason::Length, usage));
+        }
+        let decode_start = Instant::now();
+        let mut passes = 0usize;
+        let finish = loop {
+            let token = match &logits {
+                Logits::Full(row) => sampler.sample(Scores::Full(row), &history)?,
+                Logits::Top(top) => sampler.sample(Scores::Top(top), &history)?,
+                Logits::None => return Err(Error::Usage("no logits to sample from".into())),
+            };
+            if ids.is_empty() {
+                usage.time_to_first_token_ms = ms(start);
+            }
+            if opts.stop_ids.contains(&token) {
+                break FinishReason::Stop;
+            }
+            ids.push(token);
+            history.push(token);
+            match on_token(token) {
+                TokenControl::Continue => {}
+                TokenControl::Stop => break FinishReason::Stop,
+                TokenControl::Cancel => break FinishReason::Cancelled,
+            }
+            let pos = self.cached.len();
+            if ids.len() >= opts.max_tokens || pos >= self.model.ctx {
+                break FinishReason::Length;
+            }
+            let rb = Self::readback_for(&sampler, &history, n_vocab);
+            logits = self.model.forward(&[token], pos, rb).await?;
+            self.cached.push(token);
+            passes += 1;
+        };
+        usage.generated_tokens = ids.len();
+        usage.decode_ms = ms(decode_start);
+        usage.decode_tokens_per_s = per_s(passes, usage.decode_ms);
+        Ok(done(ids, finish, usage))
+    }
+}
+
+/// What the caller of [`Engine::generate`] wants after a token.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum TokenControl {
+    Continue,
+    /// A stop condition of the caller's (a stop string) was met.
+    Stop,
+    /// The caller cancelled.
+    Cancel,
+}
+
+fn per_s(n: usize, ms: f64) -> f64 {
+    if ms > 0.0 {
+        n as f64 / (ms / 1e3)
+    } else {
+        0.0
+    }
+}

@@ -1,0 +1,168 @@
+//! Models: the configuration read from a file's metadata ([`config`]), the weights by name
+//! ([`weights`]), and one forward pass per architecture written once against
+//! [`crate::backend::Backend`] ([`llama`], [`bitnet`]).
+
+pub mod bitnet;
+pub mod config;
+pub mod llama;
+pub mod weights;
+
+pub use config::{Arch, ModelConfig};
+pub use weights::{GgufTensors, TensorSource, Weights};
+
+use crate::backend::{Backend, KvShape, Logits, Readback, Tensor};
+use crate::Error;
+
+/// The activation buffers of a forward pass, sized for the backend's largest batch.
+pub struct RunState {
+    /// The residual stream `(n, dim)`.
+    pub x: Tensor,
+    /// Normed input of a sub-block `(n, dim)`.
+    pub xb: Tensor,
+    /// A sub-block's output before the residual add `(n, dim)`.
+    pub xb2: Tensor,
+    /// `(n, n_heads, head_dim)`.
+    pub q: Tensor,
+    /// `(n, n_kv_heads, head_dim)`.
+    pub k: Tensor,
+    pub v: Tensor,
+    /// Attention output `(n, n_heads, head_dim)`, and its sub-normed form (BitNet).
+    pub att: Tensor,
+    pub att_normed: Tensor,
+    /// FFN hidden `(n, ffn_dim)`: gate, up, and the sub-normed product (BitNet).
+    pub hb: Tensor,
+    pub hb2: Tensor,
+    pub hb_normed: Tensor,
+    /// The last token's residual and normed residual `(1, dim)`.
+    pub x_last: Tensor,
+    pub xb_last: Tensor,
+    /// `(n, n_vocab)`.
+    pub logits: Tensor,
+}
+
+impl RunState {
+    fn new<B: Backend>(b: &mut B, c: &ModelConfig) -> Result<Self, Error> {
+        let n = b.max_batch();
+        let q_dim = c.n_heads * c.head_dim;
+        let kv_dim = c.n_kv_heads * c.head_dim;
+        Ok(RunState {
+            x: b.alloc("x", n * c.dim)?,
+            xb: b.alloc("xb", n * c.dim)?,
+            xb2: b.alloc("xb2", n * c.dim)?,
+            q: b.alloc("q", n * q_dim)?,
+            k: b.alloc("k", n * kv_dim)?,
+            v: b.alloc("v", n * kv_dim)?,
+            att: b.alloc("att", n * q_dim)?,
+            att_normed: b.alloc("att_normed", n * q_dim)?,
+            hb: b.alloc("hb", n * c.ffn_dim)?,
+            hb2: b.alloc("hb2", n * c.ffn_dim)?,
+            hb_normed: b.alloc("hb_normed", n * c.ffn_dim)?,
+            x_last: b.alloc("x_last", c.dim)?,
+            xb_last: b.alloc("xb_last", c.dim)?,
+            logits: b.alloc("logits", n * c.n_vocab)?,
+        })
+    }
+}
+
+/// A model on a backend: configuration, weights, activations and a KV cache of `ctx`
+/// positions.
+pub struct Model<B: Backend> {
+    pub config: ModelConfig,
+    pub backend: B,
+    pub weights: Weights,
+    pub state: RunState,
+    /// Positions the KV cache holds.
+    pub ctx: usize,
+}
+
+impl<B: Backend> Model<B> {
+    /// Load a model's weights onto `backend` with a KV cache of `ctx` positions (at most the
+    /// model's trained context; 0 means the trained context).
+    pub fn load(
+        mut backend: B,
+        config: ModelConfig,
+        src: &dyn TensorSource,
+        ctx: usize,
+    ) -> Result<Self, Error> {
+        let ctx = if ctx == 0 { config.context_length } else { ctx };
+        if ctx == 0 {
+            return Err(Error::Usage("a context of zero tokens".into()));
+        }
+        let mut config = config;
+        if let Some(f) = weights::rope_freq_factors(src)? {
+            config.rope.freq_factors = Some(f);
+        }
+        let weights = Weights::load(&mut backend, &config, src)?;
+        let state = RunState::new(&mut backend, &config)?;
+        backend.init_cache(
+            KvShape {
+                n_layers: config.n_layers,
+                max_ctx: ctx,
+                n_kv_heads: config.n_kv_heads,
+                head_dim: config.head_dim,
+            },
+            &config.rope,
+        )?;
+        Ok(Model {
+            config,
+            backend,
+            weights,
+            state,
+            ctx,
+        })
+    }
+
+    /// One forward pass over `ids` at positions `pos0 ..` (at most the backend's batch),
+    /// appending their keys and values to the cache, and reading back what `readback` asks
+    /// for.
+    pub async fn forward(
+        &mut self,
+        ids: &[u32],
+        pos0: usize,
+        readback: Readback,
+    ) -> Result<Logits, Error> {
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.config.n_vocab) {
+            return Err(Error::Usage(format!(
+                "token id {bad} is outside the vocabulary of {} tokens",
+                self.config.n_vocab
+            )));
+        }
+        if pos0 + ids.len() > self.ctx {
+            return Err(Error::Usage(format!(
+                "{} tokens at position {pos0} do not fit the context of {} tokens",
+                ids.len(),
+                self.ctx
+            )));
+        }
+        self.backend.begin(ids, pos0)?;
+        let n = ids.len();
+        match self.config.arch {
+            Arch::Llama => llama::blocks(self, n)?,
+            Arch::BitNet => bitnet::blocks(self, n)?,
+        }
+        self.head(n, readback).await
+    }
+
+    /// The final norm and the LM head: over every token when all logits are read back, over
+    /// the last one otherwise, and not at all when nothing is.
+    async fn head(&mut self, n: usize, readback: Readback) -> Result<Logits, Error> {
+        let c = &self.config;
+        let (w, s) = (&self.weights, &self.state);
+        let b = &mut self.backend;
+        let rows = match readback {
+            Readback::Nothing => 1,
+            Readback::All => {
+                b.rms_norm(s.x, w.output_norm, s.xb, n, c.dim, c.eps)?;
+                b.matmul(w.output, s.xb, s.logits, n)?;
+                n
+            }
+            Readback::Last | Readback::TopK(_) => {
+                b.copy_row(s.x, n - 1, c.dim, s.x_last)?;
+                b.rms_norm(s.x_last, w.output_norm, s.xb_last, 1, c.dim, c.eps)?;
+                b.matmul(w.output, s.xb_last, s.logits, 1)?;
+                1
+            }
+        };
+        b.finish(s.logits, rows, c.n_vocab, readback).await
+    }
+}

@@ -1,0 +1,61 @@
+// Shared by the browser test runners: a static file server on 127.0.0.1 (WebGPU and OPFS need
+// a secure context) and headless Chromium with WebGPU (SwiftShader), recipes from
+// environment.md.
+import { createServer } from 'node:http';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { extname, join, resolve, sep } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const types = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.mjs': 'text/javascript; charset=utf-8',
+  '.wasm': 'application/wasm',
+  '.json': 'application/json',
+  '.map': 'application/json',
+  '.ts': 'text/plain; charset=utf-8',
+};
+
+// Serve `mounts` (URL prefix -> folder, longest prefix wins; '/' for the rest); `index` for
+// '/'. Resolves to { server, base } with base like http://127.0.0.1:PORT.
+export async function serve(mounts, index) {
+  const entries = Object.entries(mounts).sort((a, b) => b[0].length - a[0].length);
+  const server = createServer((req, res) => {
+    const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+    const [prefix, root] = entries.find(([p]) => path.startsWith(p)) ?? ['/', null];
+    const rel = path.slice(prefix.length);
+    let body;
+    try {
+      if (!root) throw new Error('no such mount');
+      const file = resolve(root, rel || index);
+      if (!file.startsWith(resolve(root) + sep)) throw new Error('outside the served folders');
+      body = readFileSync(file);
+      res.writeHead(200, {
+        'content-type': types[extname(file)] ?? 'application/octet-stream',
+        'cache-control': 'no-store',
+      }).end(body);
+    } catch {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
+    }
+  });
+  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+  return { server, base: `http://127.0.0.1:${server.address().port}` };
+}
+
+// Headless Chromium with WebGPU in a fresh profile; `close()` also removes the profile.
+export async function launch(executablePath) {
+  const userDataDir = mkdtempSync(join(tmpdir(), 'tritium-chromium-'));
+  const context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath,
+    headless: true,
+    args: ['--headless=new', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-quic',
+      '--no-first-run', '--disable-background-networking', '--disable-component-update',
+      '--disable-sync'],
+  });
+  const close = async () => {
+    await context.close().catch(() => {});
+    rmSync(userDataDir, { recursive: true, force: true });
+  };
+  return { context, close };
+}

@@ -353,37 +353,40 @@ fn check_variant(variant: &str) {
             }
         }
 
-        // Free-running greedy decoding from llama.cpp's prompt ids.
+        // Free-running greedy decoding from llama.cpp's prompt ids, as many steps as are compared
+        // (none when llama.cpp's very first step is a near tie).
         let n = confident_prefix(c);
-        let v = run_json(&[
-            "run",
-            m,
-            "--ids",
-            &ids_arg(&c.prompt_ids),
-            "--temperature",
-            "0",
-            "--max-tokens",
-            &c.greedy_ids.len().to_string(),
-            "--ctx",
-            CTX,
-            "--backend",
-            "cpu",
-            "--json",
-        ]);
-        let ours = u32s(&v["generated_ids"]);
-        for (i, &want) in c.greedy_ids[..n].iter().enumerate() {
-            // A stop on EOS may or may not list the EOS id itself.
-            let stopped_here =
-                want == g.eos && ours.len() == i && v["finish_reason"].as_str() == Some("stop");
-            if ours.get(i) != Some(&want) && !stopped_here {
-                failures.push(format!(
-                    "{p:?}: greedy step {i} gives {:?}, llama.cpp {want} (margin {}); \
-                     ours {ours:?}, llama.cpp {:?}",
-                    ours.get(i),
-                    c.greedy_step_margin[i],
-                    &c.greedy_ids[..n]
-                ));
-                break;
+        if n > 0 {
+            let v = run_json(&[
+                "run",
+                m,
+                "--ids",
+                &ids_arg(&c.prompt_ids),
+                "--temperature",
+                "0",
+                "--max-tokens",
+                &n.to_string(),
+                "--ctx",
+                CTX,
+                "--backend",
+                "cpu",
+                "--json",
+            ]);
+            let ours = u32s(&v["generated_ids"]);
+            for (i, &want) in c.greedy_ids[..n].iter().enumerate() {
+                // A stop on EOS may or may not list the EOS id itself.
+                let stopped_here =
+                    want == g.eos && ours.len() == i && v["finish_reason"].as_str() == Some("stop");
+                if ours.get(i) != Some(&want) && !stopped_here {
+                    failures.push(format!(
+                        "{p:?}: greedy step {i} gives {:?}, llama.cpp {want} (margin {}); \
+                         ours {ours:?}, llama.cpp {:?}",
+                        ours.get(i),
+                        c.greedy_step_margin[i],
+                        &c.greedy_ids[..n]
+                    ));
+                    break;
+                }
             }
         }
 

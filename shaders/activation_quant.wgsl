@@ -51,3 +51,16 @@ fn scale_for_absmax(m: f32) -> f32 {
 fn quantize4(v: vec4<f32>, s: f32) -> vec4<i32> {
     return vec4<i32>(clamp(round(v * s), vec4<f32>(-128.0), vec4<f32>(127.0)));
 }
+
+// The scale of token row `xbase` (`words` vec4 of the including kernel's `x` binding, which both
+// kernels declare as `array<vec4<f32>>`): a workgroup absmax reduction, then scale_for_absmax.
+// Call from uniform control flow with every invocation of the workgroup.
+fn token_scale(xbase: u32, words: u32, lid: u32) -> f32 {
+    var m = 0.0;
+    for (var i = lid; i < words; i = i + WG) {
+        let v = abs(x[xbase + i]);
+        m = max(m, max(max(v.x, v.y), max(v.z, v.w)));
+    }
+    let absmax = workgroup_max(m, lid);
+    return scale_for_absmax(max(absmax, 1e-5));
+}

@@ -36,13 +36,7 @@ fn main(
     }
     let words = p.cols / 4u;
     let xbase = t * (p.x_stride / 4u);
-    var m = 0.0;
-    for (var i = lid; i < words; i = i + WG) {
-        let v = abs(x[xbase + i]);
-        m = max(m, max(max(v.x, v.y), max(v.z, v.w)));
-    }
-    let absmax = workgroup_max(m, lid);
-    let s = scale_for_absmax(max(absmax, 1e-5));
+    let s = token_scale(xbase, words, lid);
     let ybase = t * (p.y_stride / 4u);
     for (var i = lid; i < words; i = i + WG) {
         y[ybase + i] = vec4<f32>(quantize4(x[xbase + i], s)) / s;

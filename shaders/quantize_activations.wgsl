@@ -34,13 +34,7 @@ fn main(
     }
     let words = p.cols / 4u;
     let xbase = t * (p.x_stride / 4u);
-    var m = 0.0;
-    for (var i = lid; i < words; i = i + WG) {
-        let v = abs(x[xbase + i]);
-        m = max(m, max(max(v.x, v.y), max(v.z, v.w)));
-    }
-    let absmax = workgroup_max(m, lid);
-    let s = scale_for_absmax(max(absmax, 1e-5));
+    let s = token_scale(xbase, words, lid);
 
     // The second pass reads x again (from cache): keeping it in registers between the passes
     // measured slower on an H200.

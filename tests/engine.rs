@@ -157,3 +157,74 @@ fn seeded_sampling_is_the_same_on_cpu_and_gpu() {
         "a different seed should change a 12-token sample"
     );
 }
+
+/// Greedy decoding on the GPU submits each pass before the previous one is read back (the
+/// device feeds its own best candidate forward). It must give the CPU's tokens exactly, stop
+/// at the same stop id, budget and context end, and leave a cache the next turn can reuse
+/// (the pass submitted ahead writes keys and values past what the engine counts as cached).
+#[test]
+fn greedy_passes_run_ahead_on_the_gpu_and_match_the_cpu() {
+    let greedy = SamplerConfig::greedy();
+    let mut cpu = load(CpuBackend::new(8));
+    let mut gpu = load(gpu(8));
+    let want = generate(&mut cpu, &IDS, greedy);
+    assert_eq!(want.len(), 12);
+    assert_eq!(generate(&mut gpu, &IDS, greedy), want);
+
+    // A stop id in the middle: the same tokens before it, on both.
+    let opts = GenerateOptions {
+        max_tokens: 12,
+        sampling: greedy,
+        stop_ids: vec![want[5]],
+    };
+    let first_stop = want.iter().position(|&t| t == want[5]).unwrap();
+    for e in [&mut cpu as &mut dyn GenerateDyn, &mut gpu] {
+        let g = e.run(&IDS, &opts);
+        assert_eq!(g.ids, want[..first_stop], "stopped at the stop id");
+        assert_eq!(g.finish_reason, tritium::engine::FinishReason::Stop);
+    }
+
+    // The next turn reuses the cache after a run that stopped early; its tokens equal a
+    // fresh engine's.
+    let mut longer = IDS.to_vec();
+    longer.extend_from_slice(&want[..first_stop]);
+    longer.extend_from_slice(&[5, 6]);
+    let opts = GenerateOptions {
+        max_tokens: 12,
+        sampling: greedy,
+        stop_ids: vec![],
+    };
+    let g = gpu.run(&longer, &opts);
+    assert!(g.usage.cached_tokens >= IDS.len(), "{:?}", g.usage);
+    assert_eq!(
+        g.ids,
+        generate(&mut load(CpuBackend::new(8)), &longer, greedy)
+    );
+
+    // The context end (64 positions): both stop there with the same tokens.
+    let opts = GenerateOptions {
+        max_tokens: 100,
+        sampling: greedy,
+        stop_ids: vec![],
+    };
+    let (c, g) = (cpu.run(&IDS, &opts), gpu.run(&IDS, &opts));
+    assert_eq!(c.finish_reason, tritium::engine::FinishReason::Length);
+    assert_eq!(
+        c.ids.len(),
+        64 - IDS.len() + 1,
+        "the last token needs no pass"
+    );
+    assert_eq!(g.ids, c.ids);
+}
+
+/// `Engine::generate` over either backend, for looping over both.
+trait GenerateDyn {
+    fn run(&mut self, prompt: &[u32], opts: &GenerateOptions) -> tritium::engine::Generation;
+}
+
+impl<B: Backend> GenerateDyn for Engine<B> {
+    fn run(&mut self, prompt: &[u32], opts: &GenerateOptions) -> tritium::engine::Generation {
+        pollster::block_on(self.generate(prompt, opts, |_| TokenControl::Continue))
+            .expect("generate")
+    }
+}

@@ -62,6 +62,8 @@ pub struct CpuBackend {
     rope: Option<RopeConfig>,
     ids: Vec<u32>,
     pos0: usize,
+    /// The best candidate of the last pass that read back its top-k (for chained passes).
+    best: Option<u32>,
 }
 
 impl CpuBackend {
@@ -77,6 +79,7 @@ impl CpuBackend {
             rope: None,
             ids: Vec::new(),
             pos0: 0,
+            best: None,
         }
     }
 
@@ -461,7 +464,16 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    async fn finish(
+    type Pending = Logits;
+
+    fn begin_chained(&mut self, pos0: usize) -> Result<(), Error> {
+        let id = self.best.ok_or_else(|| {
+            Error::Usage("a chained pass needs a previous pass that read back its top-k".into())
+        })?;
+        self.begin(&[id], pos0)
+    }
+
+    fn submit(
         &mut self,
         logits: Tensor,
         rows: usize,
@@ -474,8 +486,16 @@ impl Backend for CpuBackend {
         Ok(match readback {
             Readback::All => Logits::Full(l.to_vec()),
             Readback::Last => Logits::Full(last.to_vec()),
-            Readback::TopK(k) => Logits::Top(ops::top_k(last, k)),
+            Readback::TopK(k) => {
+                let top = ops::top_k(last, k.max(1));
+                self.best = top.first().map(|c| c.0);
+                Logits::Top(top.into_iter().take(k).collect())
+            }
             Readback::Nothing => Logits::None,
         })
+    }
+
+    async fn wait(&mut self, pending: Logits) -> Result<Logits, Error> {
+        Ok(pending)
     }
 }

@@ -10,6 +10,8 @@
 
 use std::collections::HashMap;
 
+use web_time::Instant;
+
 use super::{Backend, Elementwise, KvShape, Logits, Readback, Tensor, Weight, WeightData};
 use crate::cpu::ops::RopeConfig;
 use crate::gpu::bitlinear::BitLinearOp;
@@ -23,6 +25,26 @@ use crate::gpu::weights::GpuWeight;
 use crate::gpu::{GpuContext, GpuError};
 use crate::quant::GgmlType;
 use crate::Error;
+
+/// A submitted pass: what to wait for and where its readback lands (a pass dropped without a
+/// wait frees its readback buffer).
+pub struct GpuPending {
+    submission: wgpu::SubmissionIndex,
+    read: Option<(wgpu::Buffer, u64)>,
+    readback: Readback,
+}
+
+/// Host time spent per phase since the backend was made (seconds), for benchmarks.
+#[derive(Copy, Clone, Debug, Default, serde::Serialize)]
+pub struct PassTimings {
+    pub passes: u64,
+    /// Recording the tape into a command encoder.
+    pub record_s: f64,
+    /// `queue.submit`.
+    pub submit_s: f64,
+    /// Waiting for readbacks (the GPU finishing, the map).
+    pub wait_s: f64,
+}
 
 /// The arguments that identify one op on the tape.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -92,7 +114,11 @@ pub struct GpuBackend {
     ids: wgpu::Buffer,
     /// Top-k output (`max_batch * k` pairs, grown on demand).
     top: Option<(wgpu::Buffer, usize)>,
-    staging: Option<wgpu::Buffer>,
+    /// Readback buffers not in use by a submitted pass.
+    free_staging: Vec<wgpu::Buffer>,
+    /// The last submitted pass read back its top-k (so its best id is in `ids`).
+    chain_ready: bool,
+    timings: PassTimings,
     tapes: HashMap<usize, Tape>,
     n_tokens: usize,
     cursor: usize,
@@ -116,7 +142,9 @@ impl GpuBackend {
             position,
             ids,
             top: None,
-            staging: None,
+            free_staging: Vec::new(),
+            chain_ready: false,
+            timings: PassTimings::default(),
             tapes: HashMap::new(),
             n_tokens: 0,
             cursor: 0,
@@ -164,21 +192,63 @@ impl GpuBackend {
             .ok_or_else(|| GpuError::Validation("attention before the KV cache was created".into()))
     }
 
-    fn staging(&mut self, bytes: u64) -> wgpu::Buffer {
-        let size = bytes.next_multiple_of(4).max(4);
-        if let Some(s) = &self.staging {
-            if s.size() >= size {
-                return s.clone();
+    /// Start a pass of `n` tokens at `pos0` (the token ids are written by the caller, or
+    /// were left in `ids` by the previous pass).
+    fn begin_at(&mut self, n: usize, pos0: usize) -> Result<(), Error> {
+        if n == 0 || n > self.max_batch {
+            return Err(Error::Usage(format!(
+                "a forward pass of {n} tokens (1 ..= {})",
+                self.max_batch
+            )));
+        }
+        if let Some(c) = &self.cache {
+            if pos0 + n > c.max_ctx as usize {
+                return Err(Error::Usage(format!(
+                    "positions {pos0} .. {} exceed the context of {} tokens",
+                    pos0 + n,
+                    c.max_ctx
+                )));
             }
         }
-        let s = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        self.position.set(&self.ctx, pos0 as u32);
+        self.n_tokens = n;
+        self.cursor = 0;
+        Ok(())
+    }
+
+    /// A readback buffer of at least `bytes` bytes that no submitted pass uses.
+    fn take_staging(&mut self, bytes: u64) -> Result<wgpu::Buffer, GpuError> {
+        let size = bytes.next_multiple_of(4).max(4);
+        if let Some(i) = self.free_staging.iter().position(|s| s.size() >= size) {
+            return Ok(self.free_staging.swap_remove(i));
+        }
+        Ok(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
             size: size.next_power_of_two(),
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
-        });
-        self.staging = Some(s.clone());
-        s
+        }))
+    }
+
+    /// The top-k output buffer with room for `pairs` `(id, value)` pairs.
+    fn top_buffer(&mut self, pairs: usize) -> Result<wgpu::Buffer, GpuError> {
+        if self.top.as_ref().is_none_or(|(_, n)| *n < pairs) {
+            let b = self.ctx.storage("top_k", pairs as u64 * 8)?;
+            self.top = Some((b, pairs));
+            // Ops bound to the old buffer must be rebuilt.
+            for tape in self.tapes.values_mut() {
+                tape.steps.retain(|(key, _)| !matches!(key, Key::TopK(..)));
+            }
+        }
+        self.top
+            .as_ref()
+            .map(|(b, _)| b.clone())
+            .ok_or_else(|| GpuError::Validation("no top-k buffer".into()))
+    }
+
+    /// Where the host's time went since the backend was made.
+    pub fn timings(&self) -> PassTimings {
+        self.timings
     }
 
     /// Record the current tape into one command encoder.
@@ -291,26 +361,8 @@ impl Backend for GpuBackend {
     }
 
     fn begin(&mut self, ids: &[u32], pos0: usize) -> Result<(), Error> {
-        if ids.is_empty() || ids.len() > self.max_batch {
-            return Err(Error::Usage(format!(
-                "a forward pass of {} tokens (1 ..= {})",
-                ids.len(),
-                self.max_batch
-            )));
-        }
-        if let Some(c) = &self.cache {
-            if pos0 + ids.len() > c.max_ctx as usize {
-                return Err(Error::Usage(format!(
-                    "positions {pos0} .. {} exceed the context of {} tokens",
-                    pos0 + ids.len(),
-                    c.max_ctx
-                )));
-            }
-        }
+        self.begin_at(ids.len(), pos0)?;
         self.ctx.write(&self.ids, 0, ids);
-        self.position.set(&self.ctx, pos0 as u32);
-        self.n_tokens = ids.len();
-        self.cursor = 0;
         Ok(())
     }
 
@@ -474,13 +526,29 @@ impl Backend for GpuBackend {
         })
     }
 
-    async fn finish(
+    type Pending = GpuPending;
+
+    fn runs_ahead(&self) -> bool {
+        true
+    }
+
+    fn begin_chained(&mut self, pos0: usize) -> Result<(), Error> {
+        if !self.chain_ready {
+            return Err(Error::Usage(
+                "a chained pass needs a previous pass that read back its top-k".into(),
+            ));
+        }
+        self.begin_at(1, pos0)
+    }
+
+    fn submit(
         &mut self,
         logits: Tensor,
         rows: usize,
         vocab: usize,
         readback: Readback,
-    ) -> Result<Logits, Error> {
+    ) -> Result<GpuPending, Error> {
+        let started = Instant::now();
         let row_bytes = vocab as u64 * 4;
         // What to copy back: (source buffer, offset, bytes).
         let source = match readback {
@@ -491,19 +559,8 @@ impl Backend for GpuBackend {
                 row_bytes,
             )),
             Readback::TopK(k) => {
-                let need = rows * k;
-                if self.top.as_ref().is_none_or(|(_, n)| *n < need) {
-                    let b = self.ctx.storage("top_k", need as u64 * 8)?;
-                    self.top = Some((b, need));
-                    // Ops bound to the old buffer must be rebuilt.
-                    for tape in self.tapes.values_mut() {
-                        tape.steps.retain(|(key, _)| !matches!(key, Key::TopK(..)));
-                    }
-                }
-                let top = self.top.as_ref().map(|(b, _)| b.clone());
-                let Some(top) = top else {
-                    return Err(GpuError::Validation("no top-k buffer".into()).into());
-                };
+                let k = k.max(1);
+                let top = self.top_buffer(rows * k)?;
                 let t = top.clone();
                 self.step(Key::TopK(logits, rows, vocab, k), move |s| {
                     Ok(Step::TopK(TopKOp::new(
@@ -526,31 +583,69 @@ impl Backend for GpuBackend {
                 label: Some("forward"),
             });
         self.encode(&mut encoder);
-        let Some((buffer, offset, bytes)) = source else {
-            self.ctx.queue.submit([encoder.finish()]);
+        let read = match source {
+            Some((buffer, offset, bytes)) => {
+                if matches!(readback, Readback::TopK(_)) {
+                    // The best id of the last row becomes the token of a chained pass.
+                    encoder.copy_buffer_to_buffer(&buffer, offset, &self.ids, 0, 4);
+                }
+                let staging = self.take_staging(bytes)?;
+                encoder.copy_buffer_to_buffer(
+                    &buffer,
+                    offset,
+                    &staging,
+                    0,
+                    bytes.next_multiple_of(4),
+                );
+                Some((staging, bytes))
+            }
+            None => None,
+        };
+        self.chain_ready = matches!(readback, Readback::TopK(_));
+        let recorded = Instant::now();
+        let submission = self.ctx.queue.submit([encoder.finish()]);
+        self.timings.passes += 1;
+        self.timings.record_s += (recorded - started).as_secs_f64();
+        self.timings.submit_s += recorded.elapsed().as_secs_f64();
+        Ok(GpuPending {
+            submission,
+            read,
+            readback,
+        })
+    }
+
+    async fn wait(&mut self, pending: GpuPending) -> Result<Logits, Error> {
+        let GpuPending {
+            submission,
+            read,
+            readback,
+        } = pending;
+        let started = Instant::now();
+        let Some((staging, bytes)) = read else {
             return Ok(Logits::None);
         };
-        let staging = self.staging(bytes);
-        encoder.copy_buffer_to_buffer(&buffer, offset, &staging, 0, bytes.next_multiple_of(4));
-        self.ctx.queue.submit([encoder.finish()]);
         let (tx, rx) = futures_channel::oneshot::channel();
         staging
             .slice(..bytes)
             .map_async(wgpu::MapMode::Read, move |r| {
                 let _ = tx.send(r);
             });
-        self.ctx.poll_wait();
-        rx.await
-            .map_err(|_| GpuError::Readback("the map callback was dropped".into()))?
-            .map_err(|e| GpuError::Readback(e.to_string()))?;
-        let data = {
+        self.ctx.poll_until(submission);
+        let mapped = rx
+            .await
+            .map_err(|_| GpuError::Readback("the map callback was dropped".into()))
+            .and_then(|r| r.map_err(|e| GpuError::Readback(e.to_string())));
+        let data = mapped.and_then(|()| {
             let view = staging
                 .slice(..bytes)
                 .get_mapped_range()
                 .map_err(|e| GpuError::Readback(e.to_string()))?;
-            view.to_vec()
-        };
+            Ok(view.to_vec())
+        });
         staging.unmap();
+        self.free_staging.push(staging);
+        self.timings.wait_s += started.elapsed().as_secs_f64();
+        let data = data?;
         Ok(match readback {
             Readback::TopK(_) => Logits::Top(
                 data.chunks_exact(8)

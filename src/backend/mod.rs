@@ -191,12 +191,44 @@ pub trait Backend {
         dst: Tensor,
     ) -> Result<(), crate::Error>;
 
-    /// End the pass (the GPU submits it) and read back from `logits: (rows, vocab)`.
+    /// A submitted pass whose readback has not been collected yet ([`Backend::wait`]).
+    type Pending;
+
+    /// Whether a submitted pass runs while the host records the next one (a GPU), so that
+    /// submitting greedy passes ahead with [`Backend::begin_chained`] saves time.
+    fn runs_ahead(&self) -> bool {
+        false
+    }
+
+    /// Start a one-token pass at `pos0` whose token is the best candidate (the top-1 of the
+    /// last row) of the most recently submitted pass that read back [`Readback::TopK`],
+    /// taken where that pass ran: the GPU feeds its own argmax to the next pass, so greedy
+    /// decoding records and submits token `t + 1` while token `t` is still running.
+    fn begin_chained(&mut self, pos0: usize) -> Result<(), crate::Error>;
+
+    /// End the pass: the GPU submits it, with the copy of what `readback` asks for from
+    /// `logits: (rows, vocab)`, and returns without waiting.
+    fn submit(
+        &mut self,
+        logits: Tensor,
+        rows: usize,
+        vocab: usize,
+        readback: Readback,
+    ) -> Result<Self::Pending, crate::Error>;
+
+    /// Wait for a submitted pass and return what it read back. Passes may be waited for in
+    /// submission order only.
+    async fn wait(&mut self, pending: Self::Pending) -> Result<Logits, crate::Error>;
+
+    /// [`Backend::submit`], then [`Backend::wait`].
     async fn finish(
         &mut self,
         logits: Tensor,
         rows: usize,
         vocab: usize,
         readback: Readback,
-    ) -> Result<Logits, crate::Error>;
+    ) -> Result<Logits, crate::Error> {
+        let pending = self.submit(logits, rows, vocab, readback)?;
+        self.wait(pending).await
+    }
 }

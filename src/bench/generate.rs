@@ -3,15 +3,15 @@
 //! physical limit: (bytes of weights one token must read) / (copy bandwidth measured in the
 //! same run).
 
-use web_time::Instant;
-
 use super::kernels::copy_bandwidth;
 use crate::backend::gpu::GpuBackend;
-use crate::backend::{Backend, Readback};
+use crate::backend::Backend;
+use crate::engine::{Engine, GenerateOptions, TokenControl};
 use crate::formats::gguf::GgufFile;
 use crate::formats::source::ByteSource;
 use crate::gpu::GpuContext;
 use crate::model::{GgufTensors, Model, ModelConfig};
+use crate::sampling::SamplerConfig;
 use crate::Error;
 
 /// What to measure.
@@ -47,6 +47,19 @@ pub struct GenerateBenchReport {
     /// `copy_gb_per_s / bytes_per_token`: decode tokens/s if only weight reads cost time.
     pub limit_tokens_per_s: f64,
     pub fraction_of_limit: f64,
+    /// Where the host's time went per pass (prefill and decode passes together).
+    pub host: HostTimes,
+}
+
+/// Host time per submitted pass, microseconds.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct HostTimes {
+    /// Recording the pass's ops into a command encoder.
+    pub record_us_per_pass: f64,
+    /// `queue.submit`.
+    pub submit_us_per_pass: f64,
+    /// Waiting for the readback (GPU time not hidden behind recording).
+    pub wait_us_per_pass: f64,
 }
 
 /// Weight bytes a decode step reads: every 2-D tensor, except an embedding that is only
@@ -74,53 +87,40 @@ pub fn run(
     let backend = GpuBackend::new(ctx, opts.batch.max(1))?;
     let total = opts.prompt_tokens + opts.decode_tokens;
     let tensors = GgufTensors { file, src };
-    let mut model = Model::load(backend, config.clone(), &tensors, total)?;
+    let model = Model::load(backend, config.clone(), &tensors, total)?;
     // Token ids spread over the vocabulary (the values do not change the work).
     let prompt: Vec<u32> = (0..opts.prompt_tokens)
         .map(|i| ((i as u64 * 7919 + 13) % config.n_vocab as u64) as u32)
         .collect();
-    let batch = model.backend.max_batch();
-
-    let prefill = |model: &mut Model<GpuBackend>| -> Result<(f64, f64, u32), Error> {
-        let start = Instant::now();
-        let chunks = prompt.chunks(batch).count();
-        let mut first = 0;
-        for (i, chunk) in prompt.chunks(batch).enumerate() {
-            let rb = if i + 1 == chunks {
-                Readback::TopK(1)
-            } else {
-                Readback::Nothing
-            };
-            if let crate::backend::Logits::Top(t) =
-                pollster::block_on(model.forward(chunk, i * batch, rb))?
-            {
-                first = t.first().map_or(0, |c| c.0);
-            }
-        }
-        let ttft = start.elapsed().as_secs_f64() * 1e3;
-        Ok((ttft, ttft, first))
-    };
-    let decode = |model: &mut Model<GpuBackend>, first: u32, n: usize| -> Result<f64, Error> {
-        let start = Instant::now();
-        let mut token = first;
-        for i in 0..n {
-            let pos = prompt.len() + i;
-            if let crate::backend::Logits::Top(t) =
-                pollster::block_on(model.forward(&[token], pos, Readback::TopK(1)))?
-            {
-                token = t.first().map_or(0, |c| c.0);
-            }
-        }
-        Ok(start.elapsed().as_secs_f64() * 1e3)
+    let mut engine = Engine::new(model);
+    // Greedy, no stop ids: exactly `decode_tokens` passes after the prefill (which gives the
+    // first token), the way `tritium run` decodes (passes submitted ahead on the device).
+    let run = |engine: &mut Engine<GpuBackend>, decode: usize| {
+        engine.reset();
+        let opts = GenerateOptions {
+            max_tokens: decode + 1,
+            sampling: SamplerConfig::greedy(),
+            stop_ids: Vec::new(),
+        };
+        pollster::block_on(engine.generate(&prompt, &opts, |_| TokenControl::Continue))
     };
     if opts.warmup {
-        let (_, _, first) = prefill(&mut model)?;
-        decode(&mut model, first, opts.decode_tokens.min(16))?;
+        run(&mut engine, opts.decode_tokens.min(16))?;
     }
-    let (prefill_ms, ttft, first) = prefill(&mut model)?;
-    let decode_ms = decode(&mut model, first, opts.decode_tokens)?;
+    let before = engine.model.backend.timings();
+    let g = run(&mut engine, opts.decode_tokens)?;
+    let after = engine.model.backend.timings();
+    let u = &g.usage;
+    let (prefill_ms, ttft, decode_ms) = (u.prefill_ms, u.time_to_first_token_ms, u.decode_ms);
+    let passes = (after.passes - before.passes).max(1) as f64;
+    let host = HostTimes {
+        record_us_per_pass: (after.record_s - before.record_s) / passes * 1e6,
+        submit_us_per_pass: (after.submit_s - before.submit_s) / passes * 1e6,
+        wait_us_per_pass: (after.wait_s - before.wait_s) / passes * 1e6,
+    };
+    let model = &engine.model;
     let bpt = bytes_per_token(file);
-    let decode_tps = opts.decode_tokens as f64 / (decode_ms / 1e3);
+    let decode_tps = u.decode_tokens_per_s;
     let limit = copy * 1e9 / bpt as f64;
     Ok(GenerateBenchReport {
         adapter,
@@ -129,7 +129,7 @@ pub fn run(
         prefill_ms,
         prefill_tokens_per_s: opts.prompt_tokens as f64 / (prefill_ms / 1e3),
         time_to_first_token_ms: ttft,
-        decode_tokens: opts.decode_tokens,
+        decode_tokens: u.generated_tokens.saturating_sub(1),
         decode_ms,
         decode_tokens_per_s: decode_tps,
         gpu_bytes: model.backend.bytes_used(),
@@ -137,5 +137,6 @@ pub fn run(
         copy_gb_per_s: copy,
         limit_tokens_per_s: limit,
         fraction_of_limit: decode_tps / limit,
+        host,
     })
 }

@@ -77,6 +77,10 @@ pub fn generate(
             r.copy_gb_per_s,
             super::human_bytes(r.gpu_bytes)
         );
+        println!(
+            "host per pass: record {:.0} us, submit {:.0} us, wait {:.0} us",
+            r.host.record_us_per_pass, r.host.submit_us_per_pass, r.host.wait_us_per_pass
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -198,33 +198,64 @@ impl<B: Backend> Engine<B> {
         }
         let decode_start = Instant::now();
         let mut passes = 0usize;
+        // Greedy choices can stay on the device: the pass for token t + 1 is submitted before
+        // token t is read back, taking the device's own best candidate as its input, so the
+        // host records one pass while the device runs the previous one.
+        let chain =
+            sampler.config().candidates_needed() == Some(1) && self.model.backend.runs_ahead();
+        // Such a pass, submitted ahead: it computes the best candidate of `logits`.
+        let mut ahead: Option<B::Pending> = None;
         let finish = loop {
-            let token = match &logits {
-                Logits::Full(row) => sampler.sample(Scores::Full(row), &history)?,
-                Logits::Top(top) => sampler.sample(Scores::Top(top), &history)?,
+            let (token, best) = match &logits {
+                Logits::Full(row) => (sampler.sample(Scores::Full(row), &history)?, None),
+                Logits::Top(top) => (
+                    sampler.sample(Scores::Top(top), &history)?,
+                    top.first().map(|c| c.0),
+                ),
                 Logits::None => return Err(Error::Usage("no logits to sample from".into())),
             };
             if ids.is_empty() {
                 usage.time_to_first_token_ms = ms(start);
             }
-            if opts.stop_ids.contains(&token) {
-                break FinishReason::Stop;
-            }
-            ids.push(token);
-            history.push(token);
-            match on_token(token) {
-                TokenControl::Continue => {}
-                TokenControl::Stop => break FinishReason::Stop,
-                TokenControl::Cancel => break FinishReason::Cancelled,
-            }
             let pos = self.cached.len();
-            if ids.len() >= opts.max_tokens || pos >= self.model.ctx {
-                break FinishReason::Length;
+            let stop = if opts.stop_ids.contains(&token) {
+                Some(FinishReason::Stop)
+            } else {
+                ids.push(token);
+                history.push(token);
+                match on_token(token) {
+                    TokenControl::Continue
+                        if ids.len() >= opts.max_tokens || pos >= self.model.ctx =>
+                    {
+                        Some(FinishReason::Length)
+                    }
+                    TokenControl::Continue => None,
+                    TokenControl::Stop => Some(FinishReason::Stop),
+                    TokenControl::Cancel => Some(FinishReason::Cancelled),
+                }
+            };
+            if let Some(reason) = stop {
+                if let Some(p) = ahead.take() {
+                    // Its result is not needed; its keys and values lie past `cached`.
+                    self.model.wait(p).await?;
+                }
+                break reason;
             }
             let rb = Self::readback_for(&sampler, &history, n_vocab);
-            logits = self.model.forward(&[token], pos, rb).await?;
+            let current = match ahead.take() {
+                Some(p) if best == Some(token) => p,
+                Some(p) => {
+                    self.model.wait(p).await?;
+                    self.model.submit(&[token], pos, rb)?
+                }
+                None => self.model.submit(&[token], pos, rb)?,
+            };
             self.cached.push(token);
             passes += 1;
+            if chain && ids.len() + 1 < opts.max_tokens && pos + 1 < self.model.ctx {
+                ahead = Some(self.model.submit_chained(pos + 1, rb)?);
+            }
+            logits = self.model.wait(current).await?;
         };
         usage.generated_tokens = ids.len();
         usage.decode_ms = ms(decode_start);

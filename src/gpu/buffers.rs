@@ -120,6 +120,20 @@ impl GpuContext {
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
+    /// Natively, block until the submission `index` is done and its callbacks ran; in the
+    /// browser the event loop does this.
+    pub fn poll_until(&self, index: wgpu::SubmissionIndex) {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let _ = self.device.poll(wgpu::PollType::Wait {
+                submission_index: Some(index),
+                timeout: None,
+            });
+        }
+        #[cfg(target_arch = "wasm32")]
+        let _ = index;
+    }
+
     /// Natively, block until submitted work is done; in the browser the event loop does this.
     pub fn poll_wait(&self) {
         #[cfg(not(target_arch = "wasm32"))]

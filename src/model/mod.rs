@@ -121,31 +121,64 @@ impl<B: Backend> Model<B> {
         pos0: usize,
         readback: Readback,
     ) -> Result<Logits, Error> {
+        let pending = self.submit(ids, pos0, readback)?;
+        self.backend.wait(pending).await
+    }
+
+    /// [`Model::forward`] without waiting: the pass is submitted, [`Model::wait`] reads it.
+    pub fn submit(
+        &mut self,
+        ids: &[u32],
+        pos0: usize,
+        readback: Readback,
+    ) -> Result<B::Pending, Error> {
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.config.n_vocab) {
             return Err(Error::Usage(format!(
                 "token id {bad} is outside the vocabulary of {} tokens",
                 self.config.n_vocab
             )));
         }
-        if pos0 + ids.len() > self.ctx {
+        self.check_room(ids.len(), pos0)?;
+        self.backend.begin(ids, pos0)?;
+        self.record(ids.len(), readback)
+    }
+
+    /// A one-token pass at `pos0` whose token is the best candidate of the last submitted
+    /// pass that read back its top-k, chosen on the device ([`Backend::begin_chained`]):
+    /// greedy decoding submits it before that pass is read back.
+    pub fn submit_chained(&mut self, pos0: usize, readback: Readback) -> Result<B::Pending, Error> {
+        self.check_room(1, pos0)?;
+        self.backend.begin_chained(pos0)?;
+        self.record(1, readback)
+    }
+
+    /// What a submitted pass read back.
+    pub async fn wait(&mut self, pending: B::Pending) -> Result<Logits, Error> {
+        self.backend.wait(pending).await
+    }
+
+    fn check_room(&self, n: usize, pos0: usize) -> Result<(), Error> {
+        if pos0 + n > self.ctx {
             return Err(Error::Usage(format!(
-                "{} tokens at position {pos0} do not fit the context of {} tokens",
-                ids.len(),
+                "{n} tokens at position {pos0} do not fit the context of {} tokens",
                 self.ctx
             )));
         }
-        self.backend.begin(ids, pos0)?;
-        let n = ids.len();
+        Ok(())
+    }
+
+    /// Every op of a pass over `n` tokens, then the head and the submission.
+    fn record(&mut self, n: usize, readback: Readback) -> Result<B::Pending, Error> {
         match self.config.arch {
             Arch::Llama => llama::blocks(self, n)?,
             Arch::BitNet => bitnet::blocks(self, n)?,
         }
-        self.head(n, readback).await
+        self.head(n, readback)
     }
 
     /// The final norm and the LM head: over every token when all logits are read back, over
     /// the last one otherwise, and not at all when nothing is.
-    async fn head(&mut self, n: usize, readback: Readback) -> Result<Logits, Error> {
+    fn head(&mut self, n: usize, readback: Readback) -> Result<B::Pending, Error> {
         let c = &self.config;
         let (w, s) = (&self.weights, &self.state);
         let b = &mut self.backend;
@@ -163,6 +196,6 @@ impl<B: Backend> Model<B> {
                 1
             }
         };
-        b.finish(s.logits, rows, c.n_vocab, readback).await
+        b.submit(s.logits, rows, c.n_vocab, readback)
     }
 }

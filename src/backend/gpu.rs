@@ -12,6 +12,7 @@ use std::collections::HashMap;
 
 use web_time::Instant;
 
+use super::profile::{OpTime, Profiler};
 use super::{Backend, Elementwise, KvShape, Logits, Readback, Tensor, Weight, WeightData};
 use crate::cpu::ops::RopeConfig;
 use crate::gpu::bitlinear::BitLinearOp;
@@ -119,6 +120,8 @@ pub struct GpuBackend {
     /// The last submitted pass read back its top-k (so its best id is in `ids`).
     chain_ready: bool,
     timings: PassTimings,
+    /// GPU time per op (benchmarks); passes are not run ahead while it is on.
+    profiler: Option<Profiler>,
     tapes: HashMap<usize, Tape>,
     n_tokens: usize,
     cursor: usize,
@@ -145,6 +148,7 @@ impl GpuBackend {
             free_staging: Vec::new(),
             chain_ready: false,
             timings: PassTimings::default(),
+            profiler: None,
             tapes: HashMap::new(),
             n_tokens: 0,
             cursor: 0,
@@ -246,13 +250,32 @@ impl GpuBackend {
             .ok_or_else(|| GpuError::Validation("no top-k buffer".into()))
     }
 
+    /// Time every op on the GPU from now on (each in its own compute pass, with timestamp
+    /// queries); false where the device has no timestamp queries.
+    pub fn enable_profile(&mut self) -> bool {
+        self.profiler = Profiler::new(&self.ctx);
+        self.profiler.is_some()
+    }
+
+    /// GPU time per op label since profiling began or was cleared, largest first.
+    pub fn profile(&self) -> Option<Vec<(String, OpTime)>> {
+        self.profiler.as_ref().map(Profiler::totals)
+    }
+
+    /// Forget the profile's totals (after a warm-up).
+    pub fn clear_profile(&mut self) {
+        if let Some(p) = self.profiler.as_mut() {
+            p.clear();
+        }
+    }
+
     /// Where the host's time went since the backend was made.
     pub fn timings(&self) -> PassTimings {
         self.timings
     }
 
     /// Record the current tape into one command encoder.
-    fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
+    fn encode(&self, encoder: &mut wgpu::CommandEncoder, mut profiler: Option<&mut Profiler>) {
         let Some(tape) = self.tapes.get(&self.n_tokens) else {
             return;
         };
@@ -279,6 +302,16 @@ impl GpuBackend {
                 i += 1;
                 continue;
             }
+            if let Some(p) = profiler.as_mut() {
+                let label = self.label(&steps[i].0);
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("forward"),
+                    timestamp_writes: p.next(label),
+                });
+                steps[i].1.record(&mut pass);
+                i += 1;
+                continue;
+            }
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("forward"),
                 timestamp_writes: None,
@@ -287,6 +320,29 @@ impl GpuBackend {
                 steps[i].1.record(&mut pass);
                 i += 1;
             }
+        }
+        if let Some(p) = profiler {
+            p.resolve(encoder);
+        }
+    }
+
+    /// What an op is, for the profile: kind, dtype and shape.
+    fn label(&self, key: &Key) -> String {
+        let weight = |w: &Weight| {
+            let w = &self.weights[w.0 as usize];
+            format!("{} {}x{}", w.dtype, w.rows, w.cols)
+        };
+        let n = self.n_tokens;
+        match key {
+            Key::Embed(w, _) => format!("embed {}", weight(w)),
+            Key::RmsNorm(_, _, _, rows, dim, _) => format!("rms_norm {rows}x{dim}"),
+            Key::Matmul(w, _, _, rows) => format!("matmul {} (x{rows})", weight(w)),
+            Key::BitLinear(w, _, _, rows) => format!("bitlinear {} (x{rows})", weight(w)),
+            Key::Rope(_, heads) => format!("rope {n}x{heads} heads"),
+            Key::Attention(_, _, heads) => format!("attention {n}x{heads} heads"),
+            Key::Elementwise(f, _, _, _, len) => format!("{f:?} {len}"),
+            Key::CopyRow(..) => "copy".into(),
+            Key::TopK(_, rows, vocab, k) => format!("top-{k} {rows}x{vocab}"),
         }
     }
 }
@@ -529,7 +585,7 @@ impl Backend for GpuBackend {
     type Pending = GpuPending;
 
     fn runs_ahead(&self) -> bool {
-        true
+        self.profiler.is_none()
     }
 
     fn begin_chained(&mut self, pos0: usize) -> Result<(), Error> {
@@ -582,7 +638,12 @@ impl Backend for GpuBackend {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("forward"),
             });
-        self.encode(&mut encoder);
+        let mut profiler = self.profiler.take();
+        if let Some(p) = profiler.as_mut() {
+            p.begin();
+        }
+        self.encode(&mut encoder, profiler.as_mut());
+        self.profiler = profiler;
         let read = match source {
             Some((buffer, offset, bytes)) => {
                 if matches!(readback, Readback::TopK(_)) {
@@ -621,6 +682,10 @@ impl Backend for GpuBackend {
             readback,
         } = pending;
         let started = Instant::now();
+        if let Some(p) = self.profiler.as_mut() {
+            self.ctx.poll_until(submission.clone());
+            p.collect(&self.ctx).await?;
+        }
         let Some((staging, bytes)) = read else {
             return Ok(Logits::None);
         };

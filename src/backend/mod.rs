@@ -14,6 +14,8 @@
 pub mod cpu;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+#[cfg(feature = "gpu")]
+pub mod profile;
 
 use crate::cpu::ops::RopeConfig;
 use crate::quant::GgmlType;

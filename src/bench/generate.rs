@@ -23,6 +23,9 @@ pub struct GenerateBenchOptions {
     pub batch: usize,
     /// Untimed runs first (pipelines compiled, tapes built, clocks up).
     pub warmup: bool,
+    /// After the timed runs, time every op of the decode passes on the GPU (timestamp
+    /// queries around each op; a separate, slower run).
+    pub profile: bool,
 }
 
 /// The figures (`--json` prints this).
@@ -49,6 +52,17 @@ pub struct GenerateBenchReport {
     pub fraction_of_limit: f64,
     /// Where the host's time went per pass (prefill and decode passes together).
     pub host: HostTimes,
+    /// GPU time per op of a decode pass (`--profile`), largest first.
+    pub profile: Option<Vec<ProfileRow>>,
+}
+
+/// One op label of the decode profile.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ProfileRow {
+    pub op: String,
+    pub calls_per_token: f64,
+    pub us_per_call: f64,
+    pub us_per_token: f64,
 }
 
 /// Host time per submitted pass, microseconds.
@@ -71,6 +85,15 @@ pub fn bytes_per_token(file: &GgufFile) -> u64 {
         .filter(|t| t.dims.len() == 2 && !(untied && t.name == "token_embd.weight"))
         .map(|t| t.n_bytes)
         .sum()
+}
+
+/// Greedy, no stop ids: exactly `max_tokens` tokens.
+fn engine_options(max_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens,
+        sampling: SamplerConfig::greedy(),
+        stop_ids: Vec::new(),
+    }
 }
 
 /// Run the benchmark on `ctx` (the model is loaded with a context of prompt + decode tokens).
@@ -97,11 +120,7 @@ pub fn run(
     // first token), the way `tritium run` decodes (passes submitted ahead on the device).
     let run = |engine: &mut Engine<GpuBackend>, decode: usize| {
         engine.reset();
-        let opts = GenerateOptions {
-            max_tokens: decode + 1,
-            sampling: SamplerConfig::greedy(),
-            stop_ids: Vec::new(),
-        };
+        let opts = engine_options(decode + 1);
         pollster::block_on(engine.generate(&prompt, &opts, |_| TokenControl::Continue))
     };
     if opts.warmup {
@@ -117,6 +136,29 @@ pub fn run(
         record_us_per_pass: (after.record_s - before.record_s) / passes * 1e6,
         submit_us_per_pass: (after.submit_s - before.submit_s) / passes * 1e6,
         wait_us_per_pass: (after.wait_s - before.wait_s) / passes * 1e6,
+    };
+    let profile = if opts.profile && engine.model.backend.enable_profile() {
+        // Prefill alone, then the same prompt again: one pass for its last token (the rest is
+        // cached) and the decode passes, each op timed.
+        let mut prefill_only = engine_options(0);
+        engine.reset();
+        pollster::block_on(engine.generate(&prompt, &prefill_only, |_| TokenControl::Continue))?;
+        engine.model.backend.clear_profile();
+        prefill_only.max_tokens = opts.decode_tokens + 1;
+        pollster::block_on(engine.generate(&prompt, &prefill_only, |_| TokenControl::Continue))?;
+        let passes = (opts.decode_tokens + 1) as f64;
+        engine.model.backend.profile().map(|rows| {
+            rows.into_iter()
+                .map(|(op, t)| ProfileRow {
+                    op,
+                    calls_per_token: t.calls as f64 / passes,
+                    us_per_call: t.seconds / t.calls.max(1) as f64 * 1e6,
+                    us_per_token: t.seconds / passes * 1e6,
+                })
+                .collect()
+        })
+    } else {
+        None
     };
     let model = &engine.model;
     let bpt = bytes_per_token(file);
@@ -138,5 +180,6 @@ pub fn run(
         limit_tokens_per_s: limit,
         fraction_of_limit: decode_tps / limit,
         host,
+        profile,
     })
 }

@@ -166,6 +166,9 @@ enum BenchCommand {
         /// Most tokens per prefill pass.
         #[arg(long, default_value_t = 512)]
         batch: usize,
+        /// Also time every op of the decode passes on the GPU (a separate, slower run).
+        #[arg(long)]
+        profile: bool,
         #[arg(long)]
         json: bool,
     },
@@ -226,6 +229,7 @@ pub fn main() -> ExitCode {
                     prompt,
                     decode,
                     batch,
+                    profile,
                     json,
                 },
         } => bench::generate(
@@ -235,6 +239,7 @@ pub fn main() -> ExitCode {
                 decode_tokens: decode,
                 batch,
                 warmup: true,
+                profile,
             },
             json,
         ),

@@ -15,7 +15,9 @@ use web_time::Instant;
 use super::profile::{OpTime, Profiler};
 use super::{Backend, Elementwise, KvShape, Logits, Readback, Tensor, Weight, WeightData};
 use crate::cpu::ops::RopeConfig;
-use crate::gpu::bitlinear::BitLinearOp;
+use crate::gpu::bitlinear::{
+    activations_bytes, BitLinearOp, QuantizeActivationsOp, RmsNormQuantizeOp,
+};
 use crate::gpu::embedding::EmbeddingOp;
 use crate::gpu::matmul::MatmulOp;
 use crate::gpu::ops::{
@@ -53,7 +55,13 @@ enum Key {
     Embed(Weight, Tensor),
     RmsNorm(Tensor, Tensor, Tensor, usize, usize, u32),
     Matmul(Weight, Tensor, Tensor, usize),
+    /// The product only (I2_S: the input's records come from a Quantize or RmsNormQuantize
+    /// step); the quantization too for the TQ formats.
     BitLinear(Weight, Tensor, Tensor, usize),
+    /// Int8 records of `rows` rows of `cols` of a tensor.
+    Quantize(Tensor, usize, usize),
+    /// An RmsNorm (its arguments) that also writes the records of its output.
+    RmsNormQuantize(Tensor, Tensor, Tensor, usize, usize, u32),
     Rope(Tensor, usize),
     Attention(usize, [Tensor; 4], usize),
     Elementwise(Elementwise, Tensor, Option<Tensor>, Option<Tensor>, usize),
@@ -66,6 +74,8 @@ enum Step {
     RmsNorm(RmsNormOp),
     Matmul(MatmulOp),
     BitLinear(Box<BitLinearOp>),
+    Quantize(QuantizeActivationsOp),
+    RmsNormQuantize(RmsNormQuantizeOp),
     Rope(RopeOp),
     Attention(AttentionOp),
     Elementwise(ElementwiseOp),
@@ -86,6 +96,8 @@ impl Step {
             Step::RmsNorm(op) => op.record(pass),
             Step::Matmul(op) => op.record(pass),
             Step::BitLinear(op) => op.record(pass),
+            Step::Quantize(op) => op.record(pass),
+            Step::RmsNormQuantize(op) => op.record(pass),
             Step::Rope(op) => op.record(pass),
             Step::Attention(op) => op.record(pass),
             Step::Elementwise(op) => op.record(pass),
@@ -93,6 +105,18 @@ impl Step {
             Step::Copy { .. } => {}
         }
     }
+}
+
+/// An RMSNorm not recorded yet: if the next op is an I2_S BitLinear of its output, the two
+/// become one dispatch.
+#[derive(Copy, Clone)]
+struct PendingNorm {
+    x: Tensor,
+    weight: Tensor,
+    out: Tensor,
+    rows: usize,
+    dim: usize,
+    eps: f32,
 }
 
 #[derive(Default)]
@@ -120,6 +144,12 @@ pub struct GpuBackend {
     /// The last submitted pass read back its top-k (so its best id is in `ids`).
     chain_ready: bool,
     timings: PassTimings,
+    /// Int8 activation records of BitLinear inputs, per (tensor, row length), for `max_batch`
+    /// rows: one quantization serves every product with the same input (q/k/v, gate/up).
+    records: HashMap<(Tensor, usize), wgpu::Buffer>,
+    /// Tensors whose records hold their current values in this pass.
+    quantized: Vec<Tensor>,
+    pending_norm: Option<PendingNorm>,
     /// GPU time per op (benchmarks); passes are not run ahead while it is on.
     profiler: Option<Profiler>,
     tapes: HashMap<usize, Tape>,
@@ -149,6 +179,9 @@ impl GpuBackend {
             chain_ready: false,
             timings: PassTimings::default(),
             profiler: None,
+            records: HashMap::new(),
+            quantized: Vec::new(),
+            pending_norm: None,
             tapes: HashMap::new(),
             n_tokens: 0,
             cursor: 0,
@@ -217,6 +250,108 @@ impl GpuBackend {
         self.position.set(&self.ctx, pos0 as u32);
         self.n_tokens = n;
         self.cursor = 0;
+        self.quantized.clear();
+        self.pending_norm = None;
+        Ok(())
+    }
+
+    /// An op writes `t`: its records, if any, are stale.
+    fn wrote(&mut self, t: Tensor) {
+        self.quantized.retain(|&q| q != t);
+    }
+
+    /// Record the pending RMSNorm as a plain one.
+    fn flush_norm(&mut self) -> Result<(), Error> {
+        let Some(n) = self.pending_norm.take() else {
+            return Ok(());
+        };
+        let key = Key::RmsNorm(n.x, n.weight, n.out, n.rows, n.dim, n.eps.to_bits());
+        self.step(key, |s| {
+            Ok(Step::RmsNorm(RmsNormOp::new(
+                &s.ctx,
+                s.buf(n.x),
+                s.buf(n.weight),
+                s.buf(n.out),
+                n.rows as u32,
+                n.dim as u32,
+                n.eps,
+            )?))
+        })?;
+        self.wrote(n.out);
+        Ok(())
+    }
+
+    /// The records buffer of `x` for rows of `cols`.
+    fn records(&mut self, x: Tensor, cols: usize) -> Result<wgpu::Buffer, Error> {
+        if let Some(b) = self.records.get(&(x, cols)) {
+            return Ok(b.clone());
+        }
+        let bytes = activations_bytes(cols as u32, self.max_batch as u32);
+        let b = self.ctx.storage("bitlinear.records", bytes)?;
+        self.bytes += bytes;
+        self.records.insert((x, cols), b.clone());
+        Ok(b)
+    }
+
+    /// I2_S BitLinear: the records of `x` (fused into a pending RMSNorm of `x`, reused when
+    /// current, else quantized now), then the integer product.
+    fn bitlinear_i2s(
+        &mut self,
+        w: Weight,
+        x: Tensor,
+        out: Tensor,
+        rows: usize,
+    ) -> Result<(), Error> {
+        let cols = self.weights[w.0 as usize].cols as usize;
+        let xq = self.records(x, cols)?;
+        match self.pending_norm {
+            Some(n) if n.out == x && n.dim == cols && n.rows == rows && cols % 4 == 0 => {
+                self.pending_norm = None;
+                let key =
+                    Key::RmsNormQuantize(n.x, n.weight, n.out, n.rows, n.dim, n.eps.to_bits());
+                let records = xq.clone();
+                self.step(key, move |s| {
+                    Ok(Step::RmsNormQuantize(RmsNormQuantizeOp::new(
+                        &s.ctx,
+                        s.buf(n.x),
+                        s.buf(n.weight),
+                        s.buf(n.out),
+                        &records,
+                        n.rows as u32,
+                        n.dim as u32,
+                        n.eps,
+                    )?))
+                })?;
+                self.wrote(x);
+                self.quantized.push(x);
+            }
+            _ => {
+                self.flush_norm()?;
+                if !self.quantized.contains(&x) {
+                    let records = xq.clone();
+                    self.step(Key::Quantize(x, rows, cols), move |s| {
+                        Ok(Step::Quantize(QuantizeActivationsOp::new(
+                            &s.ctx,
+                            s.buf(x),
+                            &records,
+                            cols as u32,
+                            rows as u32,
+                        )?))
+                    })?;
+                    self.quantized.push(x);
+                }
+            }
+        }
+        self.step(Key::BitLinear(w, x, out, rows), move |s| {
+            Ok(Step::Matmul(MatmulOp::new(
+                &s.ctx,
+                &s.weights[w.0 as usize],
+                &xq,
+                s.buf(out),
+                rows as u32,
+            )?))
+        })?;
+        self.wrote(out);
         Ok(())
     }
 
@@ -338,6 +473,10 @@ impl GpuBackend {
             Key::RmsNorm(_, _, _, rows, dim, _) => format!("rms_norm {rows}x{dim}"),
             Key::Matmul(w, _, _, rows) => format!("matmul {} (x{rows})", weight(w)),
             Key::BitLinear(w, _, _, rows) => format!("bitlinear {} (x{rows})", weight(w)),
+            Key::Quantize(_, rows, cols) => format!("quantize {rows}x{cols}"),
+            Key::RmsNormQuantize(_, _, _, rows, dim, _) => {
+                format!("rms_norm+quantize {rows}x{dim}")
+            }
             Key::Rope(_, heads) => format!("rope {n}x{heads} heads"),
             Key::Attention(_, _, heads) => format!("attention {n}x{heads} heads"),
             Key::Elementwise(f, _, _, _, len) => format!("{f:?} {len}"),
@@ -423,6 +562,8 @@ impl Backend for GpuBackend {
     }
 
     fn embed(&mut self, table: Weight, out: Tensor) -> Result<(), Error> {
+        self.flush_norm()?;
+        self.wrote(out);
         let n = self.n_tokens as u32;
         self.step(Key::Embed(table, out), |s| {
             let w = &s.weights[table.0 as usize];
@@ -445,21 +586,22 @@ impl Backend for GpuBackend {
         dim: usize,
         eps: f32,
     ) -> Result<(), Error> {
-        let key = Key::RmsNorm(x, weight, out, rows, dim, eps.to_bits());
-        self.step(key, |s| {
-            Ok(Step::RmsNorm(RmsNormOp::new(
-                &s.ctx,
-                s.buf(x),
-                s.buf(weight),
-                s.buf(out),
-                rows as u32,
-                dim as u32,
-                eps,
-            )?))
-        })
+        // Recorded with the next op: fused into it when that is an I2_S BitLinear of `out`.
+        self.flush_norm()?;
+        self.pending_norm = Some(PendingNorm {
+            x,
+            weight,
+            out,
+            rows,
+            dim,
+            eps,
+        });
+        Ok(())
     }
 
     fn matmul(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
+        self.flush_norm()?;
+        self.wrote(out);
         self.step(Key::Matmul(w, x, out, rows), |s| {
             let gw = &s.weights[w.0 as usize];
             Ok(Step::Matmul(MatmulOp::new(
@@ -480,6 +622,11 @@ impl Backend for GpuBackend {
             ))
             .into());
         }
+        if dtype == GgmlType::I2_S {
+            return self.bitlinear_i2s(w, x, out, rows);
+        }
+        self.flush_norm()?;
+        self.wrote(out);
         self.step(Key::BitLinear(w, x, out, rows), |s| {
             let gw = &s.weights[w.0 as usize];
             Ok(Step::BitLinear(Box::new(BitLinearOp::new(
@@ -493,6 +640,8 @@ impl Backend for GpuBackend {
     }
 
     fn rope(&mut self, x: Tensor, n_heads: usize) -> Result<(), Error> {
+        self.flush_norm()?;
+        self.wrote(x);
         let n = self.n_tokens as u32;
         self.step(Key::Rope(x, n_heads), |s| {
             let table = s
@@ -519,6 +668,8 @@ impl Backend for GpuBackend {
         out: Tensor,
         n_heads: usize,
     ) -> Result<(), Error> {
+        self.flush_norm()?;
+        self.wrote(out);
         let n = self.n_tokens as u32;
         self.step(Key::Attention(layer, [q, k, v, out], n_heads), |s| {
             let io = AttentionBuffers {
@@ -551,6 +702,8 @@ impl Backend for GpuBackend {
         second: Option<Tensor>,
         len: usize,
     ) -> Result<(), Error> {
+        self.flush_norm()?;
+        self.wrote(out);
         self.step(Key::Elementwise(f, out, first, second, len), |s| {
             Ok(Step::Elementwise(ElementwiseOp::new(
                 &s.ctx,
@@ -564,6 +717,8 @@ impl Backend for GpuBackend {
     }
 
     fn copy_row(&mut self, src: Tensor, row: usize, cols: usize, dst: Tensor) -> Result<(), Error> {
+        self.flush_norm()?;
+        self.wrote(dst);
         let bytes = cols as u64 * 4;
         let src_offset = row as u64 * bytes;
         if self.buf(src).size() < src_offset + bytes || self.buf(dst).size() < bytes {
@@ -605,6 +760,7 @@ impl Backend for GpuBackend {
         readback: Readback,
     ) -> Result<GpuPending, Error> {
         let started = Instant::now();
+        self.flush_norm()?;
         let row_bytes = vocab as u64 * 4;
         // What to copy back: (source buffer, offset, bytes).
         let source = match readback {

@@ -65,6 +65,18 @@ gpu_uniform! {
     }
 }
 
+gpu_uniform! {
+    /// Parameters of the RmsNormQuantize kernel.
+    pub struct NormQuantParams {
+        pub n_rows: u32,
+        /// Values per row (a multiple of 4).
+        pub dim: u32,
+        pub eps: f32,
+        /// u32 words per output record (`record_bytes(dim) / 4`).
+        pub record_words: u32,
+    }
+}
+
 /// Bytes of a record's header (scale, sum, two zero words).
 pub const RECORD_HEADER_BYTES: u64 = 16;
 
@@ -178,6 +190,72 @@ impl QuantizeActivationsOp {
                 workgroups: grid(n, ctx.limits.max_compute_workgroups_per_dimension),
             },
             _params: params,
+        })
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        self.dispatch.record(pass);
+    }
+}
+
+/// RMSNorm of `n_rows` rows of `dim` f32 into `y`, and the int8 records of the normalized rows
+/// into `xq` (the input of I2_S BitLinear products), in one dispatch.
+pub struct RmsNormQuantizeOp {
+    pub dispatch: Dispatch,
+    _params: wgpu::Buffer,
+}
+
+impl RmsNormQuantizeOp {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        ctx: &GpuContext,
+        src: &wgpu::Buffer,
+        weight: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        xq: &wgpu::Buffer,
+        n_rows: u32,
+        dim: u32,
+        eps: f32,
+    ) -> Result<Self, GpuError> {
+        if dim == 0 || dim % 4 != 0 || dim > MAX_COLS {
+            return Err(GpuError::Unsupported(format!(
+                "fused norm and quantization of rows of {dim} values (needs a multiple of 4, at \
+                 most {MAX_COLS})"
+            )));
+        }
+        let bytes = u64::from(n_rows) * u64::from(dim) * 4;
+        for (what, b, need) in [
+            ("input", src, bytes),
+            ("output", y, bytes),
+            ("weight", weight, u64::from(dim) * 4),
+        ] {
+            if b.size() < need {
+                return Err(GpuError::TooLarge {
+                    what: format!("rms_norm_quantize {what}"),
+                    bytes: need,
+                    limit: b.size(),
+                });
+            }
+        }
+        fits(xq, activations_bytes(dim, n_rows))?;
+        let params = NormQuantParams {
+            n_rows,
+            dim,
+            eps,
+            record_words: (record_bytes(dim) / 4) as u32,
+        };
+        let u = ctx.uniform("rms_norm_quantize.params", &params);
+        let kernel = Kernel::RmsNormQuantize;
+        let wg = kernel.source().map_or(256, |s| s.default_workgroup_size);
+        let pipeline = ctx.kernel(kernel, Some(wg))?;
+        let bind_group = ctx.bind(&pipeline, &[&u, src, y, weight, xq]);
+        Ok(RmsNormQuantizeOp {
+            dispatch: Dispatch {
+                pipeline: Arc::clone(&pipeline),
+                bind_group,
+                workgroups: grid(n_rows, ctx.limits.max_compute_workgroups_per_dimension),
+            },
+            _params: u,
         })
     }
 

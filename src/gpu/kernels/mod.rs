@@ -32,6 +32,9 @@ pub enum Kernel {
     /// The same quantization written back as f32 `x_q / s` (BitLinear input for kernels that
     /// take f32 activations: TQ1_0, TQ2_0).
     FakeQuantizeActivations,
+    /// RMSNorm followed by the int8 activation quantization of its output, in one dispatch
+    /// (the input of an I2_S BitLinear during decode).
+    RmsNormQuantize,
     RmsNorm,
     Rope,
     Attention,
@@ -125,6 +128,7 @@ impl Kernel {
         v.extend([
             Kernel::QuantizeActivations,
             Kernel::FakeQuantizeActivations,
+            Kernel::RmsNormQuantize,
             Kernel::RmsNorm,
             Kernel::Rope,
             Kernel::Attention,
@@ -151,7 +155,9 @@ impl Kernel {
                 I2_S | TQ1_0 | TQ2_0 => ternary::source(self),
                 _ => None,
             },
-            Kernel::QuantizeActivations | Kernel::FakeQuantizeActivations => ternary::source(self),
+            Kernel::QuantizeActivations
+            | Kernel::FakeQuantizeActivations
+            | Kernel::RmsNormQuantize => ternary::source(self),
             Kernel::Copy => Some(KernelSource {
                 files: &["copy.wgsl"],
                 entry: "main",

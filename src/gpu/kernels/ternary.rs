@@ -69,6 +69,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../shaders/quantize_activations.wgsl"),
     ),
     (
+        "rms_norm_quantize.wgsl",
+        include_str!("../../../shaders/rms_norm_quantize.wgsl"),
+    ),
+    (
         "quant/i2s.wgsl",
         include_str!("../../../shaders/quant/i2s.wgsl"),
     ),
@@ -110,6 +114,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
     let (files, default_workgroup_size): (&'static [&'static str], u32) = match kernel {
         Kernel::QuantizeActivations => (&[A, "quantize_activations.wgsl"], 256),
         Kernel::FakeQuantizeActivations => (&[A, "fake_quantize_activations.wgsl"], 256),
+        Kernel::RmsNormQuantize => (&[A, "rms_norm_quantize.wgsl"], 256),
         Kernel::Matvec(I2_S) => (&[P, "quant/i2s.wgsl", "matvec_i2s.wgsl"], 64),
         Kernel::Matmul(I2_S) => (&[P, "quant/i2s.wgsl", "matmul_i2s.wgsl"], 64),
         Kernel::Matvec(TQ1_0) => (&[P, C, "quant/tq1_0.wgsl", "matvec_ternary.wgsl"], 64),
@@ -175,11 +180,12 @@ pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32)
 
 /// Uniform structs of this family (checked against the WGSL by tests/gpu_uniforms.rs).
 pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
-    use crate::gpu::bitlinear::{FakeQuantParams, QuantizeParams};
+    use crate::gpu::bitlinear::{FakeQuantParams, NormQuantParams, QuantizeParams};
     use crate::gpu::uniforms::UniformLayout;
     vec![
         UniformLayout::of::<QuantizeParams>(),
         UniformLayout::of::<FakeQuantParams>(),
+        UniformLayout::of::<NormQuantParams>(),
     ]
 }
 

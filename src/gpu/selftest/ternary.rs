@@ -14,7 +14,7 @@ use crate::cpu::bitlinear::{bitlinear_i2s, quantize_activations};
 use crate::gpu::bitlinear::{
     activations_bytes, decode_record, fake_activations_bytes, record_bytes,
 };
-use crate::gpu::bitlinear::{BitLinearOp, QuantizeActivationsOp};
+use crate::gpu::bitlinear::{BitLinearOp, QuantizeActivationsOp, RmsNormQuantizeOp};
 use crate::gpu::weights::{row_bytes, GpuWeight};
 use crate::gpu::GpuContext;
 use crate::quant::{self, GgmlType};
@@ -23,6 +23,10 @@ pub const CHECKS: &[Check] = &[
     Check {
         name: "ternary/quantize_activations",
         run: |ctx| Box::pin(quantize_check(ctx)),
+    },
+    Check {
+        name: "ternary/rms_norm_quantize",
+        run: |ctx| Box::pin(norm_quantize_check(ctx)),
     },
     Check {
         name: "ternary/matvec_i2s",
@@ -142,6 +146,76 @@ async fn quantize_check(ctx: &GpuContext) -> Result<Stats, String> {
                 return Err(format!("{what}: header or padding not zeroed"));
             }
             stats.elements += cols as u64 + 2;
+        }
+    }
+    Ok(stats)
+}
+
+/// RmsNormQuantize against the CPU: the normalized rows within the bound of ops/rms_norm
+/// (`|y| (dim / 2 + 8) eps`: the sum of squares in another order, inverseSqrt's 2 ulp), and the
+/// records exactly equal to the CPU's quantization of the rows the kernel wrote (scale bits,
+/// int8 values, sum, zeroed header and padding). Shapes: decode rows of BitNet 2B4T's widths,
+/// a batch, and a width that is not a multiple of 16.
+async fn norm_quantize_check(ctx: &GpuContext) -> Result<Stats, String> {
+    let mut stats = Stats::default();
+    for (n_tokens, dim) in [
+        (1usize, 2560usize),
+        (1, 6912),
+        (5, 2560),
+        (3, 12),
+        (2, 8196),
+    ] {
+        let mut rng = Rng(n_tokens as u64 * 31 + dim as u64);
+        let x = activations(&mut rng, n_tokens, dim);
+        let w: Vec<f32> = (0..dim).map(|i| 0.25 + (i % 13) as f32 * 0.125).collect();
+        let eps = 1e-5;
+        let want = crate::cpu::ops::rms_norm(&x, &w, eps);
+        let xb = upload_f32(ctx, "x", &x)?;
+        let wb = upload_f32(ctx, "w", &w)?;
+        let y = poisoned(ctx, x.len())?;
+        let bytes = activations_bytes(dim as u32, n_tokens as u32);
+        let xq = poisoned(ctx, (bytes / 4) as usize)?;
+        let op = RmsNormQuantizeOp::new(ctx, &xb, &wb, &y, &xq, n_tokens as u32, dim as u32, eps)
+            .map_err(gpu_err)?;
+        submit(ctx, |pass| op.record(pass));
+        let got_y = ctx
+            .read_bytes(&y, 0, (x.len() * 4) as u64)
+            .await
+            .map_err(gpu_err)?;
+        let got_y: Vec<f32> = bytemuck::pod_collect_to_vec(&got_y);
+        let bound: Vec<f64> = want
+            .iter()
+            .map(|v| f64::from(v.abs()) * (dim as f64 / 2.0 + 8.0) * f64::from(f32::EPSILON))
+            .collect();
+        let want_wide: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+        stats.merge(super::harness::compare(
+            &format!("rms_norm_quantize {n_tokens}x{dim} normalized"),
+            &got_y,
+            &want_wide,
+            &bound,
+        )?);
+        let (want_q, want_s) = quantize_activations(&got_y, dim);
+        let got = ctx.read_bytes(&xq, 0, bytes).await.map_err(gpu_err)?;
+        let rec = record_bytes(dim as u32) as usize;
+        for t in 0..n_tokens {
+            let r = &got[t * rec..(t + 1) * rec];
+            let what = format!("rms_norm_quantize {n_tokens}x{dim} token {t}");
+            let (s, sum, q) = decode_record(r, dim).ok_or(format!("{what}: short record"))?;
+            let want = &want_q[t * dim..(t + 1) * dim];
+            if s.to_bits() != want_s[t].to_bits() {
+                return Err(format!("{what}: scale {s:e}, want {:e}", want_s[t]));
+            }
+            if let Some(c) = (0..dim).find(|&c| q[c] != want[c]) {
+                return Err(format!("{what} col {c}: {} want {}", q[c], want[c]));
+            }
+            let want_sum: i32 = want.iter().map(|&v| i32::from(v)).sum();
+            if sum != want_sum {
+                return Err(format!("{what}: sum {sum}, want {want_sum}"));
+            }
+            if r[8..16].iter().chain(&r[16 + dim..]).any(|&b| b != 0) {
+                return Err(format!("{what}: header or padding not zeroed"));
+            }
+            stats.elements += dim as u64 + 2;
         }
     }
     Ok(stats)

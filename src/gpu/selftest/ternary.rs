@@ -164,6 +164,7 @@ async fn norm_quantize_check(ctx: &GpuContext) -> Result<Stats, String> {
         (5, 2560),
         (3, 12),
         (2, 8196),
+        (1, 16384),
     ] {
         let mut rng = Rng(n_tokens as u64 * 31 + dim as u64);
         let x = activations(&mut rng, n_tokens, dim);

@@ -1,21 +1,16 @@
 // RMSNorm, then BitLinear's per-token activation quantization of the normalized row, in one
-// dispatch (decode runs one token: two kernels' launches, barriers and memory round trips cost
-// more than their work). One workgroup per row; each invocation loads its (at most PER) vec4 of
-// the row once, all loads issued together, and keeps them in registers: sum of squares, the
-// normalized values (written to `x` on the way), their absmax, the scale (activation_quant.wgsl's
-// scale_for_absmax, bit-equal to the CPU's) and the int8 record (layout: quant/i2s.wgsl, as
-// quantize_activations.wgsl writes it) all come from those registers. Rows of at most
-// PER * WG * 4 values (checked on the host).
+// dispatch (decode runs one token: the two kernels' launch and barrier cost more than their
+// work). The same arithmetic as rms_norm.wgsl followed by quantize_activations.wgsl: one
+// workgroup per row sums squares, writes y = x * w * inv to `y`, makes those writes visible to
+// the workgroup, then finds the scale (activation_quant.wgsl's token_scale over `y`) and writes
+// the int8 record (layout: quant/i2s.wgsl; the same as quantize_activations.wgsl).
 //
 // Bindings:
 //   0  uniform NormQuantParams
 //   1  src: (n_rows, dim) f32, the rows to normalize
-//   2  x: (n_rows, dim) f32, the normalized rows (named `x` as the quantizer's input, which
-//      activation_quant.wgsl's token_scale reads)
+//   2  y: (n_rows, dim) f32 as vec4, the normalized rows (token_scale reads them as `x`)
 //   3  w: (dim) f32, the norm's weight
 //   4  out: (n_rows, record_words) u32 activation records
-
-const PER: u32 = 16u;
 
 struct NormQuantParams {
     n_rows: u32,
@@ -43,45 +38,31 @@ fn main(
     }
     let words = p.dim / 4u;
     let base = row * words;
-    var v: array<vec4<f32>, PER>;
-    for (var j = 0u; j < PER; j = j + 1u) {
-        let i = lid + j * WG;
-        v[j] = select(vec4<f32>(0.0), src[base + min(i, words - 1u)], i < words);
-    }
     var ss = 0.0;
-    for (var j = 0u; j < PER; j = j + 1u) {
-        ss = ss + dot(v[j], v[j]);
+    for (var i = lid; i < words; i = i + WG) {
+        let v = src[base + i];
+        ss = ss + dot(v, v);
     }
     let inv = inverseSqrt(workgroup_sum(ss, lid) / f32(p.dim) + p.eps);
-    var m = 0.0;
-    for (var j = 0u; j < PER; j = j + 1u) {
-        let i = lid + j * WG;
-        if (i < words) {
-            let a = (v[j] * w[i]) * inv;
-            v[j] = a;
-            x[base + i] = a;
-            let b = abs(a);
-            m = max(m, max(max(b.x, b.y), max(b.z, b.w)));
-        }
+    for (var i = lid; i < words; i = i + WG) {
+        x[base + i] = (src[base + i] * w[i]) * inv;
     }
-    let s = scale_for_absmax(max(workgroup_max(m, lid), 1e-5));
+    storageBarrier();
+    let s = token_scale(base, words, lid);
 
     let obase = row * p.record_words + 4u;
     let padded = p.record_words - 4u;
     var sum = 0i;
-    for (var j = 0u; j < PER; j = j + 1u) {
-        let i = lid + j * WG;
-        if (i < padded) {
-            var word = 0u;
-            if (i < words) {
-                let q = quantize4(v[j], s);
-                sum = sum + q.x + q.y + q.z + q.w;
-                word = pack4xI8(q);
-            }
-            out[obase + i] = word;
+    for (var i = lid; i < padded; i = i + WG) {
+        var word = 0u;
+        if (i < words) {
+            let q = quantize4(x[base + i], s);
+            sum = sum + q.x + q.y + q.z + q.w;
+            word = pack4xI8(q);
         }
+        out[obase + i] = word;
     }
-    // Exact in f32 while |sum| <= 128 * dim <= 2^24.
+    // Exact in f32 while |sum| <= 128 * dim <= 2^24 (checked on the host).
     let total = workgroup_sum(f32(sum), lid);
     if (lid == 0u) {
         out[obase - 4u] = bitcast<u32>(s);

@@ -16,7 +16,7 @@ use super::profile::{OpTime, Profiler};
 use super::{Backend, Elementwise, KvShape, Logits, Readback, Tensor, Weight, WeightData};
 use crate::cpu::ops::RopeConfig;
 use crate::gpu::bitlinear::{
-    activations_bytes, BitLinearOp, QuantizeActivationsOp, RmsNormQuantizeOp, NORM_QUANTIZE_MAX_DIM,
+    activations_bytes, BitLinearOp, QuantizeActivationsOp, RmsNormQuantizeOp,
 };
 use crate::gpu::embedding::EmbeddingOp;
 use crate::gpu::matmul::MatmulOp;
@@ -305,13 +305,7 @@ impl GpuBackend {
         let cols = self.weights[w.0 as usize].cols as usize;
         let xq = self.records(x, cols)?;
         match self.pending_norm {
-            Some(n)
-                if n.out == x
-                    && n.dim == cols
-                    && n.rows == rows
-                    && cols % 4 == 0
-                    && cols <= NORM_QUANTIZE_MAX_DIM as usize =>
-            {
+            Some(n) if n.out == x && n.dim == cols && n.rows == rows && cols % 4 == 0 => {
                 self.pending_norm = None;
                 let key =
                     Key::RmsNormQuantize(n.x, n.weight, n.out, n.rows, n.dim, n.eps.to_bits());

@@ -198,13 +198,6 @@ impl QuantizeActivationsOp {
     }
 }
 
-/// Workgroup size of rms_norm_quantize.wgsl.
-const NORM_QUANTIZE_WG: u32 = 256;
-
-/// The longest row rms_norm_quantize.wgsl takes: each invocation holds at most 16 vec4 (its
-/// `PER`) of the row in registers.
-pub const NORM_QUANTIZE_MAX_DIM: u32 = 16 * 4 * NORM_QUANTIZE_WG;
-
 /// RMSNorm of `n_rows` rows of `dim` f32 into `y`, and the int8 records of the normalized rows
 /// into `xq` (the input of I2_S BitLinear products), in one dispatch.
 pub struct RmsNormQuantizeOp {
@@ -224,10 +217,10 @@ impl RmsNormQuantizeOp {
         dim: u32,
         eps: f32,
     ) -> Result<Self, GpuError> {
-        if dim == 0 || dim % 4 != 0 || dim > NORM_QUANTIZE_MAX_DIM {
+        if dim == 0 || dim % 4 != 0 || dim > MAX_COLS {
             return Err(GpuError::Unsupported(format!(
                 "fused norm and quantization of rows of {dim} values (needs a multiple of 4, at \
-                 most {NORM_QUANTIZE_MAX_DIM})"
+                 most {MAX_COLS})"
             )));
         }
         let bytes = u64::from(n_rows) * u64::from(dim) * 4;
@@ -253,7 +246,7 @@ impl RmsNormQuantizeOp {
         };
         let u = ctx.uniform("rms_norm_quantize.params", &params);
         let kernel = Kernel::RmsNormQuantize;
-        let wg = NORM_QUANTIZE_WG;
+        let wg = kernel.source().map_or(256, |s| s.default_workgroup_size);
         let pipeline = ctx.kernel(kernel, Some(wg))?;
         let bind_group = ctx.bind(&pipeline, &[&u, src, y, weight, xq]);
         Ok(RmsNormQuantizeOp {

@@ -1,12 +1,15 @@
 //! The crate-wide error: each layer's error joined with `#[from]`.
 
 use crate::formats::gguf::GgufError;
+use crate::formats::hf::HfError;
 use crate::formats::rdrr::RdrrError;
 use crate::formats::safetensors::SafetensorsError;
 use crate::formats::source::SourceError;
 use crate::formats::trellis::TrellisError;
 use crate::quant::QuantError;
 use crate::sampling::SamplingError;
+use crate::storage::download::DownloadError;
+use crate::storage::StoreError;
 use crate::text::TextError;
 
 #[derive(Debug, thiserror::Error)]
@@ -18,6 +21,8 @@ pub enum Error {
     #[error(transparent)]
     Rdrr(#[from] RdrrError),
     #[error(transparent)]
+    Hf(#[from] HfError),
+    #[error(transparent)]
     Safetensors(#[from] SafetensorsError),
     #[error(transparent)]
     Trellis(#[from] TrellisError),
@@ -27,6 +32,11 @@ pub enum Error {
     Text(#[from] TextError),
     #[error(transparent)]
     Sampling(#[from] SamplingError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Boxed: download errors carry URLs and hashes, and `Error` stays small.
+    #[error(transparent)]
+    Download(#[from] Box<DownloadError>),
     #[cfg(feature = "gpu")]
     #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),
@@ -41,6 +51,12 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+}
+
+impl From<DownloadError> for Error {
+    fn from(e: DownloadError) -> Error {
+        Error::Download(Box::new(e))
+    }
 }
 
 impl Error {

@@ -8,9 +8,8 @@ use crate::backend::gpu::GpuBackend;
 use crate::backend::Backend;
 use crate::engine::{Engine, GenerateOptions, TokenControl};
 use crate::formats::gguf::GgufFile;
-use crate::formats::source::ByteSource;
 use crate::gpu::GpuContext;
-use crate::model::{GgufTensors, Model, ModelConfig};
+use crate::model::{Model, ModelConfig, TensorSource};
 use crate::sampling::SamplerConfig;
 use crate::Error;
 
@@ -100,7 +99,7 @@ fn engine_options(max_tokens: usize) -> GenerateOptions {
 pub fn run(
     ctx: GpuContext,
     file: &GgufFile,
-    src: &dyn ByteSource,
+    tensors: &dyn TensorSource,
     opts: &GenerateBenchOptions,
 ) -> Result<GenerateBenchReport, Error> {
     let config = ModelConfig::from_gguf(file)?;
@@ -109,8 +108,7 @@ pub fn run(
     let adapter = format!("{} ({})", ctx.adapter.name, ctx.adapter.backend);
     let backend = GpuBackend::new(ctx, opts.batch.max(1))?;
     let total = opts.prompt_tokens + opts.decode_tokens;
-    let tensors = GgufTensors { file, src };
-    let model = Model::load(backend, config.clone(), &tensors, total)?;
+    let model = Model::load(backend, config.clone(), tensors, total)?;
     // Token ids spread over the vocabulary (the values do not change the work).
     let prompt: Vec<u32> = (0..opts.prompt_tokens)
         .map(|i| ((i as u64 * 7919 + 13) % config.n_vocab as u64) as u32)

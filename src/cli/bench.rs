@@ -48,10 +48,10 @@ pub fn generate(
     opts: &crate::bench::generate::GenerateBenchOptions,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    let src = crate::storage::FileSource::open(model)?;
-    let file = crate::formats::gguf::GgufFile::read(&src).map_err(|e| Error::from(e).at(model))?;
+    let runnable = super::runnable::RunnableModel::open(model)?;
     let ctx = pollster::block_on(GpuContext::new(&DeviceOptions::default()))?;
-    let r = crate::bench::generate::run(ctx, &file, &src, opts).map_err(|e| e.at(model))?;
+    let r = crate::bench::generate::run(ctx, runnable.header(), &runnable, opts)
+        .map_err(|e| e.at(model))?;
     if json {
         println!(
             "{}",

@@ -8,12 +8,11 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use super::model::{open, OpenModel};
+use super::runnable::RunnableModel;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
 use crate::engine::{Engine, FinishReason, GenerateOptions, Generation, TokenControl};
-use crate::formats::gguf::GgufFile;
-use crate::model::{GgufTensors, Model, ModelConfig};
+use crate::model::{Model, ModelConfig};
 use crate::sampling::SamplerConfig;
 use crate::text::{ChatMessage, ChatTemplate, TextStream, Tokenizer};
 use crate::Error;
@@ -31,7 +30,7 @@ pub enum BackendChoice {
 /// Options every model-running command takes.
 #[derive(Args, Clone, Debug)]
 pub struct LoadArgs {
-    /// A GGUF file.
+    /// A GGUF file or an RDRR folder.
     pub model: PathBuf,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendChoice,
@@ -117,35 +116,26 @@ pub struct RunArgs {
     pub json: bool,
 }
 
-/// A model opened for generation: its GGUF, tokenizer and template.
+/// A model opened for generation (a GGUF file or an RDRR folder): its weights, configuration,
+/// tokenizer and template.
 struct Loaded {
-    file: Box<GgufFile>,
-    src: crate::storage::FileSource,
+    model: RunnableModel,
     config: ModelConfig,
     tokenizer: Option<Tokenizer>,
     template: ChatTemplate,
 }
 
 fn open_model(path: &Path) -> Result<Loaded, Error> {
-    let (src, file) = match open(path)? {
-        OpenModel::Gguf { src, file } => (src, file),
-        _ => {
-            return Err(Error::Usage(format!(
-                "{}: running RDRR and Trellis models is not supported yet; give a GGUF file",
-                path.display()
-            )))
-        }
-    };
-    let config = ModelConfig::from_gguf(&file).map_err(|e| e.at(path))?;
+    let model = RunnableModel::open(path)?;
+    let config = ModelConfig::from_gguf(model.header()).map_err(|e| e.at(path))?;
     // A model without tokenizer metadata still runs from token ids.
-    let tokenizer = Tokenizer::from_gguf(&file).ok();
-    let template = ChatTemplate::from_gguf(&file).unwrap_or_else(|e| {
+    let tokenizer = model.tokenizer().ok();
+    let template = model.chat_template(tokenizer.as_ref()).unwrap_or_else(|e| {
         eprintln!("warning: the model's chat template does not load ({e}); using ChatML");
         ChatTemplate::chatml()
     });
     Ok(Loaded {
-        file,
-        src,
+        model,
         config,
         tokenizer,
         template,
@@ -162,10 +152,7 @@ fn with_engine<T>(
         .ctx
         .unwrap_or(loaded.config.context_length.min(4096))
         .min(loaded.config.context_length.max(1));
-    let tensors = GgufTensors {
-        file: &loaded.file,
-        src: &loaded.src,
-    };
+    let tensors = &loaded.model;
     let at = |e: Error| e.at(&args.model);
     #[cfg(feature = "gpu")]
     let gpu = match args.backend {
@@ -191,7 +178,7 @@ fn with_engine<T>(
     match gpu {
         None => {
             let b = CpuBackend::new(args.batch);
-            let model = Model::load(b, loaded.config.clone(), &tensors, ctx).map_err(at)?;
+            let model = Model::load(b, loaded.config.clone(), tensors, ctx).map_err(at)?;
             f(&mut Engine::new(model))
         }
         #[cfg(feature = "gpu")]
@@ -205,7 +192,7 @@ fn with_engine<T>(
                     KvChoice::F16 => Some(KvDtype::F16),
                     KvChoice::F32 => Some(KvDtype::F32),
                 });
-                let model = Model::load(b, loaded.config.clone(), &tensors, ctx).map_err(at)?;
+                let model = Model::load(b, loaded.config.clone(), tensors, ctx).map_err(at)?;
                 f(&mut Engine::new(model))
             }
             #[cfg(not(feature = "gpu"))]

@@ -3,14 +3,21 @@
 
 #[cfg(feature = "gpu")]
 mod bench;
+mod convert;
+mod convert_hf;
 mod dump;
 mod generate;
 mod inspect;
 mod migrate;
 mod model;
 mod quantize;
+mod runnable;
 #[cfg(feature = "gpu")]
 mod selftest;
+mod serve_model;
+mod store;
+#[cfg(feature = "gpu")]
+mod store_bench;
 mod validate;
 
 use std::path::PathBuf;
@@ -33,8 +40,10 @@ struct Cli {
 enum Command {
     /// Show a model's architecture, hyper-parameters, tokenizer and tensors.
     Inspect {
-        /// A GGUF file, an RDRR folder or a Trellis folder.
-        model: PathBuf,
+        /// A GGUF file, an RDRR folder, a Trellis folder, or the name of a model in the store.
+        model: String,
+        #[command(flatten)]
+        store: store::StoreArgs,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -120,6 +129,31 @@ enum Command {
         #[arg(long = "type", value_parser = quantize::parse_type)]
         ftype: crate::quant::ftype::FileType,
     },
+    /// Convert a GGUF file to an RDRR folder, an RDRR folder back to GGUF, or a Hugging Face
+    /// checkpoint folder to RDRR or GGUF (`--quantize`).
+    Convert(convert::ConvertArgs),
+    /// Serve an RDRR folder over HTTP (Range, ETag, CORS) for `tritium pull` and browsers; a
+    /// GGUF file is converted to RDRR first (once).
+    ServeModel(serve_model::ServeModelArgs),
+    /// Fetch a model into the model store, verified and resumable: an RDRR model's folder URL
+    /// (as `tritium serve-model` serves it) or a GGUF file's URL.
+    Pull(store::PullArgs),
+    /// List the models in the store (and incomplete downloads).
+    List {
+        #[command(flatten)]
+        store: store::StoreArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a model (or an incomplete download) from the store.
+    Rm {
+        name: String,
+        /// Do not ask for confirmation.
+        #[arg(short = 'y', long = "yes")]
+        yes: bool,
+        #[command(flatten)]
+        store: store::StoreArgs,
+    },
     /// Rewrite a Trellis v2 folder (layer_XXXX/ directories) as v3 in a new or empty folder.
     Migrate {
         /// The Trellis v2 folder.
@@ -155,7 +189,7 @@ enum BenchCommand {
     /// Prefill and decode speed of a model on the GPU, decode as a fraction of the bandwidth
     /// limit (weight bytes per token over the copy bandwidth measured in the same run).
     Generate {
-        /// A GGUF file (`tritium synth` makes ones with real shapes).
+        /// A GGUF file or an RDRR folder (`tritium synth` makes GGUFs with real shapes).
         model: PathBuf,
         /// Prompt tokens to prefill.
         #[arg(long, default_value_t = 512)]
@@ -172,13 +206,44 @@ enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// SHA-256 and BLAKE3 throughput over a buffer in memory, one thread (MB/s).
+    Hash {
+        /// MiB hashed.
+        #[arg(long, default_value_t = 256)]
+        mib: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fetch + verify + store throughput of a synthetic RDRR model served on loopback, as a
+    /// fraction of the plain hashing speed measured in the same run.
+    Fetch {
+        /// Model MiB.
+        #[arg(long, default_value_t = 256)]
+        mib: u64,
+        #[arg(long, default_value_t = 64)]
+        shard_mib: u64,
+        /// Shards fetched at once.
+        #[arg(long, default_value_t = 4)]
+        parallel: usize,
+        /// sha256 or blake3.
+        #[arg(long, default_value = "sha256")]
+        hash: String,
+        /// Where the store is written (default: the temp folder; a tmpfs such as /dev/shm
+        /// takes the disk out of the measurement).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Run the CLI and return the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Inspect { model, json } => inspect::run(&model, json),
+        Command::Inspect { model, store, json } => store
+            .resolve(&model)
+            .and_then(|path| inspect::run(&path, json)),
         Command::Validate { dir, json } => validate::validate(&dir, json),
         Command::Verify { dir, json } => validate::verify(&dir, json),
         Command::Run(args) => generate::run(&args),
@@ -198,6 +263,11 @@ pub fn main() -> ExitCode {
             output,
             shard_size,
         } => migrate::run(&input, &output, shard_size),
+        Command::Convert(args) => convert::run(&args),
+        Command::ServeModel(args) => serve_model::run(&args),
+        Command::Pull(args) => store::pull(&args),
+        Command::List { store, json } => store::list(&store, json),
+        Command::Rm { name, yes, store } => store::rm(&store, &name, yes),
         Command::Quantize {
             input,
             output,
@@ -243,6 +313,29 @@ pub fn main() -> ExitCode {
             },
             json,
         ),
+        #[cfg(feature = "gpu")]
+        Command::Bench {
+            what: BenchCommand::Hash { mib, json },
+        } => store_bench::hash(mib, json),
+        #[cfg(feature = "gpu")]
+        Command::Bench {
+            what:
+                BenchCommand::Fetch {
+                    mib,
+                    shard_mib,
+                    parallel,
+                    hash,
+                    dir,
+                    json,
+                },
+        } => store_bench::fetch(&store_bench::FetchBenchArgs {
+            mib,
+            shard_mib,
+            parallel,
+            hash,
+            dir,
+            json,
+        }),
         #[cfg(feature = "gpu")]
         Command::Synth {
             kind,

@@ -24,8 +24,18 @@ pub enum OpenModel {
     },
 }
 
-/// Open `path` as whichever format it is. Errors name the path.
+/// Open `path` as whichever format it is. A path that does not exist is looked up as the name
+/// of a model in the store ([`crate::storage::resolve_model`]: `$TRITIUM_STORE` or the cache
+/// folder). Errors name the path.
 pub fn open(path: &Path) -> Result<OpenModel, Error> {
+    let resolved;
+    let path = match path.to_str() {
+        Some(arg) if !path.exists() => {
+            resolved = crate::storage::resolve_model(arg, None)?;
+            resolved.as_path()
+        }
+        _ => path,
+    };
     open_inner(path).map_err(|e| match e {
         // Already names the path.
         e @ (Error::Usage(_) | Error::Io { .. } | Error::Source(_)) => e,

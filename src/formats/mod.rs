@@ -2,6 +2,7 @@
 //! through [`source::ByteSource`] / [`source::ModelFiles`].
 
 pub mod gguf;
+pub mod hf;
 pub mod rdrr;
 pub mod safetensors;
 pub mod source;

@@ -17,6 +17,14 @@ impl GpuContext {
             &padded
         };
         self.check_size(label, contents.len() as u64)?;
+        // In the browser a buffer mapped at creation is filled through a copy held in wasm
+        // memory; `writeBuffer` reads the bytes where they are, so loading a model does not
+        // need a second copy of each tensor in wasm memory.
+        if cfg!(target_arch = "wasm32") {
+            let buffer = self.storage(label, contents.len() as u64)?;
+            self.queue.write_buffer(&buffer, 0, contents);
+            return Ok(buffer);
+        }
         Ok(self
             .device
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {

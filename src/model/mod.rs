@@ -5,9 +5,11 @@
 pub mod bitnet;
 pub mod config;
 pub mod llama;
+pub mod rdrr;
 pub mod weights;
 
 pub use config::{Arch, ModelConfig};
+pub use rdrr::RdrrModel;
 pub use weights::{GgufTensors, TensorSource, Weights};
 
 use crate::backend::{Backend, KvShape, Logits, Readback, Tensor};

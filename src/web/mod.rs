@@ -4,7 +4,14 @@
 //!
 //! Errors cross into JS once, here: a JS `Error` with a readable message and a stable `code`.
 
+mod bench;
+mod cached;
+mod errors;
+mod fetch;
 mod generate;
+mod store;
+
+pub use fetch::{sleep, FetchBody, FetchClient};
 
 use std::sync::{Arc, Mutex, Once};
 

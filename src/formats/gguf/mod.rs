@@ -9,7 +9,7 @@ mod writer;
 
 pub use reader::read;
 pub use value::{type_id, Array, Value};
-pub use writer::GgufWriter;
+pub use writer::{GgufWriter, TensorFill};
 
 use std::collections::HashMap;
 
@@ -136,6 +136,46 @@ impl GgufFile {
     /// Parse a GGUF file's header from any byte source.
     pub fn read(src: &dyn ByteSource) -> Result<Self, GgufError> {
         read(src)
+    }
+
+    /// A header assembled from its parts rather than read from a file (the GGUF view of a
+    /// model kept in another format, such as an RDRR folder converted from a GGUF). The data
+    /// section is taken to start at 0 and `file_len` is the end of the last tensor. Refuses a
+    /// metadata key or a tensor name that appears twice.
+    pub fn from_parts(
+        version: u32,
+        metadata: Vec<(String, Value)>,
+        tensors: Vec<TensorInfo>,
+        alignment: u64,
+    ) -> Result<Self, GgufError> {
+        let mut index = HashMap::with_capacity(metadata.len());
+        for (i, (key, _)) in metadata.iter().enumerate() {
+            if index.insert(key.clone(), i).is_some() {
+                return Err(GgufError::DuplicateKey { key: key.clone() });
+            }
+        }
+        let mut names = std::collections::HashSet::with_capacity(tensors.len());
+        for t in &tensors {
+            if !names.insert(t.name.as_str()) {
+                return Err(GgufError::DuplicateTensor {
+                    name: t.name.clone(),
+                });
+            }
+        }
+        let file_len = tensors
+            .iter()
+            .map(|t| t.offset.saturating_add(t.n_bytes))
+            .max()
+            .unwrap_or(0);
+        Ok(GgufFile {
+            version,
+            metadata,
+            index,
+            tensors,
+            alignment,
+            data_offset: 0,
+            file_len,
+        })
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {

@@ -11,8 +11,26 @@ struct PendingTensor {
     name: String,
     dims: Vec<u64>,
     dtype: GgmlType,
-    data: Vec<u8>,
+    data: TensorData,
 }
+
+/// A tensor's bytes: held, or supplied while writing ([`GgufWriter::write_streaming`]).
+enum TensorData {
+    Bytes(Vec<u8>),
+    Deferred(u64),
+}
+
+impl TensorData {
+    fn len(&self) -> u64 {
+        match self {
+            TensorData::Bytes(b) => b.len() as u64,
+            TensorData::Deferred(n) => *n,
+        }
+    }
+}
+
+/// Supplies a deferred tensor's bytes: `(index, name, out)`.
+pub type TensorFill<'a> = dyn FnMut(usize, &str, &mut dyn Write) -> Result<(), GgufError> + 'a;
 
 /// Builds a GGUF file in memory order: add metadata and tensors, then [`GgufWriter::write`].
 pub struct GgufWriter {
@@ -71,6 +89,18 @@ impl GgufWriter {
         Ok(())
     }
 
+    /// Set the data alignment without adding a `general.alignment` key (for a file whose
+    /// metadata, copied in its own order, already holds that key). A power of two.
+    pub fn data_alignment(mut self, alignment: u64) -> Result<Self, GgufError> {
+        if alignment == 0 || !alignment.is_power_of_two() {
+            return Err(GgufError::BadAlignment {
+                value: alignment.to_string(),
+            });
+        }
+        self.alignment = alignment;
+        Ok(self)
+    }
+
     /// Add a tensor. `shape` is outermost first (`[rows, cols]`); `data` must be exactly the
     /// bytes `dtype` needs for that many elements.
     pub fn add_tensor(
@@ -80,7 +110,28 @@ impl GgufWriter {
         shape: &[u64],
         data: Vec<u8>,
     ) -> Result<(), GgufError> {
-        let name = name.into();
+        self.push_tensor(name.into(), dtype, shape, TensorData::Bytes(data))
+    }
+
+    /// Declare a tensor whose `n_bytes` bytes are supplied later, by the callback of
+    /// [`GgufWriter::write_streaming`], so a model never has to be held in memory whole.
+    pub fn add_tensor_info(
+        &mut self,
+        name: impl Into<String>,
+        dtype: GgmlType,
+        shape: &[u64],
+        n_bytes: u64,
+    ) -> Result<(), GgufError> {
+        self.push_tensor(name.into(), dtype, shape, TensorData::Deferred(n_bytes))
+    }
+
+    fn push_tensor(
+        &mut self,
+        name: String,
+        dtype: GgmlType,
+        shape: &[u64],
+        data: TensorData,
+    ) -> Result<(), GgufError> {
         if self.tensors.iter().any(|t| t.name == name) {
             return Err(GgufError::DuplicateTensor { name });
         }
@@ -93,7 +144,7 @@ impl GgufWriter {
         let dims: Vec<u64> = shape.iter().rev().copied().collect();
         let n = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
         let expected = n.and_then(|n| dtype.tensor_bytes(n));
-        if expected != Some(data.len() as u64) {
+        if expected != Some(data.len()) {
             return Err(GgufError::BadShape {
                 tensor: name,
                 dims,
@@ -112,8 +163,70 @@ impl GgufWriter {
         Ok(())
     }
 
-    /// Serialize the whole file.
+    /// Serialize the whole file (every tensor must have been given its bytes). The last tensor
+    /// is not padded.
     pub fn write(&self, out: &mut dyn Write) -> Result<(), GgufError> {
+        let offsets = self.write_header(out)?;
+        for (i, t) in self.tensors.iter().enumerate() {
+            let TensorData::Bytes(data) = &t.data else {
+                return Err(GgufError::Metadata {
+                    key: t.name.clone(),
+                    problem: "tensor declared without its bytes: use write_streaming".into(),
+                });
+            };
+            out.write_all(data)?;
+            if i + 1 < self.tensors.len() {
+                let gap = offsets[i + 1] - offsets[i] - data.len() as u64;
+                out.write_all(&vec![0u8; gap as usize])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Serialize the file, asking `fill(index, name, out)` for the bytes of each tensor
+    /// declared with [`GgufWriter::add_tensor_info`], in order; it must write exactly the
+    /// declared number of bytes. Every tensor, the last one included, is padded to the
+    /// alignment, as gguf-py and llama.cpp write files.
+    pub fn write_streaming(
+        &self,
+        out: &mut dyn Write,
+        fill: &mut TensorFill<'_>,
+    ) -> Result<(), GgufError> {
+        self.write_header(out)?;
+        for (i, t) in self.tensors.iter().enumerate() {
+            let len = match &t.data {
+                TensorData::Bytes(data) => {
+                    out.write_all(data)?;
+                    data.len() as u64
+                }
+                TensorData::Deferred(n) => {
+                    let mut counted = CountingWriter {
+                        inner: &mut *out,
+                        written: 0,
+                    };
+                    fill(i, &t.name, &mut counted)?;
+                    if counted.written != *n {
+                        return Err(GgufError::BadShape {
+                            tensor: t.name.clone(),
+                            dims: t.dims.clone(),
+                            reason: format!(
+                                "{} bytes were written for a tensor of {n} bytes",
+                                counted.written
+                            ),
+                        });
+                    }
+                    *n
+                }
+            };
+            let gap = len.next_multiple_of(self.alignment) - len;
+            out.write_all(&vec![0u8; gap as usize])?;
+        }
+        Ok(())
+    }
+
+    /// Write the header (magic, metadata, tensor infos, padding to the alignment); returns
+    /// each tensor's offset in the data section.
+    fn write_header(&self, out: &mut dyn Write) -> Result<Vec<u64>, GgufError> {
         let mut head = Vec::new();
         head.extend_from_slice(b"GGUF");
         head.extend_from_slice(&self.version.to_le_bytes());
@@ -135,20 +248,13 @@ impl GgufWriter {
             head.extend_from_slice(&t.dtype.id().to_le_bytes());
             head.extend_from_slice(&offset.to_le_bytes());
             offsets.push(offset);
-            offset = (offset + t.data.len() as u64).next_multiple_of(self.alignment);
+            offset = (offset + t.data.len()).next_multiple_of(self.alignment);
         }
         if !self.tensors.is_empty() {
             pad(&mut head, self.alignment);
         }
         out.write_all(&head)?;
-        for (i, t) in self.tensors.iter().enumerate() {
-            out.write_all(&t.data)?;
-            if i + 1 < self.tensors.len() {
-                let gap = offsets[i + 1] - offsets[i] - t.data.len() as u64;
-                out.write_all(&vec![0u8; gap as usize])?;
-            }
-        }
-        Ok(())
+        Ok(offsets)
     }
 
     /// Serialize to a vector.
@@ -156,6 +262,24 @@ impl GgufWriter {
         let mut v = Vec::new();
         self.write(&mut v)?;
         Ok(v)
+    }
+}
+
+/// Counts the bytes a tensor's writer receives.
+struct CountingWriter<'a> {
+    inner: &'a mut dyn Write,
+    written: u64,
+}
+
+impl Write for CountingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 

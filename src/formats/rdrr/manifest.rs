@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use super::json::{self, value_at, Obj};
 use super::metadata::{
-    AdapterType, Architecture, GroupKind, LoraConfig, ModelType, MoeConfig, QuantizationInfo,
-    TensorLayout, TokenizerInfo,
+    AdapterType, Architecture, ExtraFile, GroupKind, LoraConfig, ModelType, MoeConfig,
+    QuantizationInfo, TensorLayout, TokenizerInfo,
 };
 use super::normalize::{parse_groups, parse_shards, parse_tensors};
 use super::runtime_hints::{self, RuntimeOptimizations};
@@ -210,6 +210,9 @@ pub struct Manifest {
     pub adapter_type: Option<AdapterType>,
     pub base_model: Option<String>,
     pub lora_config: Option<LoraConfig>,
+    /// `extraFiles` (tritium extension): further files of the model folder, with sizes and
+    /// hashes. Every name is a plain file name (checked when parsing).
+    pub extra_files: Vec<ExtraFile>,
     /// Whether the model folder holds `tokenizer.json` (set by [`Manifest::load`]).
     pub tokenizer_json_present: bool,
     /// Contradictions found while normalizing (a shard's `fileName` and `filename` disagree,
@@ -308,8 +311,12 @@ impl Manifest {
             adapter_type: top.named("adapterType", AdapterType::from_name, AdapterType::NAMES)?,
             base_model: top.get("baseModel")?,
             lora_config: top.get("loraConfig")?,
+            extra_files: top.get("extraFiles")?.unwrap_or_default(),
             ..Manifest::default()
         };
+        for (i, f) in m.extra_files.iter().enumerate() {
+            check_plain_file_name(&format!("extraFiles[{i}].fileName"), &f.file_name)?;
+        }
         m.groups = parse_groups(&top)?;
         m.shards = parse_shards(&top, m.hash_algorithm, &mut m.normalization_issues)?;
 

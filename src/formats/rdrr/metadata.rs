@@ -199,6 +199,25 @@ pub struct TokenizerInfo {
     pub other: BTreeMap<String, Value>,
 }
 
+/// One entry of `extraFiles` (a tritium extension): a file of the model folder besides the
+/// manifest, `tensors.json` and the shards (`tokenizer.json`, `gguf_metadata.json`, ...), with
+/// what a downloader needs to fetch and check it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtraFile {
+    /// A plain file name inside the model folder (checked when the manifest is parsed).
+    pub file_name: String,
+    pub size: u64,
+    /// Expected digest (hex).
+    pub hash: Option<String>,
+    /// `sha256` or `blake3`; the manifest's `hashAlgorithm` when absent.
+    pub hash_algorithm: Option<String>,
+    /// What the file is for: `tokenizer`, `gguf-metadata`, ...
+    pub role: Option<String>,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
 /// `moeConfig`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -54,26 +54,35 @@ macro_rules! named_enum {
 }
 
 mod builder;
+mod from_gguf;
+mod gguf_metadata;
 mod json;
 mod manifest;
 mod metadata;
 mod normalize;
 mod runtime_hints;
+mod to_gguf;
 mod validate;
 mod verify;
 
 pub use builder::{RdrrWriter, WriterOptions};
+pub use from_gguf::{
+    convert_gguf, convert_gguf_view, gguf_tensor_group, quantization_summary, ConvertOptions,
+    ConvertReport, ExtraFileData,
+};
+pub use gguf_metadata::{GgufMetadata, GGUF_METADATA_FILE, GGUF_METADATA_FORMAT};
 pub use manifest::{
     Group, HashAlgorithm, HashAlgorithmSource, Manifest, Shard, TensorLocation, TensorSpan,
 };
 pub use metadata::{
-    AdapterType, Architecture, ArchitectureConfig, GroupKind, LoraConfig, ModelType, MoeConfig,
-    QuantizationInfo, TensorLayout, TokenizerInfo,
+    AdapterType, Architecture, ArchitectureConfig, ExtraFile, GroupKind, LoraConfig, ModelType,
+    MoeConfig, QuantizationInfo, TensorLayout, TokenizerInfo,
 };
 pub use runtime_hints::{
     AttentionKernel, AttentionTier, DequantKernel, GpuFeature, MatmulKernel, PreferredKernels,
     RmsNormKernel, RuntimeOptimizations, SoftmaxKernel, KERNEL_OPERATIONS,
 };
+pub use to_gguf::write_gguf;
 pub use validate::{validate, validate_manifest, IssueKind, RdrrIssue, ValidationReport};
 pub use verify::{
     hash_hex, verify, verify_with, GroupVerification, ShardVerification, StreamHasher,
@@ -147,6 +156,9 @@ pub enum RdrrError {
     Writer(String),
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// Writing or reading the GGUF side of a conversion.
+    #[error(transparent)]
+    Gguf(#[from] crate::formats::gguf::GgufError),
 }
 
 /// The GGML storage type of an RDRR dtype string (`Q4_K_M`, `Q4_K`, `F16`, `BF16`, `f32`,

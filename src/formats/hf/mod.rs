@@ -1,0 +1,314 @@
+//! Hugging Face checkpoints (`config.json`, `model.safetensors` or sharded with
+//! `model.safetensors.index.json`, `tokenizer.json`, `tokenizer_config.json`), read through
+//! [`ModelFiles`], and their conversion plan to GGUF tensors (see [`plan`]).
+//!
+//! Supported: `LlamaForCausalLM` (SiLU-gated FFN, RMS norms, no biases, plain RoPE) and
+//! `BitNetForCausalLM` (BitNet b1.58: ternary linear layers with a per-tensor weight scale,
+//! attention and FFN sub-norms, ReLU²), whether its linear weights are dense floats (ternarized
+//! here as BitNet's converter does) or transformers' packed 2-bit form with `weight_scale`.
+
+mod plan;
+
+pub use plan::{
+    gguf_metadata, permute_for_rope, plan, tensor_bytes, unpack_ternary, OutputTensor,
+    Quantization, QuantizeFn, TensorRecipe, TokenizerSettings,
+};
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value as Json;
+
+use super::safetensors::{self, Dtype, SafetensorsError, SafetensorsHeader};
+use super::source::{ModelFiles, SourceError};
+use crate::quant::QuantError;
+
+/// The largest `config.json`, index or tokenizer config we read.
+const MAX_JSON_BYTES: u64 = 64 << 20;
+
+/// Errors reading or converting a Hugging Face checkpoint; each names the file or tensor.
+#[derive(Debug, thiserror::Error)]
+pub enum HfError {
+    #[error("{file}: {message}")]
+    Json { file: String, message: String },
+    #[error("config.json: {0}")]
+    Config(String),
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("the checkpoint has no tensor {0}")]
+    MissingTensor(String),
+    #[error("tensor {name}: {message}")]
+    Tensor { name: String, message: String },
+    #[error(transparent)]
+    Safetensors(#[from] SafetensorsError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+}
+
+/// The model families we convert.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum HfArch {
+    Llama,
+    BitNet,
+}
+
+/// `config.json`, the fields the conversion reads.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HfConfig {
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    pub model_type: Option<String>,
+    pub hidden_size: u64,
+    pub intermediate_size: u64,
+    pub num_hidden_layers: u64,
+    pub num_attention_heads: u64,
+    pub num_key_value_heads: Option<u64>,
+    pub head_dim: Option<u64>,
+    pub vocab_size: u64,
+    pub max_position_embeddings: Option<u64>,
+    pub rope_theta: Option<f64>,
+    /// transformers 5 keeps `rope_theta` here.
+    pub rope_parameters: Option<Json>,
+    pub rope_scaling: Option<Json>,
+    pub rms_norm_eps: Option<f64>,
+    pub tie_word_embeddings: Option<bool>,
+    pub hidden_act: Option<String>,
+    pub attention_bias: Option<bool>,
+    pub mlp_bias: Option<bool>,
+    pub bos_token_id: Option<Json>,
+    pub eos_token_id: Option<Json>,
+    pub quantization_config: Option<Json>,
+    #[serde(rename = "_name_or_path")]
+    pub name_or_path: Option<String>,
+}
+
+impl HfConfig {
+    pub fn parse(bytes: &[u8]) -> Result<HfConfig, HfError> {
+        serde_json::from_slice(bytes).map_err(|e| HfError::Json {
+            file: "config.json".into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// The family `architectures[0]` names.
+    pub fn arch(&self) -> Result<HfArch, HfError> {
+        match self.architectures.first().map(String::as_str) {
+            Some("LlamaForCausalLM") => Ok(HfArch::Llama),
+            Some("BitNetForCausalLM") => Ok(HfArch::BitNet),
+            Some(other) => Err(HfError::Unsupported(format!(
+                "config.json: architecture {other} is not supported (LlamaForCausalLM, \
+                 BitNetForCausalLM)"
+            ))),
+            None => Err(HfError::Config("no `architectures`".into())),
+        }
+    }
+
+    pub fn n_kv_heads(&self) -> u64 {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    pub fn head_dim(&self) -> u64 {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// RoPE base frequency: `rope_theta`, or `rope_parameters.rope_theta`, default 10000.
+    pub fn rope_theta(&self) -> f64 {
+        self.rope_theta
+            .or_else(|| self.rope_parameters.as_ref()?.get("rope_theta")?.as_f64())
+            .unwrap_or(10_000.0)
+    }
+
+    /// The first id of `bos_token_id` / `eos_token_id` (a number or a list).
+    pub fn token_id(value: &Option<Json>) -> Option<u32> {
+        let v = match value.as_ref()? {
+            Json::Array(list) => list.first()?.as_u64()?,
+            v => v.as_u64()?,
+        };
+        u32::try_from(v).ok()
+    }
+
+    /// `quantization_config.<key>` as a string.
+    pub fn quantization_field(&self, key: &str) -> Option<&str> {
+        self.quantization_config.as_ref()?.get(key)?.as_str()
+    }
+
+    /// Refuse what the engine does not compute: biases, RoPE scaling, other activations.
+    pub fn check_supported(&self, arch: HfArch) -> Result<(), HfError> {
+        if self.attention_bias == Some(true) || self.mlp_bias == Some(true) {
+            return Err(HfError::Unsupported(
+                "config.json: attention or MLP biases are not supported".into(),
+            ));
+        }
+        let scaling = self
+            .rope_scaling
+            .as_ref()
+            .filter(|v| !v.is_null())
+            .or(self.rope_parameters.as_ref());
+        if let Some(kind) = scaling.and_then(|s| s.get("rope_type").or_else(|| s.get("type"))) {
+            if kind.as_str() != Some("default") {
+                return Err(HfError::Unsupported(format!(
+                    "config.json: RoPE scaling {kind} is not supported"
+                )));
+            }
+        }
+        let want = match arch {
+            HfArch::Llama => "silu",
+            HfArch::BitNet => "relu2",
+        };
+        match self.hidden_act.as_deref() {
+            None => Ok(()),
+            Some(act) if act == want => Ok(()),
+            Some(act) => Err(HfError::Unsupported(format!(
+                "config.json: hidden_act {act} (this architecture computes {want})"
+            ))),
+        }
+    }
+}
+
+/// An opened checkpoint: its config and the headers of its safetensors files.
+pub struct HfCheckpoint<'a> {
+    pub files: &'a dyn ModelFiles,
+    pub config: HfConfig,
+    pub arch: HfArch,
+    headers: Vec<(String, SafetensorsHeader)>,
+    /// Tensor name -> index into `headers`.
+    index: BTreeMap<String, usize>,
+}
+
+impl<'a> HfCheckpoint<'a> {
+    /// Read `config.json` and the safetensors headers (`model.safetensors`, or the files that
+    /// `model.safetensors.index.json` names). Tensor data is read later, one tensor at a time.
+    pub fn open(files: &'a dyn ModelFiles) -> Result<Self, HfError> {
+        let config = HfConfig::parse(&files.read_small("config.json", MAX_JSON_BYTES)?)?;
+        let arch = config.arch()?;
+        config.check_supported(arch)?;
+        let shard_names: Vec<String> = if files.exists("model.safetensors.index.json") {
+            let bytes = files.read_small("model.safetensors.index.json", MAX_JSON_BYTES)?;
+            #[derive(Deserialize)]
+            struct Index {
+                weight_map: BTreeMap<String, String>,
+            }
+            let index: Index = serde_json::from_slice(&bytes).map_err(|e| HfError::Json {
+                file: "model.safetensors.index.json".into(),
+                message: e.to_string(),
+            })?;
+            let mut names: Vec<String> = index.weight_map.into_values().collect();
+            names.sort();
+            names.dedup();
+            names
+        } else if files.exists("model.safetensors") {
+            vec!["model.safetensors".to_string()]
+        } else {
+            return Err(HfError::Unsupported(
+                "no model.safetensors or model.safetensors.index.json (only safetensors \
+                 checkpoints are read)"
+                    .into(),
+            ));
+        };
+        let mut headers = Vec::with_capacity(shard_names.len());
+        let mut index = BTreeMap::new();
+        for name in shard_names {
+            let src = files.open(&name)?;
+            let header = SafetensorsHeader::read(src.as_ref())?;
+            for t in header.names() {
+                if index.insert(t.to_string(), headers.len()).is_some() {
+                    return Err(HfError::Tensor {
+                        name: t.to_string(),
+                        message: "appears in two safetensors files".into(),
+                    });
+                }
+            }
+            headers.push((name, header));
+        }
+        Ok(HfCheckpoint {
+            files,
+            config,
+            arch,
+            headers,
+            index,
+        })
+    }
+
+    /// Every tensor name, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.index.keys().map(String::as_str)
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// A tensor's dtype and shape (outermost first).
+    pub fn info(&self, name: &str) -> Result<(Dtype, Vec<u64>), HfError> {
+        let &i = self
+            .index
+            .get(name)
+            .ok_or_else(|| HfError::MissingTensor(name.to_string()))?;
+        let t = self.headers[i].1.require(name)?;
+        Ok((t.dtype, t.shape.clone()))
+    }
+
+    /// A tensor's raw little-endian bytes.
+    pub fn raw(&self, name: &str) -> Result<Vec<u8>, HfError> {
+        let &i = self
+            .index
+            .get(name)
+            .ok_or_else(|| HfError::MissingTensor(name.to_string()))?;
+        let (file, header) = &self.headers[i];
+        let src = self.files.open(file)?;
+        Ok(header.read_tensor(src.as_ref(), name)?)
+    }
+
+    /// A float tensor (F32, F16 or BF16) widened to f32.
+    pub fn f32(&self, name: &str) -> Result<Vec<f32>, HfError> {
+        let (dtype, _) = self.info(name)?;
+        safetensors::to_f32(dtype, &self.raw(name)?).ok_or_else(|| HfError::Tensor {
+            name: name.to_string(),
+            message: format!("dtype {dtype:?} is not a float type (F32, F16, BF16)"),
+        })
+    }
+}
+
+/// What `tokenizer_config.json` says that the GGUF metadata keeps: the chat template and the
+/// texts of BOS and EOS (ids are resolved against the tokenizer by the caller).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TokenizerConfig {
+    pub chat_template: Option<String>,
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+}
+
+impl TokenizerConfig {
+    /// Parse `tokenizer_config.json`: `chat_template` as a string, or the `default` entry of a
+    /// list of named templates; `bos_token`/`eos_token` as strings or `{content}` objects.
+    pub fn parse(bytes: &[u8]) -> Result<TokenizerConfig, HfError> {
+        let v: Json = serde_json::from_slice(bytes).map_err(|e| HfError::Json {
+            file: "tokenizer_config.json".into(),
+            message: e.to_string(),
+        })?;
+        let token = |key: &str| -> Option<String> {
+            match v.get(key)? {
+                Json::String(s) => Some(s.clone()),
+                Json::Object(o) => o.get("content")?.as_str().map(str::to_string),
+                _ => None,
+            }
+        };
+        let chat_template = match v.get("chat_template") {
+            Some(Json::String(s)) => Some(s.clone()),
+            Some(Json::Array(list)) => list
+                .iter()
+                .find(|t| t.get("name").and_then(Json::as_str) == Some("default"))
+                .or_else(|| list.first())
+                .and_then(|t| t.get("template")?.as_str().map(str::to_string)),
+            _ => None,
+        };
+        Ok(TokenizerConfig {
+            chat_template,
+            bos_token: token("bos_token"),
+            eos_token: token("eos_token"),
+        })
+    }
+}

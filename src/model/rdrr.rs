@@ -1,0 +1,129 @@
+//! Running a model kept as an RDRR folder: what `open_model` builds from a GGUF (the header the
+//! configuration is read from, the tokenizer, the chat template, and a [`TensorSource`]), built
+//! from the folder's `manifest.json`, `tensors.json`, `gguf_metadata.json`, `tokenizer.json`
+//! and shards. Pure: every byte comes through [`ModelFiles`], so the same code serves a folder
+//! on disk, a model store, or OPFS.
+//!
+//! The header is the GGUF view of the folder ([`GgufMetadata::header`]): the original GGUF's
+//! key/values, types and order, with tensor infos from `tensors.json`. So
+//! [`ModelConfig::from_gguf`](super::ModelConfig::from_gguf), [`Tokenizer::from_gguf`] and
+//! [`ChatTemplate::from_gguf`] read it exactly as they read the original file, which is what
+//! makes a GGUF and its RDRR conversion give the same tokens.
+
+use super::weights::TensorSource;
+use crate::formats::gguf::{GgufFile, Value};
+use crate::formats::rdrr::{self, GgufMetadata, Manifest, RdrrError, TOKENIZER_FILE};
+use crate::formats::source::ModelFiles;
+use crate::quant::GgmlType;
+use crate::text::{ChatTemplate, TextError, Tokenizer};
+use crate::Error;
+
+/// An RDRR model opened for running: manifest, GGUF view and files.
+pub struct RdrrModel<F: ModelFiles> {
+    pub manifest: Manifest,
+    /// The GGUF view of the model's metadata and tensors.
+    pub header: GgufFile,
+    pub files: F,
+}
+
+impl<F: ModelFiles> RdrrModel<F> {
+    /// Read the manifest (checked: every shard a plain file name, every tensor's dtype known)
+    /// and the GGUF metadata.
+    pub fn open(files: F) -> Result<Self, Error> {
+        let manifest = Manifest::load(&files)?;
+        Self::with_manifest(files, manifest)
+    }
+
+    /// As [`RdrrModel::open`], with a manifest already read from `files`.
+    pub fn with_manifest(files: F, manifest: Manifest) -> Result<Self, Error> {
+        let meta = GgufMetadata::load(&manifest, &files)?.ok_or_else(|| {
+            Error::Usage(format!(
+                "this RDRR folder has no {} (the GGUF metadata that tritium's converters write), \
+                 so its architecture and tokenizer settings are unknown; convert the model with \
+                 `tritium convert`",
+                rdrr::GGUF_METADATA_FILE
+            ))
+        })?;
+        let header = meta.header(&manifest)?;
+        Ok(RdrrModel {
+            manifest,
+            header,
+            files,
+        })
+    }
+
+    /// The tokenizer: from the GGUF metadata when it holds a vocabulary (as it does for a
+    /// model converted from a GGUF), else from the folder's `tokenizer.json` (a model converted
+    /// from a Hugging Face checkpoint).
+    pub fn tokenizer(&self) -> Result<Tokenizer, Error> {
+        if self.header.get("tokenizer.ggml.tokens").is_some() {
+            return Ok(Tokenizer::from_gguf(&self.header)?);
+        }
+        let name = self
+            .manifest
+            .tokenizer
+            .as_ref()
+            .and_then(|t| t.file.as_deref())
+            .unwrap_or(TOKENIZER_FILE);
+        let bytes = self.files.read_small(name, rdrr::MAX_JSON_BYTES)?;
+        Ok(Tokenizer::from_json(&bytes)?)
+    }
+
+    /// The chat template: as [`ChatTemplate::from_gguf`] reads it when the metadata holds the
+    /// vocabulary; else `tokenizer.chat_template` with the BOS/EOS texts of `tokenizer`, or
+    /// the fallback for the architecture.
+    pub fn chat_template(&self, tokenizer: Option<&Tokenizer>) -> Result<ChatTemplate, TextError> {
+        if self.header.get("tokenizer.ggml.tokens").is_some() {
+            return ChatTemplate::from_gguf(&self.header);
+        }
+        chat_template_for(&self.header, tokenizer)
+    }
+}
+
+/// The chat template of a model whose vocabulary is in a `tokenizer.json`: the metadata's
+/// `tokenizer.chat_template`, given the texts of the BOS/EOS ids the metadata names (or the
+/// tokenizer's own); without a template, BitNet's for BitNet architectures, else ChatML.
+pub fn chat_template_for(
+    header: &GgufFile,
+    tokenizer: Option<&Tokenizer>,
+) -> Result<ChatTemplate, TextError> {
+    let text = |key: &str, fallback: Option<u32>| -> String {
+        let id = header
+            .get_u64(key)
+            .and_then(|v| u32::try_from(v).ok())
+            .or(fallback);
+        match (tokenizer, id) {
+            (Some(t), Some(id)) => t.id_to_token(id).unwrap_or_default(),
+            _ => String::new(),
+        }
+    };
+    let bos = text(
+        "tokenizer.ggml.bos_token_id",
+        tokenizer.and_then(|t| t.bos()),
+    );
+    let eos = text(
+        "tokenizer.ggml.eos_token_id",
+        tokenizer.and_then(|t| t.eos()),
+    );
+    if let Some(Value::String(source)) = header.get("tokenizer.chat_template") {
+        return ChatTemplate::new(source, &bos, &eos);
+    }
+    match header.architecture() {
+        Some("bitnet-b1.58" | "bitnet-25" | "bitnet") => Ok(ChatTemplate::bitnet(&bos, &eos)),
+        _ => Ok(ChatTemplate::chatml()),
+    }
+}
+
+impl<F: ModelFiles> TensorSource for RdrrModel<F> {
+    fn meta(&self, name: &str) -> Option<(GgmlType, Vec<u64>)> {
+        self.header.tensor(name).map(|t| (t.dtype, t.dims.clone()))
+    }
+
+    /// The tensor's bytes, joined across shards when it spans several.
+    fn read(&self, name: &str) -> Result<Vec<u8>, Error> {
+        rdrr::read_tensor(&self.manifest, &self.files, name).map_err(|e| match e {
+            RdrrError::NoSuchTensor(n) => Error::Usage(format!("the model has no tensor {n}")),
+            e => e.into(),
+        })
+    }
+}

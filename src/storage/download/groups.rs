@@ -1,0 +1,343 @@
+//! Group hashes, checked while the shards stream where the order allows, else by reading back.
+//!
+//! A group's hash covers its tensors' bytes in the order of its `tensors` list (a tensor split
+//! across shards hashed whole). Each group becomes a list of segments (shard, offset, size);
+//! as a shard streams, every group whose *next* segment the arriving bytes cover is fed (a
+//! resumed shard's stored prefix is fed too, as it is hashed). A group whose bytes arrive out
+//! of order (its segment in shard 5 streams before the one in shard 4 ends, as parallel fetches
+//! do), or whose shard restarts, fails verification or was verified by an earlier run, is
+//! hashed afterwards by reading its bytes back from the store. For a model fetched from
+//! scratch that is at most the groups that straddle a shard boundary.
+
+use std::cell::RefCell;
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use super::fetch::StreamObserver;
+use super::hashing::Hashing;
+use super::DownloadError;
+use crate::formats::rdrr::{HashAlgorithm, Manifest, StreamHasher, TensorSpan};
+use crate::storage::store::ShardStore;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TapState {
+    /// Fed as its bytes stream; `next` is the segment expected, `consumed` its bytes seen.
+    Streaming { next: usize, consumed: u64 },
+    /// Its bytes did not all stream in order: read them back.
+    ReadBack,
+    /// Every byte was hashed while streaming.
+    Done,
+}
+
+struct GroupTap {
+    id: String,
+    expected: String,
+    segments: Vec<TensorSpan>,
+    state: TapState,
+}
+
+impl GroupTap {
+    /// Skip empty segments; done when none are left.
+    fn settle(&mut self) {
+        if let TapState::Streaming { next, consumed } = &mut self.state {
+            while *next < self.segments.len() && self.segments[*next].size == 0 {
+                *next += 1;
+                *consumed = 0;
+            }
+            if *next == self.segments.len() {
+                self.state = TapState::Done;
+            }
+        }
+    }
+}
+
+/// Which group bytes have streamed in order: the bookkeeping of group checks.
+pub(crate) struct GroupTaps {
+    groups: Vec<GroupTap>,
+    /// Per shard: (group, segment) pairs whose segment lies in it.
+    by_shard: Vec<Vec<(usize, usize)>>,
+}
+
+impl GroupTaps {
+    /// The groups of `manifest` that carry a hash. Fails on a group that lists a tensor or a
+    /// shard the manifest does not have (validation catches these first).
+    fn new(manifest: &Manifest) -> Result<GroupTaps, String> {
+        let mut groups = Vec::new();
+        let mut by_shard = vec![Vec::new(); manifest.shards.len()];
+        for (id, group) in &manifest.groups {
+            let Some(expected) = &group.hash else {
+                continue;
+            };
+            let mut segments = Vec::new();
+            for name in &group.tensors {
+                let tensor = manifest.tensors.get(name).ok_or_else(|| {
+                    format!("group {id:?} lists tensor {name:?}, which the manifest does not have")
+                })?;
+                for span in &tensor.spans {
+                    if span.shard >= manifest.shards.len() {
+                        return Err(format!(
+                            "tensor {name:?} (group {id:?}) points at shard {}, which does not exist",
+                            span.shard
+                        ));
+                    }
+                    by_shard[span.shard].push((groups.len(), segments.len()));
+                    segments.push(*span);
+                }
+            }
+            let mut tap = GroupTap {
+                id: id.clone(),
+                expected: expected.to_ascii_lowercase(),
+                segments,
+                state: TapState::Streaming {
+                    next: 0,
+                    consumed: 0,
+                },
+            };
+            tap.settle();
+            groups.push(tap);
+        }
+        Ok(GroupTaps { groups, by_shard })
+    }
+
+    /// Bytes `offset..offset + len` of shard `shard` arrived: the ranges of them (relative to
+    /// `offset`) to hash into each group that was waiting for exactly those bytes.
+    fn feed(&mut self, shard: usize, offset: u64, len: u64) -> Vec<(usize, Range<usize>)> {
+        let mut out = Vec::new();
+        let Some(pairs) = self.by_shard.get(shard) else {
+            return out;
+        };
+        let end = offset + len;
+        for &(g, j) in pairs {
+            let tap = &mut self.groups[g];
+            let seg = tap.segments[j];
+            let (from, to) = (offset.max(seg.offset), end.min(seg.offset + seg.size));
+            if from >= to {
+                continue;
+            }
+            let TapState::Streaming { next, consumed } = &mut tap.state else {
+                continue;
+            };
+            if *next != j || from - seg.offset != *consumed {
+                // An earlier segment of this group has not streamed yet, or a gap.
+                tap.state = TapState::ReadBack;
+                continue;
+            }
+            out.push((g, (from - offset) as usize..(to - offset) as usize));
+            *consumed += to - from;
+            if *consumed == seg.size {
+                *next += 1;
+                *consumed = 0;
+                tap.settle();
+            }
+        }
+        out
+    }
+
+    /// Everything seen of shard `shard` is void: its groups are read back.
+    fn void(&mut self, shard: usize) {
+        let Some(pairs) = self.by_shard.get(shard) else {
+            return;
+        };
+        for &(g, _) in pairs {
+            self.groups[g].state = TapState::ReadBack;
+        }
+    }
+}
+
+/// Group checks of one download: the taps and the hashing of what they pass on.
+pub(crate) struct GroupChecks {
+    alg: HashAlgorithm,
+    taps: RefCell<GroupTaps>,
+    hashing: Hashing,
+}
+
+impl GroupChecks {
+    /// Checks for the hashed groups of `manifest`; hashing on a thread when `threaded`.
+    pub(crate) fn new(manifest: &Manifest, threaded: bool) -> Result<GroupChecks, DownloadError> {
+        let taps = GroupTaps::new(manifest).map_err(|p| DownloadError::InvalidManifest {
+            url: "manifest.json".to_string(),
+            problems: vec![p],
+        })?;
+        let alg = manifest.group_hash_algorithm();
+        let hashing = Hashing::new(vec![alg; taps.groups.len()], threaded)?;
+        Ok(GroupChecks {
+            alg,
+            taps: RefCell::new(taps),
+            hashing,
+        })
+    }
+
+    /// Shard `shard`'s bytes came from an earlier run: its groups are read back.
+    pub(crate) fn void_shard(&self, shard: usize) {
+        self.taps.borrow_mut().void(shard);
+    }
+
+    /// Check every group: those hashed while streaming at once, the others by reading their
+    /// bytes from the store. Returns (streamed, read back, bytes read back).
+    pub(crate) async fn check<S: ShardStore>(
+        self,
+        manifest: &Manifest,
+        store: &S,
+        model: &str,
+        chunk: usize,
+    ) -> Result<(usize, usize, u64), DownloadError> {
+        let digests = self.hashing.finish().await?;
+        let (mut streamed, mut read_back, mut bytes) = (0, 0, 0u64);
+        let mut buf = vec![0u8; chunk.clamp(4096, 64 << 20)];
+        for (tap, digest) in self.taps.into_inner().groups.into_iter().zip(digests) {
+            let actual = if tap.state == TapState::Done {
+                streamed += 1;
+                digest
+            } else {
+                read_back += 1;
+                let mut hasher = StreamHasher::new(self.alg);
+                for seg in &tap.segments {
+                    let file = manifest.shard_file(seg.shard).map_err(|e| {
+                        DownloadError::InvalidManifest {
+                            url: model.to_string(),
+                            problems: vec![e.to_string()],
+                        }
+                    })?;
+                    let mut pos = seg.offset;
+                    let end = seg.offset + seg.size;
+                    while pos < end {
+                        let n = (end - pos).min(buf.len() as u64) as usize;
+                        store.read_partial(model, file, pos, &mut buf[..n]).await?;
+                        hasher.update(&buf[..n]);
+                        pos += n as u64;
+                    }
+                    bytes += seg.size;
+                }
+                hasher.finalize_hex()
+            };
+            if actual != tap.expected {
+                return Err(DownloadError::GroupMismatch {
+                    group: tap.id,
+                    algorithm: DownloadError::alg_name(self.alg),
+                    expected: tap.expected,
+                    actual,
+                });
+            }
+        }
+        Ok((streamed, read_back, bytes))
+    }
+}
+
+/// A [`StreamObserver`] passing one shard's bytes to the group checks.
+pub(crate) struct ShardTap<'a> {
+    pub checks: &'a GroupChecks,
+    pub shard: usize,
+}
+
+impl StreamObserver for ShardTap<'_> {
+    async fn bytes(&self, offset: u64, data: &Bytes) -> Result<(), DownloadError> {
+        let ranges = self
+            .checks
+            .taps
+            .borrow_mut()
+            .feed(self.shard, offset, data.len() as u64);
+        for (group, range) in ranges {
+            self.checks.hashing.update(group, data.slice(range)).await?;
+        }
+        Ok(())
+    }
+
+    fn void(&self) {
+        self.checks.taps.borrow_mut().void(self.shard);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::rdrr::{RdrrWriter, WriterOptions};
+    use crate::formats::source::MemoryFiles;
+    use crate::storage::{MemoryStore, ShardWriter};
+
+    /// A model whose layer groups straddle shard boundaries.
+    fn model() -> (Manifest, MemoryFiles) {
+        let mut files = MemoryFiles::new();
+        let mut opts = WriterOptions::new("t");
+        opts.shard_size = 3 * 4096;
+        let mut w = RdrrWriter::new(opts).unwrap();
+        for layer in 0..4u32 {
+            for t in 0..2u32 {
+                let data: Vec<u8> = (0..4000u32)
+                    .map(|i| (i * 31 + layer * 7 + t) as u8)
+                    .collect();
+                w.add_tensor(
+                    &mut files,
+                    &format!("blk.{layer}.t{t}.weight"),
+                    "F32",
+                    &[1000],
+                    Some(&format!("layer.{layer}")),
+                    &data,
+                )
+                .unwrap();
+            }
+        }
+        w.finish(&mut files).unwrap();
+        (Manifest::load(&files).unwrap(), files)
+    }
+
+    async fn store_with(manifest: &Manifest, files: &MemoryFiles) -> MemoryStore {
+        let store = MemoryStore::new();
+        store.begin("m", "src").await.unwrap();
+        for shard in &manifest.shards {
+            let mut w = store.append("m", &shard.filename, true).await.unwrap();
+            w.write(&files.files[&shard.filename]).await.unwrap();
+        }
+        store
+    }
+
+    async fn feed(checks: &GroupChecks, shard: usize, offset: u64, bytes: &[u8]) {
+        ShardTap { checks, shard }
+            .bytes(offset, &Bytes::copy_from_slice(bytes))
+            .await
+            .unwrap();
+    }
+
+    async fn orders(threaded: bool) {
+        let (manifest, files) = model();
+        assert!(manifest.shards.len() >= 3 && manifest.groups.len() >= 4);
+        let store = store_with(&manifest, &files).await;
+        let n = manifest.groups.len();
+
+        // In order, in odd-sized chunks: every group hashed while streaming.
+        let checks = GroupChecks::new(&manifest, threaded).unwrap();
+        for (i, shard) in manifest.shards.iter().enumerate() {
+            let bytes = &files.files[&shard.filename];
+            for (k, chunk) in bytes.chunks(777).enumerate() {
+                feed(&checks, i, k as u64 * 777, chunk).await;
+            }
+        }
+        let got = checks.check(&manifest, &store, "m", 4096).await.unwrap();
+        assert_eq!(got, (n, 0, 0));
+
+        // Last shard first: groups reaching into it are read back, and still verify.
+        let checks = GroupChecks::new(&manifest, threaded).unwrap();
+        for i in (0..manifest.shards.len()).rev() {
+            feed(&checks, i, 0, &files.files[&manifest.shards[i].filename]).await;
+        }
+        let (streamed, read_back, bytes) =
+            checks.check(&manifest, &store, "m", 4096).await.unwrap();
+        assert_eq!(streamed + read_back, n);
+        assert!(read_back >= 1 && bytes > 0, "{read_back} {bytes}");
+
+        // Wrong bytes streamed for a group are caught (here: shard 0 fed shard 1's bytes).
+        let checks = GroupChecks::new(&manifest, threaded).unwrap();
+        feed(&checks, 0, 0, &files.files[&manifest.shards[1].filename]).await;
+        let err = checks.check(&manifest, &store, "m", 4096).await;
+        assert!(
+            matches!(err, Err(DownloadError::GroupMismatch { .. })),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn in_order_streams_hash_every_group_and_out_of_order_reads_back() {
+        pollster::block_on(orders(false));
+        pollster::block_on(orders(true));
+    }
+}

@@ -1,0 +1,359 @@
+//! Fetching models into a [`ShardStore`], verified and resumable: the same logic natively
+//! (reqwest on tokio, [`FsStore`](super::FsStore)) and in the browser (`fetch`, OPFS).
+//!
+//! - [`download_rdrr`]: `manifest.json` and `tensors.json` first (validated: no file name may
+//!   leave the model folder, every shard must carry a hash), then the shards, several at once,
+//!   each hashed while it streams and checked against the manifest. A shard that does not
+//!   match is deleted and fetched once more (from the next mirror when there are mirrors), then
+//!   the download fails naming the shard and both hashes. Group hashes are checked too, mostly
+//!   while the shards stream (see `groups.rs`). Only then is the model committed.
+//! - [`download_gguf`]: one file streamed to the store in chunks, with an optional SHA-256.
+//! - An interrupted file continues with `Range: bytes=N-` (after hashing the N bytes already
+//!   stored), or starts over when the server answers `200`; verified files are never fetched
+//!   again. Network errors and `5xx` are retried with exponential backoff; other statuses
+//!   (`404`, ...) fail at once, naming the URL.
+//! - Cancelling is dropping the future (`futures_util::future::Abortable` with an
+//!   `AbortHandle`, Ctrl-C natively, an `AbortSignal` in the browser): every await point leaves
+//!   a state the next call resumes from.
+
+mod fetch;
+mod gguf;
+mod groups;
+mod hashing;
+mod http;
+#[cfg(not(target_arch = "wasm32"))]
+mod native;
+mod rdrr;
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use web_time::Instant;
+
+pub use gguf::{download_gguf, GGUF_FILE};
+pub use http::{
+    parse_content_range, ContentRange, HttpBody, HttpClient, HttpError, HttpErrorKind,
+    HttpResponse, ResponseHeaders,
+};
+#[cfg(not(target_arch = "wasm32"))]
+pub use native::{ReqwestBody, ReqwestClient};
+pub use rdrr::{base_url, download_rdrr, join_url};
+
+use super::store::{ModelKind, StoreError};
+use crate::formats::rdrr::{HashAlgorithm, RdrrError};
+
+/// How many times, and how patiently, failed requests are retried.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Failed attempts in a row (without a byte of progress between them) before giving up.
+    pub attempts: u32,
+    /// Delay after the first failure; doubled after each further one.
+    pub initial_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 6,
+            initial_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait after the `failures`-th failure in a row (1-based).
+    pub fn delay(&self, failures: u32) -> Duration {
+        let factor = 1u32 << failures.saturating_sub(1).min(16);
+        self.initial_delay
+            .saturating_mul(factor)
+            .min(self.max_delay)
+    }
+}
+
+/// What a download does besides fetching.
+#[derive(Debug, Clone)]
+pub struct DownloadOptions {
+    /// Files fetched at once (at least 1). Default 4.
+    pub parallel: usize,
+    /// Base URLs the shards are fetched from, in order of preference (the manifest always
+    /// comes from the URL given). Empty: the shards come from where the manifest is.
+    pub mirrors: Vec<String>,
+    pub retry: RetryPolicy,
+    /// Check group hashes (default true).
+    pub check_groups: bool,
+    /// Bytes per read when hashing what is already stored (resumed files, groups).
+    pub read_chunk: usize,
+    /// Hash on threads of their own (natively; ignored in wasm): each file being fetched gets
+    /// one, the group hashes one more. Default true.
+    pub hash_threads: bool,
+}
+
+impl Default for DownloadOptions {
+    fn default() -> Self {
+        DownloadOptions {
+            parallel: 4,
+            mirrors: Vec::new(),
+            retry: RetryPolicy::default(),
+            check_groups: true,
+            read_chunk: 4 << 20,
+            hash_threads: true,
+        }
+    }
+}
+
+/// Where a download stands; sent after every chunk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// Bytes present and hashed (earlier runs' included), and the model's size (0 while not
+    /// known, for a GGUF whose server has not said yet).
+    pub done: u64,
+    pub total: u64,
+    /// Files verified, and how many there are to verify.
+    pub files_done: usize,
+    pub files_total: usize,
+    /// Bytes per second received in this run.
+    pub rate: f64,
+    /// Time left at that rate, when known.
+    pub eta: Option<Duration>,
+}
+
+/// What a download reports as it goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DownloadEvent {
+    /// The manifest was read (RDRR) or the first response arrived (GGUF).
+    Planned {
+        files: usize,
+        total_bytes: u64,
+        /// Files verified by an earlier run (never fetched again), and their bytes.
+        verified_files: usize,
+        verified_bytes: u64,
+    },
+    /// A file starts: shard `index` of `count`, from byte `from` (more than 0 when resuming).
+    FileStarted {
+        file: String,
+        index: usize,
+        count: usize,
+        from: u64,
+    },
+    Progress(Progress),
+    /// A request failed and will be tried again after `delay`.
+    Retrying {
+        url: String,
+        failures: u32,
+        delay: Duration,
+        reason: String,
+    },
+    /// A file is fetched again from its first byte: `reason` says why.
+    Restarting {
+        file: String,
+        reason: String,
+    },
+    FileVerified {
+        file: String,
+        index: usize,
+    },
+    /// Group hashes were checked: `streamed` while the shards arrived, `read_back` by reading
+    /// `read_back_bytes` from the store.
+    GroupsChecked {
+        streamed: usize,
+        read_back: usize,
+        read_back_bytes: u64,
+    },
+}
+
+/// What a finished download did.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DownloadSummary {
+    pub name: String,
+    pub kind: ModelKind,
+    /// The model's size in bytes (all its files).
+    pub bytes: u64,
+    /// Bytes received over the network in this run.
+    pub fetched_bytes: u64,
+    /// Files fetched in this run, and files an earlier run had verified already.
+    pub fetched_files: usize,
+    pub reused_files: usize,
+    /// Group hashes checked.
+    pub groups_checked: usize,
+    /// Bytes read back from the store to check groups (0 when all were hashed while streaming).
+    pub group_read_back_bytes: u64,
+    pub seconds: f64,
+    /// True when the model was in the store already and nothing was fetched.
+    pub already_present: bool,
+    /// The SHA-256 of a GGUF file.
+    pub sha256: Option<String>,
+    /// Manifest problems that did not stop the download.
+    pub warnings: Vec<String>,
+}
+
+/// Why a download failed. Each names the URL, file, shard or group.
+#[derive(Debug, thiserror::Error)]
+pub enum DownloadError {
+    #[error("GET {url}: {message} (gave up after {failures} failed attempts in a row; run the same command again to resume)")]
+    Network {
+        url: String,
+        message: String,
+        failures: u32,
+    },
+    #[error("GET {url}: HTTP {status}{}", status_hint(*status))]
+    Status { url: String, status: u16 },
+    #[error("GET {url}: {message}")]
+    Protocol { url: String, message: String },
+    #[error("{what}: {algorithm} mismatch after {attempts} downloads: expected {expected}, got {actual} (last from {url})")]
+    HashMismatch {
+        /// `shard 3 (shard_00003.bin)` or the file name.
+        what: String,
+        algorithm: &'static str,
+        expected: String,
+        actual: String,
+        url: String,
+        attempts: u32,
+    },
+    #[error("group {group:?}: {algorithm} mismatch: expected {expected}, computed {actual} from the verified shards (the manifest's tensor locations do not match the shard bytes)")]
+    GroupMismatch {
+        group: String,
+        algorithm: &'static str,
+        expected: String,
+        actual: String,
+    },
+    #[error("{url}: {source}")]
+    Manifest {
+        url: String,
+        #[source]
+        source: RdrrError,
+    },
+    #[error("{url}: the manifest cannot be downloaded safely: {}", problems.join("; "))]
+    InvalidManifest { url: String, problems: Vec<String> },
+    #[error("GET {url}: more than the {max} bytes allowed for this file")]
+    TooLarge { url: String, max: u64 },
+    #[error("not enough room in the store: the download needs {needed} more bytes, {available} are available")]
+    Quota { needed: u64, available: u64 },
+    #[error("{url}: not a GGUF file (it starts with {magic:?})")]
+    NotGguf { url: String, magic: String },
+    #[error("hashing: {0}")]
+    Hashing(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn status_hint(status: u16) -> &'static str {
+    match status {
+        404 => " Not Found (is the URL right, and does the server hold every file of the model?)",
+        401 | 403 => " (the server refuses access)",
+        410 => " Gone",
+        _ => "",
+    }
+}
+
+impl DownloadError {
+    /// The display name of a hash algorithm, for errors.
+    pub(crate) fn alg_name(alg: HashAlgorithm) -> &'static str {
+        alg.display_name()
+    }
+}
+
+/// Progress bookkeeping shared by the files of one download (one task, so `Cell`s).
+pub(crate) struct Tracker<'a> {
+    events: &'a dyn Fn(&DownloadEvent),
+    start: Instant,
+    done: Cell<u64>,
+    total: Cell<u64>,
+    files_done: Cell<usize>,
+    files_total: Cell<usize>,
+    fetched: Cell<u64>,
+}
+
+impl<'a> Tracker<'a> {
+    pub(crate) fn new(events: &'a dyn Fn(&DownloadEvent)) -> Tracker<'a> {
+        Tracker {
+            events,
+            start: Instant::now(),
+            done: Cell::new(0),
+            total: Cell::new(0),
+            files_done: Cell::new(0),
+            files_total: Cell::new(0),
+            fetched: Cell::new(0),
+        }
+    }
+
+    pub(crate) fn emit(&self, event: DownloadEvent) {
+        (self.events)(&event);
+    }
+
+    pub(crate) fn plan(&self, total: u64, files: usize) {
+        self.total.set(total);
+        self.files_total.set(files);
+    }
+
+    pub(crate) fn set_total(&self, total: u64) {
+        self.total.set(total);
+    }
+
+    /// Bytes present and hashed without being fetched (resumed prefixes, verified files).
+    pub(crate) fn present(&self, n: u64) {
+        self.done.set(self.done.get() + n);
+    }
+
+    /// Bytes that turned out unusable (a restart or a mismatch).
+    pub(crate) fn discard(&self, n: u64) {
+        self.done.set(self.done.get().saturating_sub(n));
+    }
+
+    pub(crate) fn file_done(&self) {
+        self.files_done.set(self.files_done.get() + 1);
+    }
+
+    pub(crate) fn fetched(&self) -> u64 {
+        self.fetched.get()
+    }
+
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// `n` bytes received.
+    pub(crate) fn received(&self, n: u64) {
+        self.fetched.set(self.fetched.get() + n);
+        self.done.set(self.done.get() + n);
+        self.emit(DownloadEvent::Progress(self.progress()));
+    }
+
+    pub(crate) fn progress(&self) -> Progress {
+        let secs = self.start.elapsed().as_secs_f64();
+        let rate = if secs > 0.0 {
+            self.fetched.get() as f64 / secs
+        } else {
+            0.0
+        };
+        let left = self.total.get().saturating_sub(self.done.get());
+        let eta = (rate > 0.0 && self.total.get() > 0)
+            .then(|| Duration::from_secs_f64(left as f64 / rate));
+        Progress {
+            done: self.done.get(),
+            total: self.total.get(),
+            files_done: self.files_done.get(),
+            files_total: self.files_total.get(),
+            rate,
+            eta,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let p = RetryPolicy {
+            attempts: 10,
+            initial_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(700),
+        };
+        let ms: Vec<u128> = (1..=6).map(|n| p.delay(n).as_millis()).collect();
+        assert_eq!(ms, [100, 200, 400, 700, 700, 700]);
+        assert_eq!(p.delay(u32::MAX).as_millis(), 700);
+    }
+}

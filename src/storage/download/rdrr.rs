@@ -1,0 +1,457 @@
+//! Downloading an RDRR model: manifest and tensors.json, checks, shards in parallel, groups,
+//! commit.
+
+use std::cell::Cell;
+use std::collections::BTreeSet;
+
+use futures_util::stream::{self, StreamExt};
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+
+use super::fetch::{fetch_file, fetch_small, Ctx, FileJob};
+use super::groups::{GroupChecks, ShardTap};
+use super::http::HttpClient;
+use super::{DownloadError, DownloadEvent, DownloadOptions, DownloadSummary, Tracker};
+use crate::formats::rdrr::{
+    hash_hex, validate_manifest, HashAlgorithm, IssueKind, Manifest, RdrrError, MANIFEST_FILE,
+    MAX_JSON_BYTES, TOKENIZER_FILE,
+};
+use crate::storage::store::{check_model_name, ModelKind, ShardStore};
+
+/// Manifest problems that make a download unsafe or unverifiable.
+const FATAL: &[IssueKind] = &[
+    IssueKind::NoShards,
+    IssueKind::UnsafeFileName,
+    IssueKind::DuplicateShardFile,
+    IssueKind::MissingHash,
+    IssueKind::MalformedHash,
+    IssueKind::ShardOutOfRange,
+    IssueKind::TensorOutOfBounds,
+    IssueKind::SpanSize,
+    IssueKind::UnknownTensor,
+];
+
+/// The folder URL of a model: `url` without a final `manifest.json`, ending in `/`.
+pub fn base_url(url: &str) -> String {
+    let url = url.trim();
+    let url = url.strip_suffix(MANIFEST_FILE).unwrap_or(url);
+    if url.ends_with('/') {
+        url.to_string()
+    } else {
+        format!("{url}/")
+    }
+}
+
+/// Characters escaped in a file name put into a URL path.
+const PATH_SEGMENT: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}')
+    .add(b'/');
+
+/// `base` (a folder URL) joined with a plain file name, escaped.
+pub fn join_url(base: &str, file: &str) -> String {
+    let sep = if base.ends_with('/') { "" } else { "/" };
+    format!("{base}{sep}{}", utf8_percent_encode(file, PATH_SEGMENT))
+}
+
+fn manifest_error(url: &str, source: RdrrError) -> DownloadError {
+    match source {
+        RdrrError::UnsafeFileName { field, name } => DownloadError::InvalidManifest {
+            url: url.to_string(),
+            problems: vec![format!(
+                "{field}: {name:?} is not a plain file name inside the model folder"
+            )],
+        },
+        source => DownloadError::Manifest {
+            url: url.to_string(),
+            source,
+        },
+    }
+}
+
+/// Fetch the RDRR model at `url` (its folder, or its `manifest.json`) into `store` as `name`.
+/// Events go to `events` as it runs. A model already complete in the store is not fetched
+/// again (`already_present` in the summary). See the [module docs](super).
+pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
+    store: &S,
+    client: &C,
+    url: &str,
+    name: &str,
+    options: &DownloadOptions,
+    events: &dyn Fn(&DownloadEvent),
+) -> Result<DownloadSummary, DownloadError> {
+    check_model_name(name)?;
+    let tracker = Tracker::new(events);
+    let mut summary = DownloadSummary {
+        name: name.to_string(),
+        kind: ModelKind::Rdrr,
+        bytes: 0,
+        fetched_bytes: 0,
+        fetched_files: 0,
+        reused_files: 0,
+        groups_checked: 0,
+        group_read_back_bytes: 0,
+        seconds: 0.0,
+        already_present: false,
+        sha256: None,
+        warnings: Vec::new(),
+    };
+    if let Some(model) = store.get(name).await? {
+        summary.bytes = model.bytes;
+        summary.already_present = true;
+        return Ok(summary);
+    }
+    let base = base_url(url);
+    let manifest_url = join_url(&base, MANIFEST_FILE);
+    let retry = &options.retry;
+
+    // The manifest, and its file names checked before anything else is requested.
+    let manifest_bytes = fetch_small(
+        client,
+        &tracker,
+        retry,
+        &manifest_url,
+        MAX_JSON_BYTES,
+        false,
+    )
+    .await?
+    .unwrap_or_default();
+    let raw: serde_json::Value =
+        serde_json::from_slice(&manifest_bytes).map_err(|e| DownloadError::Manifest {
+            url: manifest_url.clone(),
+            source: RdrrError::Json {
+                file: MANIFEST_FILE.to_string(),
+                message: e.to_string(),
+            },
+        })?;
+    let tensors_file = raw
+        .get("tensorsFile")
+        .map(|v| v.as_str().map(str::to_string).ok_or(v.to_string()));
+    let tensors_file = match tensors_file {
+        None => None,
+        Some(Ok(name)) => Some(name),
+        Some(Err(v)) => {
+            return Err(DownloadError::InvalidManifest {
+                url: manifest_url,
+                problems: vec![format!("tensorsFile: {v} is not a file name")],
+            })
+        }
+    };
+    // Shard and tokenizer names first, with the tensors left out.
+    let early = Manifest::parse(&manifest_bytes, tensors_file.as_ref().map(|_| &b"{}"[..]))
+        .map_err(|e| manifest_error(&manifest_url, e))?;
+    check_names(&early, &manifest_url)?;
+
+    let tensors_bytes = match &tensors_file {
+        Some(file) => {
+            let url = join_url(&base, file);
+            let bytes = fetch_small(client, &tracker, retry, &url, MAX_JSON_BYTES, false).await?;
+            Some((file.clone(), url, bytes.unwrap_or_default()))
+        }
+        None => None,
+    };
+    let manifest = Manifest::parse(
+        &manifest_bytes,
+        tensors_bytes.as_ref().map(|(_, _, b)| b.as_slice()),
+    )
+    .map_err(|e| {
+        let url = match (&e, &tensors_bytes) {
+            (RdrrError::Json { file, .. } | RdrrError::Field { file, .. }, Some((f, url, _)))
+                if file == f =>
+            {
+                url.clone()
+            }
+            _ => manifest_url.clone(),
+        };
+        manifest_error(&url, e)
+    })?;
+    let report = validate_manifest(&manifest);
+    let (fatal, other): (Vec<_>, Vec<_>) = report
+        .issues
+        .into_iter()
+        .partition(|i| FATAL.contains(&i.kind));
+    if !fatal.is_empty() {
+        return Err(DownloadError::InvalidManifest {
+            url: manifest_url,
+            problems: fatal.iter().map(ToString::to_string).collect(),
+        });
+    }
+    summary.warnings = other.iter().map(ToString::to_string).collect();
+    let taps = if options.check_groups {
+        Some(
+            GroupChecks::new(&manifest, options.hash_threads).map_err(|e| match e {
+                DownloadError::InvalidManifest { problems, .. } => DownloadError::InvalidManifest {
+                    url: manifest_url.clone(),
+                    problems,
+                },
+                e => e,
+            })?,
+        )
+    } else {
+        None
+    };
+
+    // The tokenizer files: optional, small, unhashed.
+    let mut small_files: Vec<(String, Vec<u8>)> = vec![(MANIFEST_FILE.to_string(), manifest_bytes)];
+    if let Some((file, _, bytes)) = tensors_bytes {
+        small_files.push((file, bytes));
+    }
+    let mut tokenizer_names = vec![TOKENIZER_FILE.to_string()];
+    if let Some(f) = manifest.tokenizer.as_ref().and_then(|t| t.file.clone()) {
+        if !tokenizer_names.contains(&f) {
+            tokenizer_names.push(f);
+        }
+    }
+    for file in tokenizer_names {
+        let url = join_url(&base, &file);
+        if let Some(bytes) =
+            fetch_small(client, &tracker, retry, &url, MAX_JSON_BYTES, true).await?
+        {
+            small_files.push((file, bytes));
+        }
+    }
+
+    // Files the manifest lists with their size and hash (`extraFiles`: the GGUF metadata and
+    // tokenizer that `tritium convert` writes): required, and checked.
+    for extra in &manifest.extra_files {
+        let file = &extra.file_name;
+        let url = join_url(&base, file);
+        let bytes = fetch_small(client, &tracker, retry, &url, extra.size, false)
+            .await?
+            .ok_or_else(|| DownloadError::Status {
+                url: url.clone(),
+                status: 404,
+            })?;
+        if bytes.len() as u64 != extra.size {
+            return Err(DownloadError::Protocol {
+                url,
+                message: format!(
+                    "{file}: {} bytes, the manifest says {}",
+                    bytes.len(),
+                    extra.size
+                ),
+            });
+        }
+        if let Some(want) = &extra.hash {
+            let alg = extra
+                .hash_algorithm
+                .as_deref()
+                .and_then(HashAlgorithm::parse)
+                .or(manifest.hash_algorithm)
+                .unwrap_or(HashAlgorithm::Sha256);
+            let got = hash_hex(alg, &bytes);
+            if !got.eq_ignore_ascii_case(want) {
+                return Err(DownloadError::Protocol {
+                    url,
+                    message: format!("{file}: {alg:?} {got}, the manifest says {want}"),
+                });
+            }
+        }
+        small_files.retain(|(f, _)| f != file);
+        small_files.push((file.clone(), bytes));
+    }
+
+    // What an earlier run left, and whether the rest fits.
+    let partial = store.begin(name, &base).await?;
+    let mut wanted: BTreeSet<&str> = small_files.iter().map(|(f, _)| f.as_str()).collect();
+    wanted.extend(manifest.shards.iter().map(|s| s.filename.as_str()));
+    for file in store.partial_files(name).await? {
+        if !wanted.contains(file.as_str()) {
+            store.remove_partial_file(name, &file).await?;
+        }
+    }
+    let shard_bytes = manifest.shard_bytes().unwrap_or(u64::MAX);
+    let small_bytes: u64 = small_files.iter().map(|(_, b)| b.len() as u64).sum();
+    let total = shard_bytes.saturating_add(small_bytes);
+    let mut present = 0u64;
+    let mut pending = Vec::new();
+    for shard in &manifest.shards {
+        let len = store.partial_len(name, &shard.filename).await?;
+        let verified = partial
+            .verified
+            .get(&shard.filename)
+            .zip(shard.hash.as_ref())
+            .is_some_and(|(have, want)| have.eq_ignore_ascii_case(want));
+        if verified && len == Some(shard.size) {
+            present += shard.size;
+            summary.reused_files += 1;
+            if let Some(t) = &taps {
+                t.void_shard(shard.index);
+            }
+        } else {
+            present += len.unwrap_or(0).min(shard.size);
+            pending.push(shard);
+        }
+    }
+    if let Some(available) = store.available_bytes().await? {
+        let needed = total.saturating_sub(present);
+        if needed > available {
+            return Err(DownloadError::Quota { needed, available });
+        }
+    }
+    for (file, bytes) in &small_files {
+        store.write_partial_file(name, file, bytes).await?;
+    }
+    tracker.plan(shard_bytes, manifest.shards.len());
+    let verified_bytes = shard_bytes.saturating_sub(pending.iter().map(|s| s.size).sum::<u64>());
+    tracker.present(verified_bytes);
+    for _ in 0..summary.reused_files {
+        tracker.file_done();
+    }
+    tracker.emit(DownloadEvent::Planned {
+        files: manifest.shards.len(),
+        total_bytes: shard_bytes,
+        verified_files: summary.reused_files,
+        verified_bytes,
+    });
+
+    // The shards, several at once. After a failure no new shard starts; those under way finish
+    // (and stay verified).
+    let mirrors: Vec<String> = if options.mirrors.is_empty() {
+        vec![base.clone()]
+    } else {
+        options.mirrors.iter().map(|m| base_url(m)).collect()
+    };
+    let ctx = Ctx {
+        store,
+        client,
+        model: name,
+        options,
+        tracker: &tracker,
+    };
+    let failed = Cell::new(false);
+    let count = manifest.shards.len();
+    let jobs = pending.iter().map(|shard| {
+        let ctx = &ctx;
+        let failed = &failed;
+        let taps = taps.as_ref();
+        let mirrors = &mirrors;
+        async move {
+            if failed.get() {
+                return None;
+            }
+            let job = FileJob {
+                file: &shard.filename,
+                what: format!("shard {} ({})", shard.index, shard.filename),
+                index: shard.index,
+                count,
+                urls: mirrors
+                    .iter()
+                    .map(|m| join_url(m, &shard.filename))
+                    .collect(),
+                size: Some(shard.size),
+                algorithm: shard.hash_algorithm,
+                expected: shard.hash.as_deref(),
+            };
+            let result = match taps {
+                Some(t) => {
+                    let tap = ShardTap {
+                        checks: t,
+                        shard: shard.index,
+                    };
+                    fetch_file(ctx, &job, &tap).await
+                }
+                None => fetch_file(ctx, &job, &super::fetch::NoObserver).await,
+            };
+            let result = match result {
+                Ok(fetched) => ctx
+                    .store
+                    .mark_verified(ctx.model, &shard.filename, &fetched.hash)
+                    .await
+                    .map_err(DownloadError::from),
+                Err(e) => Err(e),
+            };
+            match &result {
+                Ok(()) => {
+                    ctx.tracker.file_done();
+                    ctx.tracker.emit(DownloadEvent::FileVerified {
+                        file: shard.filename.clone(),
+                        index: shard.index,
+                    });
+                }
+                Err(_) => failed.set(true),
+            }
+            Some(result)
+        }
+    });
+    let results: Vec<_> = stream::iter(jobs)
+        .buffer_unordered(options.parallel.max(1))
+        .collect()
+        .await;
+    let mut first_error = None;
+    for result in results.into_iter().flatten() {
+        match result {
+            Ok(()) => summary.fetched_files += 1,
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+
+    if let Some(taps) = taps {
+        let (streamed, read_back, bytes) = taps
+            .check(&manifest, store, name, options.read_chunk)
+            .await?;
+        summary.groups_checked = streamed + read_back;
+        summary.group_read_back_bytes = bytes;
+        tracker.emit(DownloadEvent::GroupsChecked {
+            streamed,
+            read_back,
+            read_back_bytes: bytes,
+        });
+    }
+    store.commit(name, ModelKind::Rdrr, "").await?;
+    summary.bytes = total;
+    summary.fetched_bytes = tracker.fetched();
+    summary.seconds = tracker.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+/// Refuse a manifest whose shard, tensors or tokenizer file names could leave the folder.
+fn check_names(manifest: &Manifest, url: &str) -> Result<(), DownloadError> {
+    let unsafe_names = [IssueKind::UnsafeFileName, IssueKind::DuplicateShardFile];
+    let problems: Vec<String> = validate_manifest(manifest)
+        .issues
+        .iter()
+        .filter(|i| unsafe_names.contains(&i.kind))
+        .map(ToString::to_string)
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(DownloadError::InvalidManifest {
+            url: url.to_string(),
+            problems,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(base_url("http://h:1/m/manifest.json"), "http://h:1/m/");
+        assert_eq!(base_url("http://h:1/m"), "http://h:1/m/");
+        assert_eq!(base_url("http://h:1/m/"), "http://h:1/m/");
+        assert_eq!(
+            join_url("http://h/m/", "shard_00000.bin"),
+            "http://h/m/shard_00000.bin"
+        );
+        assert_eq!(
+            join_url("http://h/m", "a b#?.json"),
+            "http://h/m/a%20b%23%3F.json"
+        );
+    }
+}

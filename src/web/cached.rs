@@ -1,0 +1,198 @@
+//! Greedy generation from a model in OPFS, loaded tensor by tensor: each tensor is read from
+//! its shard (a sync access handle, straight into wasm memory), uploaded to its GPU buffer and
+//! freed before the next, so wasm memory holds at most one tensor besides the tokenizer and
+//! the metadata, never the model. Runs in a dedicated worker (see `storage::opfs`).
+
+use wasm_bindgen::prelude::*;
+
+use super::errors::WebError;
+use super::{has_webgpu, install_panic_hook, to_js};
+use crate::backend::gpu::GpuBackend;
+use crate::engine::{Engine, GenerateOptions, TokenControl};
+use crate::formats::gguf::GgufFile;
+use crate::formats::source::ModelFiles;
+use crate::gpu::{DeviceOptions, GpuContext};
+use crate::model::{GgufTensors, Model, ModelConfig, RdrrModel, TensorSource};
+use crate::quant::GgmlType;
+use crate::sampling::SamplerConfig;
+use crate::storage::opfs::{OpfsFiles, OpfsStore};
+use crate::storage::ModelKind;
+use crate::text::{TextStream, Tokenizer};
+
+/// Bytes of this instance's wasm memory (it only grows, so this is also its peak so far).
+#[wasm_bindgen]
+pub fn wasm_memory_bytes() -> f64 {
+    wasm_bindgen::memory()
+        .dyn_into::<js_sys::WebAssembly::Memory>()
+        .map(|m| {
+            m.buffer()
+                .dyn_into::<js_sys::ArrayBuffer>()
+                .map_or(0.0, |b| b.byte_length() as f64)
+        })
+        .unwrap_or(0.0)
+}
+
+/// A cached model opened for loading.
+enum Opened {
+    Rdrr(Box<RdrrModel<OpfsFiles>>),
+    Gguf {
+        files: OpfsFiles,
+        file: String,
+        header: Box<GgufFile>,
+    },
+}
+
+impl Opened {
+    fn open(files: OpfsFiles) -> Result<Opened, crate::Error> {
+        match (files.kind(), files.gguf_file().map(str::to_string)) {
+            (ModelKind::Gguf, Some(file)) => {
+                let header = GgufFile::read(&*files.open(&file)?)?;
+                Ok(Opened::Gguf {
+                    files,
+                    file,
+                    header: Box::new(header),
+                })
+            }
+            _ => Ok(Opened::Rdrr(Box::new(RdrrModel::open(files)?))),
+        }
+    }
+
+    fn header(&self) -> &GgufFile {
+        match self {
+            Opened::Rdrr(m) => &m.header,
+            Opened::Gguf { header, .. } => header,
+        }
+    }
+
+    fn tokenizer(&self) -> Result<Tokenizer, crate::Error> {
+        match self {
+            Opened::Rdrr(m) => m.tokenizer(),
+            Opened::Gguf { header, .. } => Ok(Tokenizer::from_gguf(header)?),
+        }
+    }
+}
+
+impl TensorSource for Opened {
+    fn meta(&self, name: &str) -> Option<(GgmlType, Vec<u64>)> {
+        match self {
+            Opened::Rdrr(m) => m.meta(name),
+            Opened::Gguf { header, .. } => header.tensor(name).map(|t| (t.dtype, t.dims.clone())),
+        }
+    }
+
+    fn read(&self, name: &str) -> Result<Vec<u8>, crate::Error> {
+        match self {
+            Opened::Rdrr(m) => m.read(name),
+            Opened::Gguf {
+                files,
+                file,
+                header,
+            } => {
+                let src = files.open(file)?;
+                GgufTensors {
+                    file: header,
+                    src: &*src,
+                }
+                .read(name)
+            }
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct CachedReport {
+    adapter: String,
+    prompt_ids: Vec<u32>,
+    generated_ids: Vec<u32>,
+    text: String,
+    /// Bytes of the model's files in OPFS.
+    model_bytes: u64,
+    /// wasm memory before the model was opened, after its metadata and tokenizer were read,
+    /// after its weights were loaded onto the GPU, and after generating.
+    wasm_memory_before: f64,
+    wasm_memory_after_open: f64,
+    wasm_memory_after_load: f64,
+    wasm_memory_after_generate: f64,
+    load_ms: f64,
+    prefill_ms: f64,
+    decode_ms: f64,
+}
+
+/// Load the complete model `name` from OPFS onto this worker's WebGPU device, tensor by
+/// tensor, and generate greedily from the raw-text `prompt` (BOS as the tokenizer says) for at
+/// most `max_tokens` tokens with a KV cache of `ctx_tokens` positions. Must run in a dedicated
+/// worker (`NeedsWorker` otherwise). Resolves to `{ adapter, prompt_ids, generated_ids, text,
+/// model_bytes, wasm_memory_before, wasm_memory_after_open, wasm_memory_after_load,
+/// wasm_memory_after_generate,
+/// load_ms, prefill_ms, decode_ms }`.
+#[wasm_bindgen]
+pub async fn opfs_generate_greedy(
+    name: String,
+    prompt: String,
+    max_tokens: u32,
+    ctx_tokens: u32,
+) -> Result<JsValue, JsValue> {
+    install_panic_hook();
+    if !has_webgpu() {
+        return Err(WebError::new("NoWebGPU", "WebGPU is not available here").into());
+    }
+    let wasm_memory_before = wasm_memory_bytes();
+    let start = js_sys::Date::now();
+    let store = OpfsStore::open().await.map_err(WebError::from)?;
+    let files = OpfsFiles::open(&store, &name)
+        .await
+        .map_err(WebError::from)?;
+    let model_bytes = files.total_bytes();
+    let opened = Opened::open(files).map_err(WebError::from)?;
+    let config = ModelConfig::from_gguf(opened.header())
+        .map_err(|e| WebError::from(crate::Error::from(e)))?;
+    let tokenizer = opened.tokenizer().map_err(WebError::from)?;
+    let prompt_ids = tokenizer
+        .encode(&prompt, true)
+        .map_err(|e| WebError::from(crate::Error::from(e)))?;
+    let wasm_memory_after_open = wasm_memory_bytes();
+    let ctx = GpuContext::new(&DeviceOptions::default())
+        .await
+        .map_err(WebError::from)?;
+    let adapter = format!("{} ({})", ctx.adapter.name, ctx.adapter.backend);
+    let backend = GpuBackend::new(ctx, 64).map_err(WebError::from)?;
+    let model =
+        Model::load(backend, config, &opened, ctx_tokens as usize).map_err(WebError::from)?;
+    // Close the sync access handles: the weights are on the GPU now.
+    drop(opened);
+    let wasm_memory_after_load = wasm_memory_bytes();
+    let load_ms = js_sys::Date::now() - start;
+
+    let mut engine = Engine::new(model);
+    let opts = GenerateOptions {
+        max_tokens: max_tokens as usize,
+        sampling: SamplerConfig::greedy(),
+        stop_ids: tokenizer.stop_ids().to_vec(),
+    };
+    let mut stream = TextStream::new(true);
+    let mut text = String::new();
+    let g = engine
+        .generate(&prompt_ids, &opts, |id| {
+            if let Ok(piece) = stream.push(&tokenizer, id) {
+                text.push_str(&piece);
+            }
+            TokenControl::Continue
+        })
+        .await
+        .map_err(WebError::from)?;
+    text.push_str(&stream.finish());
+    to_js(&CachedReport {
+        adapter,
+        prompt_ids: g.prompt_ids,
+        generated_ids: g.ids,
+        text,
+        model_bytes,
+        wasm_memory_before,
+        wasm_memory_after_open,
+        wasm_memory_after_load,
+        wasm_memory_after_generate: wasm_memory_bytes(),
+        load_ms,
+        prefill_ms: g.usage.prefill_ms,
+        decode_ms: g.usage.decode_ms,
+    })
+}

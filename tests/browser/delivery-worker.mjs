@@ -1,0 +1,71 @@
+// The dedicated worker of delivery.html: here OPFS has sync access handles, so downloads
+// write through them and cached models load from them (tensor by tensor, onto WebGPU).
+// Messages in: { id, op: 'download', url, options, abortAt } (events come back as { id, event };
+// the download aborts itself once `abortAt` bytes are done), { op: 'abort' } (aborts the
+// download under way), { id, op: 'generate', name, prompt, n, ctx },
+// { id, op: 'bench_hash', algorithm, mib, chunkKib }, { id, op: 'fetch_only', url, parallel }. Out: { id, result } or
+// { id, error: { code, message, ... } }.
+import init, * as wasm from './pkg/tritium.js';
+
+const ready = init();
+let ctl = null;
+const plain = (e) => {
+  const out = { code: e?.code ?? 'worker', message: String(e?.message ?? e) };
+  for (const k of ['needed', 'available', 'file', 'algorithm', 'expected', 'actual', 'url', 'status', 'model', 'value', 'group']) {
+    if (e && e[k] !== undefined) out[k] = e[k];
+  }
+  return out;
+};
+
+// The network ceiling: every shard fetched and read through a stream reader, bytes dropped.
+async function fetchOnly(url, parallel) {
+  const manifest = await (await fetch(new URL('manifest.json', url), { cache: 'no-store' })).json();
+  const queue = manifest.shards.map((s) => new URL(s.filename ?? s.fileName, url).href);
+  let bytes = 0;
+  const started = performance.now();
+  await Promise.all(Array.from({ length: parallel }, async () => {
+    for (let next = queue.shift(); next; next = queue.shift()) {
+      const reader = (await fetch(next, { cache: 'no-store' })).body.getReader();
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        bytes += value.length;
+      }
+    }
+  }));
+  const seconds = (performance.now() - started) / 1000;
+  return { bytes, seconds, mb_per_s: bytes / seconds / 1e6 };
+}
+
+onmessage = async (e) => {
+  const m = e.data;
+  if (m.op === 'abort') { ctl?.abort(); return; }
+  try {
+    await ready;
+    let result;
+    if (m.op === 'download') {
+      ctl = new AbortController();
+      const signal = ctl.signal;
+      result = await wasm.opfs_download(m.url, {
+        ...m.options,
+        signal,
+        onProgress: (event) => {
+          postMessage({ id: m.id, event });
+          // Abort here rather than from the page: a round trip through the page arrives late.
+          if (m.abortAt && event.type === 'progress' && event.done >= m.abortAt) ctl.abort();
+        },
+      });
+    } else if (m.op === 'generate') {
+      result = await wasm.opfs_generate_greedy(m.name, m.prompt, m.n, m.ctx);
+    } else if (m.op === 'fetch_only') {
+      result = await fetchOnly(m.url, m.parallel);
+    } else if (m.op === 'bench_hash') {
+      result = wasm.bench_hash(m.algorithm, m.mib, m.chunkKib);
+    } else {
+      throw new Error(`unknown op ${m.op}`);
+    }
+    postMessage({ id: m.id, result });
+  } catch (err) {
+    postMessage({ id: m.id, error: plain(err) });
+  }
+};

@@ -1,0 +1,290 @@
+#!/usr/bin/env node
+// Model delivery into OPFS in headless Chromium, against real `tritium serve-model` servers
+// serving SmolLM2 converted to RDRR by `tritium convert`:
+//   (e) a quota too small: QuotaExceeded naming the bytes, nothing written to OPFS;
+//   (a) download into OPFS with progress events;
+//   (b) greedy tokens of the cached model (loaded tensor by tensor in a worker) equal the
+//       native CPU greedy tokens (`tritium run --backend cpu --json` on the same folder);
+//   (c) a second page load uses the cache: no request reaches the model server;
+//   (d) a corrupted shard: IntegrityError naming it, the model never listed as complete;
+//   (f) a download aborted mid-shard (AbortSignal) resumes with a Range request and never
+//       fetches a verified shard again.
+// With --bench: SHA-256/BLAKE3 hashing throughput in wasm, and fetch+verify+store into OPFS
+// from the loopback server as a fraction of it.
+//
+//   cargo build && scripts/build-wasm-test.sh && node tests/browser/run-delivery.mjs [--bench]
+//
+// Environment: CHROMIUM (default /usr/bin/chromium), TRITIUM_PKG_DIR, TRITIUM_BIN (default
+// target/debug/tritium), DELIVERY_TIMEOUT_S (default 900).
+import { execFileSync, spawn } from 'node:child_process';
+import { closeSync, cpSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { launch, serve } from './harness.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = resolve(here, '..', '..');
+const target = process.env.CARGO_TARGET_DIR ?? join(repo, 'target');
+const pkgDir = resolve(process.env.TRITIUM_PKG_DIR ?? join(target, 'browser-test', 'pkg'));
+const bin = process.env.TRITIUM_BIN ?? join(target, 'debug', 'tritium');
+const executablePath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const timeoutS = Number(process.env.DELIVERY_TIMEOUT_S ?? 900);
+const benchMode = process.argv.includes('--bench');
+const gguf = join(repo, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf');
+const prompt = 'The capital of France is';
+const n = 6;
+
+let passed = 0;
+let failed = 0;
+const check = (ok, what, detail = '') => {
+  if (ok) { passed += 1; console.log(`ok   ${what}`); } else { failed += 1; console.error(`FAIL ${what}${detail ? `: ${detail}` : ''}`); }
+  return ok;
+};
+for (const p of [join(pkgDir, 'tritium_bg.wasm'), executablePath, bin, gguf]) {
+  try { statSync(p); } catch { check(false, `missing ${p} (run scripts/setup.sh, scripts/build-wasm-test.sh, cargo build)`); }
+}
+if (failed) { console.log(`0 passed, ${failed} failed`); process.exit(1); }
+
+const tmp = mkdtempSync(join(tmpdir(), 'tritium-delivery-'));
+const children = [];
+const cleanup = () => {
+  for (const c of children) c.kill();
+  rmSync(tmp, { recursive: true, force: true });
+};
+
+// `tritium convert` with 16 MiB shards: SmolLM2 Q4_1 (98 MB) gives 6 or 7 shards, enough for
+// a download to be interrupted between and inside them.
+const convert = (out, extra = []) => execFileSync(bin, ['convert', gguf, out, '--shard-size', '16MB', ...extra],
+  { stdio: ['ignore', 'ignore', 'inherit'] });
+const good = join(tmp, 'smol');
+convert(good);
+const files = Object.fromEntries(readdirSync(good).map((f) => [f, statSync(join(good, f)).size]));
+const shards = Object.keys(files).filter((f) => /^shard_\d+\.bin$/.test(f)).sort();
+const largestTensor = Math.max(...Object.values(JSON.parse(readFileSync(join(good, 'tensors.json'), 'utf8')))
+  .map((t) => t.size));
+
+// `tritium serve-model DIR --port 0`: the port it prints.
+async function serveModel(dir) {
+  const child = spawn(bin, ['serve-model', dir, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  let out = '';
+  return new Promise((ok, fail) => {
+    const timer = setTimeout(() => fail(new Error(`serve-model printed no port: ${out}`)), 30000);
+    const look = (d) => {
+      out += d;
+      const m = out.match(/https?:\/\/(?:127\.0\.0\.1|localhost|\[::1\]):(\d+)/) ?? out.match(/port\D{0,3}(\d{2,5})/i);
+      if (m) { clearTimeout(timer); ok(`http://127.0.0.1:${m[1]}/`); }
+    };
+    child.stdout.on('data', look);
+    child.stderr.on('data', look);
+    child.on('exit', (code) => { clearTimeout(timer); fail(new Error(`serve-model exited (${code}): ${out}`)); });
+  });
+}
+
+const { server: pageServer, base } = await serve({ '/pkg/': pkgDir, '/': here }, 'delivery.html');
+const { context, close } = await launch(executablePath);
+const watchdog = setTimeout(async () => { console.error('timed out'); await close(); cleanup(); process.exit(1); },
+  timeoutS * 1000);
+
+// Every request the browser makes, with its Range header.
+const requests = [];
+context.on('request', (r) => requests.push({ url: r.url(), method: r.method(), range: r.headers().range ?? null }));
+// GET requests only (not CORS preflights).
+const requestsTo = (origin) => requests.filter((r) => r.url.startsWith(origin) && r.method === 'GET');
+const shardOf = (url) => url.split('/').pop();
+
+let page;
+async function openPage() {
+  page = context.pages()[0] ?? await context.newPage();
+  page.on('pageerror', (e) => check(false, 'page error', e.message));
+  page.on('console', (m) => { if (m.type() === 'error') console.log(`  [console.error] ${m.text()}`); });
+  await page.goto(`${base}/delivery.html`);
+  await page.waitForFunction(() => window.__ready === true, null, { timeout: 60000 });
+  const err = await page.evaluate(() => window.__error);
+  if (err) throw new Error(`page: ${err.message}`);
+}
+const evaluate = (fn, arg) => page.evaluate(fn, arg);
+const tree = () => evaluate(() => window.api.opfsTree());
+
+try {
+  await openPage();
+  const goodUrl = await serveModel(good);
+  const origin = new URL(goodUrl).origin;
+
+  if (benchMode) {
+    const b3 = join(tmp, 'smol-b3');
+    convert(b3, ['--blake3']);
+    const b3Url = await serveModel(b3);
+    const r = await evaluate((models) => window.api.bench(models), [
+      { url: goodUrl, algorithm: 'sha256' }, { url: b3Url, algorithm: 'blake3' }]);
+    console.log(JSON.stringify(r, null, 1));
+    if (r.error) check(false, 'bench', r.error.message);
+    for (const where of ['main', 'worker']) {
+      for (const alg of ['sha256', 'blake3']) {
+        if (r.hash) console.log(`hash ${alg} (${where}): ${r.hash[where][alg].mb_per_s.toFixed(0)} MB/s`);
+      }
+    }
+    if (r.fetch_only) console.log(`fetch only (worker, JS reader, nothing hashed or stored): ${r.fetch_only.mb_per_s.toFixed(0)} MB/s`);
+    for (const d of r.download ?? []) {
+      console.log(`fetch+verify+store ${d.algorithm}${d.checkGroups ? ' + groups' : ''} (${d.where}): ` +
+        `${d.mb_per_s.toFixed(0)} MB/s = ${(100 * d.fraction_of_hashing).toFixed(0)}% of plain hashing`);
+    }
+  } else {
+    const native = JSON.parse(execFileSync(bin, ['run', good, '-p', prompt, '--temperature', '0',
+      '--max-tokens', String(n), '--backend', 'cpu', '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
+    console.log(`native: ${JSON.stringify(native.generated_ids)} ${JSON.stringify(native.text)}`);
+
+    // (e) Quota: the estimate says 1 MB is left; the model needs ~98 MB.
+    const quota = await evaluate((url) => window.api.withQuota(1_000_000, () =>
+      window.api.download(url, { name: 'smol' })), goodUrl);
+    check(quota.error?.code === 'QuotaExceeded', '(e) a too small quota gives QuotaExceeded', JSON.stringify(quota.error));
+    check(quota.error?.needed > 90e6 && quota.error?.available === 1_000_000
+      && /\d{8,} more bytes/.test(quota.error.message) && quota.error.message.includes('1000000'),
+    '(e) the error names the bytes needed and available', quota.error?.message);
+    check((await tree()).length === 0, '(e) nothing was written to OPFS', JSON.stringify(await tree()));
+    check(!requestsTo(origin).some((r) => shards.includes(shardOf(r.url))), '(e) no shard was requested');
+
+    // (a) Download with progress events, in a worker (sync access handles).
+    const a = await evaluate((url) => window.api.downloadInWorker(url, { name: 'smol', parallel: 3 }), goodUrl);
+    check(!a.error, '(a) download into OPFS in a worker', JSON.stringify(a.error));
+    const ev = a.events;
+    const progress = ev.filter((e) => e.type === 'progress');
+    const planned = ev.find((e) => e.type === 'planned');
+    check(planned?.files === shards.length, `(a) planned ${shards.length} shards`, JSON.stringify(planned));
+    check(progress.length >= 2 && progress.every((p, i) => i === 0 || p.done >= progress[i - 1].done),
+      `(a) ${progress.length} progress events, bytes done never decreasing`);
+    const last = progress.at(-1);
+    check(last && last.done === last.total && last.total === planned?.total_bytes,
+      '(a) the last progress event has every byte', JSON.stringify(last));
+    const verified = ev.filter((e) => e.type === 'fileVerified');
+    check(verified.length === shards.length && verified.at(-1).files_done === shards.length
+      && verified.at(-1).files_total === shards.length, '(a) every shard verified, counted to n of n');
+    check(progress.some((p) => p.rate > 0 && p.eta_s !== null && p.shard >= 1 && p.shards === shards.length),
+      '(a) progress carries rate, ETA and shard i of n');
+    const started = new Set(ev.filter((e) => e.type === 'fileStarted').map((e) => e.index));
+    check(started.size === shards.length, '(a) every shard started once');
+    const listed = await evaluate(() => window.api.wasm.opfs_list());
+    check(listed.length === 1 && listed[0].name === 'smol' && listed[0].shards === shards.length,
+      '(a) the model is listed complete', JSON.stringify(listed));
+    const stored = Object.fromEntries((await tree()).filter((f) => f.path.startsWith('tritium/models/smol/files/'))
+      .map((f) => [f.path.split('/').pop(), f.size]));
+    check(Object.entries(stored).every(([f, size]) => files[f] === size) && shards.every((s) => stored[s] === files[s]),
+      '(a) every stored file has the size of the served one', JSON.stringify(stored));
+    console.log(`  downloaded ${a.summary.bytes} bytes in ${a.summary.seconds.toFixed(2)} s ` +
+      `(${(a.summary.fetched_bytes / a.summary.seconds / 1e6).toFixed(0)} MB/s, persisted: ${a.summary.persisted})`);
+
+    // (b, c) A second page load: the cache answers, no request reaches the model server.
+    await openPage();
+    requests.length = 0;
+    const again = await evaluate((url) => window.api.download(url, { name: 'smol' }), goodUrl);
+    check(again.summary?.already_present === true, '(c) downloading again finds the cached model', JSON.stringify(again.error ?? again.summary));
+    const onMain = await evaluate(() => window.api.wasm.opfs_generate_greedy('smol', 'x', 1, 16)
+      .then(() => null, (e) => window.api.plain(e)));
+    check(onMain?.code === 'NeedsWorker', 'loading from OPFS on the main thread gives NeedsWorker', JSON.stringify(onMain));
+    const gen = await evaluate(({ p, k }) => window.api.generateInWorker('smol', p, k), { p: prompt, k: n });
+    check(!gen.error, '(b) generation from the cached model in a worker', JSON.stringify(gen.error));
+    const r = gen.result;
+    if (r) {
+      console.log(`  browser (${r.adapter}): ${JSON.stringify(r.generated_ids)} ${JSON.stringify(r.text)} ` +
+        `(load ${r.load_ms.toFixed(0)} ms, prefill ${r.prefill_ms.toFixed(0)} ms, decode ${r.decode_ms.toFixed(0)} ms)`);
+      const mib = (b) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+      console.log(`  wasm memory: ${mib(r.wasm_memory_before)} before, ${mib(r.wasm_memory_after_open)} with ` +
+        `metadata and tokenizer, ${mib(r.wasm_memory_after_load)} after load, ` +
+        `${mib(r.wasm_memory_after_generate)} after generating; model ${mib(r.model_bytes)}`);
+      const same = (x, y) => JSON.stringify(x) === JSON.stringify(y);
+      check(same(r.prompt_ids, native.prompt_ids), '(b) prompt ids equal native', `${r.prompt_ids} vs ${native.prompt_ids}`);
+      check(same(r.generated_ids, native.generated_ids) && r.generated_ids.length === n,
+        '(b) greedy tokens equal native CPU greedy tokens', `${r.generated_ids} vs ${native.generated_ids}`);
+      // Streaming tensor by tensor: wasm memory (which only grows, so its size is its peak)
+      // holds the metadata, the tokenizer and one tensor at a time (uploaded in 4 MiB pieces),
+      // never the model. Bounds: loading adds at most the largest tensor plus 12 MiB (pieces
+      // and allocator slack); the peak stays under 60% of the model (SmolLM2's embedding alone
+      // is 30% of it).
+      check(r.wasm_memory_after_load - r.wasm_memory_after_open <= largestTensor + 12 * 2 ** 20,
+        '(b) loading adds no more wasm memory than the largest tensor plus 12 MiB',
+        `${mib(r.wasm_memory_after_load - r.wasm_memory_after_open)} vs ${mib(largestTensor)}`);
+      check(r.wasm_memory_after_generate < 0.6 * r.model_bytes,
+        '(b) peak wasm memory stays under 60% of the model size', `${mib(r.wasm_memory_after_generate)} vs ${mib(r.model_bytes)}`);
+    }
+    check(requestsTo(origin).length === 0, '(c) the second page load made no request to the model server',
+      JSON.stringify(requestsTo(origin).map((q) => q.url)));
+
+    // (d) A corrupted shard: one byte flipped in the middle of the third shard.
+    const bad = join(tmp, 'smol-bad');
+    cpSync(good, bad, { recursive: true });
+    const victim = shards[Math.min(2, shards.length - 1)];
+    const fd = openSync(join(bad, victim), 'r+');
+    const at = Math.floor(files[victim] / 2);
+    const byte = Buffer.alloc(1);
+    readSync(fd, byte, 0, 1, at);
+    byte[0] ^= 0x01;
+    writeSync(fd, byte, 0, 1, at);
+    closeSync(fd);
+    const badUrl = await serveModel(bad);
+    requests.length = 0;
+    const d = await evaluate((url) => window.api.download(url, { name: 'smol-bad', parallel: 2 }), badUrl);
+    check(d.error?.code === 'IntegrityError' && d.error.message.includes(victim) && d.error.expected !== d.error.actual,
+      '(d) a corrupted shard gives IntegrityError naming it and both hashes', JSON.stringify(d.error));
+    const badFetches = requestsTo(new URL(badUrl).origin).filter((q) => shardOf(q.url) === victim).length;
+    check(badFetches === 2, '(d) the corrupted shard was fetched once more before failing', `${badFetches} requests`);
+    const afterBad = await evaluate(() => window.api.wasm.opfs_list());
+    check(!afterBad.some((m) => m.name === 'smol-bad'), '(d) the model is not listed as complete', JSON.stringify(afterBad));
+    const partialBad = await evaluate(() => window.api.wasm.opfs_list_partial());
+    const pb = partialBad.find((m) => m.name === 'smol-bad');
+    check(pb && !(victim in pb.verified), '(d) it stays a partial download without the bad shard', JSON.stringify(pb));
+
+    // (f) Abort in the middle of the second shard, then resume: on the main thread (writable
+    // streams) and in a worker (sync access handles).
+    for (const where of ['main', 'worker']) {
+      const name = `smol-resume-${where}`;
+      const run = (abortAt) => evaluate(({ url, name, where, abortAt }) => {
+        const options = { name, parallel: 1, progressIntervalMs: 0 };
+        return where === 'main'
+          ? window.api.download(url, options, abortAt ? (e) => e.type === 'progress' && e.done >= abortAt : null)
+          : window.api.downloadInWorker(url, options, abortAt);
+      }, { url: goodUrl, name, where, abortAt });
+      requests.length = 0;
+      const f1 = await run(files[shards[0]] + Math.floor(files[shards[1]] / 3));
+      check(f1.error?.code === 'AbortError', `(f, ${where}) the download aborted`, JSON.stringify(f1.error));
+      const partial = (await evaluate(() => window.api.wasm.opfs_list_partial())).find((m) => m.name === name);
+      check(partial && partial.verified[shards[0]] && !partial.verified[shards[1]],
+        `(f, ${where}) the first shard stays verified, the second is not`, JSON.stringify(partial));
+      const kept = (await tree()).find((f) => f.path === `tritium/models/${name}/files/${shards[1]}`)?.size ?? 0;
+      check(kept > 0 && kept < files[shards[1]], `(f, ${where}) the interrupted shard kept part of its bytes`,
+        `${kept} of ${files[shards[1]]}`);
+      requests.length = 0;
+      const f2 = await run(null);
+      check(!f2.error, `(f, ${where}) the resumed download completes`, JSON.stringify(f2.error));
+      const shardRequests = requestsTo(origin).filter((q) => shards.includes(shardOf(q.url)));
+      check(!shardRequests.some((q) => shardOf(q.url) === shards[0]), `(f, ${where}) the verified shard was not fetched again`);
+      const resumed = shardRequests.find((q) => shardOf(q.url) === shards[1]);
+      check(resumed?.range === `bytes=${kept}-`, `(f, ${where}) the interrupted shard resumed with a Range request`,
+        JSON.stringify(resumed));
+      const fStart = f2.events?.find((e) => e.type === 'fileStarted' && e.index === 1);
+      check(fStart?.from === kept, `(f, ${where}) and continued from the bytes kept`, JSON.stringify(fStart));
+      check(f2.summary?.reused_files === 1 && f2.summary.fetched_bytes === planned.total_bytes - files[shards[0]] - kept,
+        `(f, ${where}) only the missing bytes were fetched`, JSON.stringify(f2.summary));
+    }
+    const models = (await evaluate(() => window.api.wasm.opfs_list())).map((m) => m.name);
+    check(JSON.stringify(models) === '["smol","smol-resume-main","smol-resume-worker"]', '(f) the resumed models are listed complete',
+      JSON.stringify(models));
+
+    // Deleting leaves nothing behind.
+    for (const m of ['smol', 'smol-resume-main', 'smol-resume-worker', 'smol-bad']) {
+      await evaluate((name) => window.api.wasm.opfs_delete(name), m);
+    }
+    const usage = await evaluate(() => window.api.wasm.opfs_usage());
+    check(usage.bytes_used === 0 && (await tree()).every((f) => !f.path.startsWith('tritium/models/')),
+      'deleting the models empties the store', JSON.stringify(usage));
+  }
+} catch (e) {
+  check(false, 'run', e.stack ?? String(e));
+} finally {
+  clearTimeout(watchdog);
+  await close();
+  pageServer.close();
+  cleanup();
+}
+console.log(`${passed} passed, ${failed} failed`);
+process.exitCode = failed ? 1 : 0;

@@ -1,0 +1,326 @@
+//! `tritium serve-model` end to end: the real binary on a free loopback port (`--port 0`), and a
+//! plain HTTP/1.1 client over `TcpStream` (so requests go out exactly as written: raw `..`
+//! paths and percent-encoded ones are not normalized away by a client library).
+//!
+//! Checked: content types, Range (206 with Content-Range, 416), HEAD, strong ETag with
+//! If-None-Match (304) and If-Range, CORS headers and preflight, path traversal refused, and
+//! convert-and-serve of a GGUF reusing its earlier conversion.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+const TINY_I2S: &str = "tests/fixtures/bitnet/tiny-i2s.gguf";
+
+/// A running `tritium serve-model`, killed when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tritium"))
+            .arg("serve-model")
+            .args(args)
+            .args(["--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts");
+        let mut stderr = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            s
+        });
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_else(|| panic!("no URL printed: {line:?}"))
+            .to_string();
+        Server {
+            child,
+            addr,
+            stderr: Some(stderr),
+        }
+    }
+
+    /// Stop the server and return what it printed on stderr.
+    fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A parsed response.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Send one request (`Connection: close`) and read the whole reply.
+fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a header section");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    Reply {
+        status,
+        headers,
+        body: raw[split + 4..].to_vec(),
+    }
+}
+
+fn get(addr: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    request(addr, "GET", path, headers)
+}
+
+fn convert(gguf: &str, out: &Path) {
+    let o: Output = Command::new(env!("CARGO_BIN_EXE_tritium"))
+        .args([
+            "convert",
+            gguf,
+            out.to_str().unwrap(),
+            "--shard-size",
+            "64KB",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn serves_an_rdrr_folder_with_ranges_etags_cors_and_no_escape() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("model");
+    convert(TINY_I2S, &dir);
+    std::fs::write(tmp.path().join("secret.txt"), b"not for you").unwrap();
+    let server = Server::start(&[dir.to_str().unwrap()]);
+    let a = server.addr.clone();
+    assert!(a.starts_with("127.0.0.1:"), "{a}");
+
+    // Whole files, with their types, validators and CORS headers.
+    let manifest = std::fs::read(dir.join("manifest.json")).unwrap();
+    let r = get(&a, "/manifest.json", &[("Origin", "http://example.org")]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, manifest);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    let exposed = r
+        .header("access-control-expose-headers")
+        .unwrap()
+        .to_ascii_lowercase();
+    for h in ["content-range", "content-length", "etag", "accept-ranges"] {
+        assert!(exposed.contains(h), "{exposed}");
+    }
+    assert_eq!(r.header("accept-ranges"), Some("bytes"));
+    let etag = r.header("etag").unwrap().to_string();
+    assert!(
+        etag.starts_with('"') && etag.ends_with('"'),
+        "strong: {etag}"
+    );
+
+    let shard = std::fs::read(dir.join("shard_00000.bin")).unwrap();
+    let r = get(&a, "/shard_00000.bin", &[]);
+    assert_eq!((r.status, r.body.len()), (200, shard.len()));
+    assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+    let shard_etag = r.header("etag").unwrap().to_string();
+    assert_ne!(shard_etag, etag);
+
+    // Range: 206 with the bytes and Content-Range; an open range; 416 past the end.
+    let r = get(&a, "/shard_00000.bin", &[("Range", "bytes=100-1099")]);
+    assert_eq!(r.status, 206);
+    assert_eq!(r.body, &shard[100..1100]);
+    let len = shard.len();
+    assert_eq!(
+        r.header("content-range"),
+        Some(format!("bytes 100-1099/{len}").as_str())
+    );
+    assert_eq!(r.header("content-length"), Some("1000"));
+    assert_eq!(r.header("etag"), Some(shard_etag.as_str()));
+    let r = get(
+        &a,
+        "/shard_00000.bin",
+        &[("Range", &format!("bytes={}-", len - 10))],
+    );
+    assert_eq!((r.status, &r.body[..]), (206, &shard[len - 10..]));
+    let r = get(
+        &a,
+        "/shard_00000.bin",
+        &[("Range", &format!("bytes={len}-"))],
+    );
+    assert_eq!(r.status, 416);
+    assert_eq!(
+        r.header("content-range"),
+        Some(format!("bytes */{len}").as_str())
+    );
+
+    // HEAD: the headers of a GET, no body.
+    let r = request(&a, "HEAD", "/shard_00000.bin", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some(len.to_string().as_str()));
+    assert!(r.body.is_empty());
+
+    // If-None-Match: 304 while the file is unchanged; 200 for another tag.
+    let r = get(&a, "/manifest.json", &[("If-None-Match", &etag)]);
+    assert_eq!((r.status, r.body.len()), (304, 0));
+    assert_eq!(r.header("etag"), Some(etag.as_str()));
+    let r = get(
+        &a,
+        "/manifest.json",
+        &[("If-None-Match", "\"other\", W/".to_string().as_str())],
+    );
+    assert_eq!(r.status, 200);
+
+    // If-Range: the range while the validator matches, the whole file when it does not.
+    let r = get(
+        &a,
+        "/shard_00000.bin",
+        &[("Range", "bytes=0-9"), ("If-Range", &shard_etag)],
+    );
+    assert_eq!((r.status, &r.body[..]), (206, &shard[..10]));
+    let r = get(
+        &a,
+        "/shard_00000.bin",
+        &[("Range", "bytes=0-9"), ("If-Range", "\"stale\"")],
+    );
+    assert_eq!((r.status, r.body.len()), (200, len));
+
+    // CORS preflight.
+    let r = request(
+        &a,
+        "OPTIONS",
+        "/shard_00000.bin",
+        &[
+            ("Origin", "http://example.org"),
+            ("Access-Control-Request-Method", "GET"),
+            ("Access-Control-Request-Headers", "range, if-none-match"),
+        ],
+    );
+    assert!(r.status == 200 || r.status == 204, "{r:?}");
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    let allowed = r
+        .header("access-control-allow-headers")
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(
+        allowed.contains("range") && allowed.contains("if-none-match"),
+        "{allowed}"
+    );
+    assert!(r
+        .header("access-control-allow-methods")
+        .unwrap()
+        .contains("GET"));
+
+    // Nothing outside the folder, however the path is spelled.
+    for path in [
+        "/../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/%2E%2E%2Fsecret.txt",
+        "/shard_00000.bin/../../secret.txt",
+        "/..%5csecret.txt",
+        "/./manifest.json",
+    ] {
+        let r = get(&a, path, &[]);
+        assert_eq!(r.status, 400, "{path}: {r:?}");
+        assert!(!String::from_utf8_lossy(&r.body).contains("not for you"));
+    }
+    assert_eq!(get(&a, "/missing.bin", &[]).status, 404);
+    assert_eq!(get(&a, "/", &[]).status, 404);
+    server.stop();
+}
+
+#[test]
+fn a_gguf_is_converted_once_and_served() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let gguf = tmp.path().join("tiny.gguf");
+    std::fs::copy(TINY_I2S, &gguf).unwrap();
+    let args = [gguf.to_str().unwrap(), "--store", store.to_str().unwrap()];
+
+    let server = Server::start(&args);
+    let r = get(&server.addr, "/manifest.json", &[]);
+    assert_eq!(r.status, 200);
+    let manifest: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(manifest["quantization"], "I2_S");
+    let shard = manifest["shards"][0]["fileName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = get(&server.addr, &format!("/{shard}"), &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.body.len() as u64,
+        manifest["shards"][0]["size"].as_u64().unwrap()
+    );
+    let first = server.stop();
+    assert!(first.contains("converting"), "{first}");
+
+    let converted: Vec<_> = std::fs::read_dir(store.join("converted"))
+        .unwrap()
+        .collect();
+    assert_eq!(converted.len(), 1);
+
+    // Unchanged: the conversion is reused.
+    let server = Server::start(&args);
+    assert_eq!(get(&server.addr, "/manifest.json", &[]).status, 200);
+    let second = server.stop();
+    assert!(second.contains("reusing"), "{second}");
+    assert_eq!(
+        std::fs::read_dir(store.join("converted")).unwrap().count(),
+        1
+    );
+}

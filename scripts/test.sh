@@ -35,3 +35,6 @@ node tests/browser/run-selftest.mjs
 
 echo "== browser end-to-end generation (headless Chromium, WebGPU) vs native"
 node tests/browser/run-generate.mjs
+
+echo "== browser model delivery into OPFS vs tritium serve-model (headless Chromium)"
+node tests/browser/run-delivery.mjs

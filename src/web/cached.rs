@@ -144,8 +144,7 @@ pub async fn opfs_generate_greedy(
         .map_err(WebError::from)?;
     let model_bytes = files.total_bytes();
     let opened = Opened::open(files).map_err(WebError::from)?;
-    let config = ModelConfig::from_gguf(opened.header())
-        .map_err(|e| WebError::from(crate::Error::from(e)))?;
+    let config = ModelConfig::from_gguf(opened.header()).map_err(WebError::from)?;
     let tokenizer = opened.tokenizer().map_err(WebError::from)?;
     let prompt_ids = tokenizer
         .encode(&prompt, true)

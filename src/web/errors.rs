@@ -116,9 +116,10 @@ impl From<DownloadError> for WebError {
             DownloadError::Network { url, .. } | DownloadError::Protocol { url, .. } => {
                 WebError::new("NetworkError", message).with("url", url)
             }
-            DownloadError::Status { url, status } if matches!(status, 404 | 410) => {
-                WebError::new("NotFound", message).with("url", url)
-            }
+            DownloadError::Status {
+                url,
+                status: 404 | 410,
+            } => WebError::new("NotFound", message).with("url", url),
             DownloadError::Status { url, status } => WebError::new("HttpError", message)
                 .with("url", url)
                 .with("status", status),

@@ -81,8 +81,8 @@ impl Drop for Delay {
     fn drop(&mut self) {
         if let Some(id) = self.id.take() {
             let global = js_sys::global();
-            if let Ok(clear) = Reflect::get(&global, &"clearTimeout".into())
-                .and_then(|f| f.dyn_into::<Function>().map_err(JsValue::from))
+            if let Ok(clear) =
+                Reflect::get(&global, &"clearTimeout".into()).and_then(|f| f.dyn_into::<Function>())
             {
                 let _ = clear.call1(&global, &id);
             }

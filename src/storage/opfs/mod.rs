@@ -23,8 +23,10 @@
 mod files;
 mod js;
 mod store;
+mod writer;
 
 pub use files::{OpfsFiles, OpfsFilesError};
-pub use store::{OpfsStore, OpfsWriter, OPFS_ROOT};
+pub use store::{OpfsStore, OPFS_ROOT};
+pub use writer::OpfsWriter;
 
 pub(crate) use js::error_text;

@@ -4,21 +4,15 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
 use futures_util::lock::Mutex;
-use js_sys::{Promise, Uint8Array};
 use serde::{Deserialize, Serialize};
-use wasm_bindgen::JsCast;
 use wasm_bindgen::JsValue;
-use wasm_bindgen_futures::{future_to_promise, JsFuture};
-use web_sys::{
-    FileSystemDirectoryHandle, FileSystemFileHandle, FileSystemReadWriteOptions,
-    FileSystemSyncAccessHandle, FileSystemWritableFileStream,
-};
+use web_sys::{FileSystemDirectoryHandle, FileSystemFileHandle};
 
 use super::js;
+use super::writer::OpfsWriter;
 use crate::formats::rdrr::MANIFEST_FILE;
 use crate::storage::store::{
-    check_model_name, shard_count, ModelKind, PartialModel, ShardStore, ShardWriter, StoreError,
-    StoredModel,
+    check_model_name, shard_count, ModelKind, PartialModel, ShardStore, StoreError, StoredModel,
 };
 
 /// The store's folder in the origin's OPFS.
@@ -27,10 +21,6 @@ const MODELS: &str = "models";
 const FILES: &str = "files";
 const STATE: &str = "state.json";
 const COMPLETE: &str = "complete";
-
-/// Bytes gathered before one `write()` on a writable stream: each write is a round trip to
-/// the browser's storage process, so 64 KiB network chunks are batched.
-const WRITE_BATCH: usize = 1 << 20;
 
 /// What `state.json` holds: where the download comes from and what verified.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -49,7 +39,7 @@ struct Marker {
     file: Option<String>,
 }
 
-fn io(path: &str, e: &JsValue) -> StoreError {
+pub(super) fn io(path: &str, e: &JsValue) -> StoreError {
     StoreError::Io {
         path: format!("opfs:/{OPFS_ROOT}/{MODELS}/{path}"),
         message: js::error_text(e),
@@ -80,14 +70,6 @@ fn check_file(file: &str) -> Result<(), StoreError> {
         })
 }
 
-thread_local! {
-    /// Writers dropped unfinished close in the background (so what they wrote is kept); every
-    /// store of this thread waits for those closes before it touches OPFS again (a download
-    /// cancelled and resumed at once must see the bytes the cancelled one wrote).
-    static CLOSING: RefCell<HashMap<u64, Promise>> = RefCell::default();
-    static NEXT_WRITER: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
 /// The model store in the browser's Origin Private File System.
 ///
 /// ```text
@@ -102,9 +84,8 @@ thread_local! {
 /// 3x faster, no copy), else through `createWritable` streams opened with `keepExistingData`
 /// and a seek to the end (the main thread); `state.json` and the marker are replaced whole
 /// through writable streams (which swap their file in when they close, so those are never
-/// half written). Nothing is
-/// written before the first file of a download: [`ShardStore::begin`] only reads, so a
-/// download refused for lack of room leaves no trace.
+/// half written). Nothing is written before the first file of a download:
+/// [`ShardStore::begin`] only reads, so a download refused for lack of room leaves no trace.
 pub struct OpfsStore {
     root: FileSystemDirectoryHandle,
     /// Sources of downloads begun but not yet written to.
@@ -132,16 +113,7 @@ impl OpfsStore {
     /// Wait until writers dropped unfinished (a cancelled download) have closed, so that
     /// what they wrote is in OPFS.
     pub async fn settle(&self) {
-        loop {
-            let pending: Vec<Promise> =
-                CLOSING.with(|c| c.borrow_mut().drain().map(|(_, p)| p).collect());
-            if pending.is_empty() {
-                return;
-            }
-            for p in pending {
-                let _ = js::wait(p).await;
-            }
-        }
+        super::writer::settle().await;
     }
 
     async fn models(&self, create: bool) -> Result<Option<FileSystemDirectoryHandle>, StoreError> {
@@ -174,6 +146,14 @@ impl OpfsStore {
             Some(d) => Ok(Some(d)),
             None if !create => Ok(None),
             None => {
+                // Made once, with its state, even by concurrent callers.
+                let _guard = self.state_lock.lock().await;
+                if let Some(d) = js::dir(&models, model, false)
+                    .await
+                    .map_err(|e| io(model, &e))?
+                {
+                    return Ok(Some(d));
+                }
                 let source = self
                     .sources
                     .borrow()
@@ -282,11 +262,11 @@ impl OpfsStore {
         model: &str,
         f: impl FnOnce(&mut State),
     ) -> Result<(), StoreError> {
-        let _guard = self.state_lock.lock().await;
         let d = self
             .model_dir(model, true)
             .await?
             .ok_or_else(|| not_begun(model))?;
+        let _guard = self.state_lock.lock().await;
         let mut state = self.read_state(&d, model).await?.unwrap_or_default();
         f(&mut state);
         self.write_state(&d, model, &state).await
@@ -436,157 +416,6 @@ impl OpfsStore {
     }
 }
 
-/// How an [`OpfsWriter`] writes.
-enum Sink {
-    /// A writable stream (main thread): writes are gathered into [`WRITE_BATCH`]-byte pieces,
-    /// one piece in flight while the next is gathered (and its bytes hashed).
-    Stream {
-        stream: FileSystemWritableFileStream,
-        buffer: Vec<u8>,
-        in_flight: Option<JsFuture>,
-    },
-    /// A sync access handle (dedicated worker): each write goes from wasm memory straight to
-    /// the file, no copy and no round trip to another process.
-    Sync {
-        handle: FileSystemSyncAccessHandle,
-        at: u64,
-        options: FileSystemReadWriteOptions,
-    },
-}
-
-/// A partial file being appended to. Dropped unfinished (a cancelled download), it keeps what
-/// was written: a sync access handle is closed at once, a writable stream closes in the
-/// background (and the store waits for that before touching OPFS again).
-pub struct OpfsWriter {
-    sink: Option<Sink>,
-    path: String,
-}
-
-impl OpfsWriter {
-    /// Send the gathered bytes of a stream writer on their way.
-    async fn flush(&mut self) -> Result<(), StoreError> {
-        let Some(Sink::Stream {
-            stream,
-            buffer,
-            in_flight,
-        }) = &mut self.sink
-        else {
-            return Ok(());
-        };
-        if let Some(write) = in_flight.take() {
-            write.await.map_err(|e| io(&self.path, &e))?;
-        }
-        if buffer.is_empty() {
-            return Ok(());
-        }
-        // A copy in JS memory: the stream reads its chunk later, and wasm memory moves.
-        let chunk = Uint8Array::from(buffer.as_slice());
-        buffer.clear();
-        let write = stream
-            .write_with_js_u8_array(&chunk)
-            .map_err(|e| io(&self.path, &e))?;
-        *in_flight = Some(JsFuture::from(write));
-        Ok(())
-    }
-}
-
-impl ShardWriter for OpfsWriter {
-    async fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
-        match &mut self.sink {
-            Some(Sink::Stream { buffer, .. }) => {
-                buffer.extend_from_slice(bytes);
-                if buffer.len() >= WRITE_BATCH {
-                    self.flush().await?;
-                }
-                Ok(())
-            }
-            Some(Sink::Sync {
-                handle,
-                at,
-                options,
-            }) => {
-                let mut done = 0usize;
-                while done < bytes.len() {
-                    options.set_at(*at as f64);
-                    let n = handle
-                        .write_with_u8_array_and_options(&bytes[done..], options)
-                        .map_err(|e| io(&self.path, &e))? as usize;
-                    if n == 0 {
-                        return Err(StoreError::Io {
-                            path: self.path.clone(),
-                            message: "the file accepted no more bytes".to_string(),
-                        });
-                    }
-                    done += n;
-                    *at += n as u64;
-                }
-                Ok(())
-            }
-            None => Ok(()),
-        }
-    }
-
-    async fn finish(mut self) -> Result<(), StoreError> {
-        self.flush().await?;
-        match self.sink.take() {
-            Some(Sink::Stream {
-                stream, in_flight, ..
-            }) => {
-                if let Some(write) = in_flight {
-                    write.await.map_err(|e| io(&self.path, &e))?;
-                }
-                js::wait(stream.close())
-                    .await
-                    .map_err(|e| io(&self.path, &e))?;
-            }
-            Some(Sink::Sync { handle, .. }) => {
-                let flushed = handle.flush();
-                handle.close();
-                flushed.map_err(|e| io(&self.path, &e))?;
-            }
-            None => {}
-        }
-        Ok(())
-    }
-}
-
-impl Drop for OpfsWriter {
-    fn drop(&mut self) {
-        match self.sink.take() {
-            Some(Sink::Sync { handle, .. }) => {
-                let _ = handle.flush();
-                handle.close();
-            }
-            Some(Sink::Stream {
-                stream,
-                buffer,
-                in_flight,
-            }) => {
-                let closed = future_to_promise(async move {
-                    if let Some(write) = in_flight {
-                        let _ = write.await;
-                    }
-                    if !buffer.is_empty() {
-                        let chunk = Uint8Array::from(buffer.as_slice());
-                        if let Ok(write) = stream.write_with_js_u8_array(&chunk) {
-                            let _ = js::wait(write).await;
-                        }
-                    }
-                    let _ = js::wait(stream.close()).await;
-                    Ok(JsValue::UNDEFINED)
-                });
-                let id = NEXT_WRITER.with(|n| {
-                    let id = n.get();
-                    n.set(id + 1);
-                    id
-                });
-                CLOSING.with(|c| c.borrow_mut().insert(id, closed));
-            }
-            None => {}
-        }
-    }
-}
-
 impl ShardStore for OpfsStore {
     type Writer = OpfsWriter;
 
@@ -680,51 +509,7 @@ impl ShardStore for OpfsStore {
             .partial_handle(model, file, true)
             .await?
             .ok_or_else(|| not_begun(model))?;
-        let sink = if self.sync_handles {
-            let handle: FileSystemSyncAccessHandle = js::wait(h.create_sync_access_handle())
-                .await
-                .map_err(|e| io(&path, &e))?
-                .unchecked_into();
-            let at = if truncate {
-                handle.truncate_with_f64(0.0).map(|()| 0)
-            } else {
-                handle.get_size().map(|n| n as u64)
-            };
-            match at {
-                Ok(at) => Sink::Sync {
-                    handle,
-                    at,
-                    options: FileSystemReadWriteOptions::new(),
-                },
-                Err(e) => {
-                    handle.close();
-                    return Err(io(&path, &e));
-                }
-            }
-        } else {
-            let stream = js::writable(&h, !truncate)
-                .await
-                .map_err(|e| io(&path, &e))?;
-            if !truncate {
-                let end = js::file_size(&h).await.map_err(|e| io(&path, &e))?;
-                let seek = stream
-                    .seek_with_f64(end as f64)
-                    .map_err(|e| io(&path, &e))?;
-                if let Err(e) = js::wait(seek).await {
-                    let _ = js::wait(stream.abort()).await;
-                    return Err(io(&path, &e));
-                }
-            }
-            Sink::Stream {
-                stream,
-                buffer: Vec::with_capacity(WRITE_BATCH + (64 << 10)),
-                in_flight: None,
-            }
-        };
-        Ok(OpfsWriter {
-            sink: Some(sink),
-            path,
-        })
+        OpfsWriter::open(&h, path, truncate, self.sync_handles).await
     }
 
     async fn read_partial(

@@ -3,7 +3,7 @@
 // One workgroup per token: an absmax reduction, then the int8 values packed 4 per u32 and
 // their sum. s and q come from activation_quant.wgsl (prepended): s by exact integer long
 // division, bit-equal to the CPU's f32 division.
-// Output record layout: see quant/i2s.wgsl (header vec4, then the packed values).
+// Output record layout: see quant/i2s.wgsl; activation_record.wgsl (prepended) writes it.
 //
 // Bindings:
 //   0  uniform QuantizeParams
@@ -38,25 +38,5 @@ fn main(
 
     // The second pass reads x again (from cache): keeping it in registers between the passes
     // measured slower on an H200.
-    let obase = t * p.record_words + 4u;
-    let padded = p.record_words - 4u;
-    var sum = 0i;
-    for (var i = lid; i < padded; i = i + WG) {
-        var word = 0u;
-        if (i < words) {
-            let q = quantize4(x[xbase + i], s);
-            sum = sum + q.x + q.y + q.z + q.w;
-            word = pack4xI8(q);
-        }
-        out[obase + i] = word;
-    }
-    // Integer partial sums are exact in f32 while |sum| <= 128 * cols <= 2^24
-    // (cols <= 131072, checked on the host), in any reduction order.
-    let total = workgroup_sum(f32(sum), lid);
-    if (lid == 0u) {
-        out[obase - 4u] = bitcast<u32>(s);
-        out[obase - 3u] = bitcast<u32>(i32(total));
-        out[obase - 2u] = 0u;
-        out[obase - 1u] = 0u;
-    }
+    write_record(xbase, words, t * p.record_words + 4u, p.record_words - 4u, s, lid);
 }

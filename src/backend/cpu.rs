@@ -265,22 +265,12 @@ impl Backend for CpuBackend {
     }
 
     fn begin(&mut self, ids: &[u32], pos0: usize) -> Result<(), Error> {
-        if ids.is_empty() || ids.len() > self.max_batch {
-            return Err(Error::Usage(format!(
-                "a forward pass of {} tokens (1 ..= {})",
-                ids.len(),
-                self.max_batch
-            )));
-        }
-        if let Some(kv) = self.kv {
-            if pos0 + ids.len() > kv.max_ctx {
-                return Err(Error::Usage(format!(
-                    "positions {pos0} .. {} exceed the context of {} tokens",
-                    pos0 + ids.len(),
-                    kv.max_ctx
-                )));
-            }
-        }
+        super::check_pass(
+            ids.len(),
+            self.max_batch,
+            pos0,
+            self.kv.map(|kv| kv.max_ctx),
+        )?;
         self.ids = ids.to_vec();
         self.pos0 = pos0;
         Ok(())

@@ -96,6 +96,28 @@ pub struct KvShape {
     pub head_dim: usize,
 }
 
+/// What every backend checks when a pass starts: `1 ..= max_batch` tokens, at positions inside
+/// the cache (when it exists).
+fn check_pass(
+    n: usize,
+    max_batch: usize,
+    pos0: usize,
+    max_ctx: Option<usize>,
+) -> Result<(), crate::Error> {
+    if n == 0 || n > max_batch {
+        return Err(crate::Error::Usage(format!(
+            "a forward pass of {n} tokens (1 ..= {max_batch})"
+        )));
+    }
+    if let Some(max_ctx) = max_ctx.filter(|&m| pos0 + n > m) {
+        return Err(crate::Error::Usage(format!(
+            "positions {pos0} .. {} exceed the context of {max_ctx} tokens",
+            pos0 + n
+        )));
+    }
+    Ok(())
+}
+
 /// The ops of a forward pass. Errors are [`crate::Error`] (a GPU op that cannot be built, a
 /// shape the backend does not support); a backend never panics on model data.
 #[allow(async_fn_in_trait)]

@@ -116,10 +116,13 @@ pub fn run(
     let mut engine = Engine::new(model);
     // Greedy, no stop ids: exactly `decode_tokens` passes after the prefill (which gives the
     // first token), the way `tritium run` decodes (passes submitted ahead on the device).
+    let generate = |engine: &mut Engine<GpuBackend>, max_tokens| {
+        let o = engine_options(max_tokens);
+        pollster::block_on(engine.generate(&prompt, &o, |_| TokenControl::Continue))
+    };
     let run = |engine: &mut Engine<GpuBackend>, decode: usize| {
         engine.reset();
-        let opts = engine_options(decode + 1);
-        pollster::block_on(engine.generate(&prompt, &opts, |_| TokenControl::Continue))
+        generate(engine, decode + 1)
     };
     if opts.warmup {
         run(&mut engine, opts.decode_tokens.min(16))?;
@@ -138,12 +141,10 @@ pub fn run(
     let profile = if opts.profile && engine.model.backend.enable_profile() {
         // Prefill alone, then the same prompt again: one pass for its last token (the rest is
         // cached) and the decode passes, each op timed.
-        let mut prefill_only = engine_options(0);
         engine.reset();
-        pollster::block_on(engine.generate(&prompt, &prefill_only, |_| TokenControl::Continue))?;
+        generate(&mut engine, 0)?;
         engine.model.backend.clear_profile();
-        prefill_only.max_tokens = opts.decode_tokens + 1;
-        pollster::block_on(engine.generate(&prompt, &prefill_only, |_| TokenControl::Continue))?;
+        generate(&mut engine, opts.decode_tokens + 1)?;
         let passes = (opts.decode_tokens + 1) as f64;
         engine.model.backend.profile().map(|rows| {
             rows.into_iter()

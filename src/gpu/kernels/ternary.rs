@@ -65,6 +65,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../shaders/fake_quantize_activations.wgsl"),
     ),
     (
+        "activation_record.wgsl",
+        include_str!("../../../shaders/activation_record.wgsl"),
+    ),
+    (
         "quantize_activations.wgsl",
         include_str!("../../../shaders/quantize_activations.wgsl"),
     ),
@@ -111,10 +115,11 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
     const P: &str = "matmul_params.wgsl";
     const C: &str = "quant/ternary_codes.wgsl";
     const A: &str = "activation_quant.wgsl";
+    const R: &str = "activation_record.wgsl";
     let (files, default_workgroup_size): (&'static [&'static str], u32) = match kernel {
-        Kernel::QuantizeActivations => (&[A, "quantize_activations.wgsl"], 256),
+        Kernel::QuantizeActivations => (&[A, R, "quantize_activations.wgsl"], 256),
         Kernel::FakeQuantizeActivations => (&[A, "fake_quantize_activations.wgsl"], 256),
-        Kernel::RmsNormQuantize => (&[A, "rms_norm_quantize.wgsl"], 256),
+        Kernel::RmsNormQuantize => (&[A, R, "rms_norm_quantize.wgsl"], 256),
         Kernel::Matvec(I2_S) => (&[P, "quant/i2s.wgsl", "matvec_i2s.wgsl"], 64),
         Kernel::Matmul(I2_S) => (&[P, "quant/i2s.wgsl", "matmul_i2s.wgsl"], 64),
         Kernel::Matvec(TQ1_0) => (&[P, C, "quant/tq1_0.wgsl", "matvec_ternary.wgsl"], 64),

@@ -5,7 +5,7 @@ use super::fetch::{fetch_file, Ctx, FileJob, NoObserver};
 use super::http::HttpClient;
 use super::{DownloadError, DownloadEvent, DownloadOptions, DownloadSummary, Tracker};
 use crate::formats::rdrr::HashAlgorithm;
-use crate::storage::store::{check_model_name, ModelKind, ShardStore};
+use crate::storage::store::{ModelKind, ShardStore};
 
 /// The name of the file inside a partial GGUF download.
 pub const GGUF_FILE: &str = "model.gguf";
@@ -22,27 +22,11 @@ pub async fn download_gguf<S: ShardStore, C: HttpClient>(
     options: &DownloadOptions,
     events: &dyn Fn(&DownloadEvent),
 ) -> Result<DownloadSummary, DownloadError> {
-    check_model_name(name)?;
-    let tracker = Tracker::new(events);
-    let mut summary = DownloadSummary {
-        name: name.to_string(),
-        kind: ModelKind::Gguf,
-        bytes: 0,
-        fetched_bytes: 0,
-        fetched_files: 0,
-        reused_files: 0,
-        groups_checked: 0,
-        group_read_back_bytes: 0,
-        seconds: 0.0,
-        already_present: false,
-        sha256: None,
-        warnings: Vec::new(),
-    };
-    if let Some(model) = store.get(name).await? {
-        summary.bytes = model.bytes;
-        summary.already_present = true;
+    let (mut summary, present) = DownloadSummary::if_present(store, name, ModelKind::Gguf).await?;
+    if present {
         return Ok(summary);
     }
+    let tracker = Tracker::new(events);
     if let Some(h) = sha256 {
         if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(DownloadError::Protocol {

@@ -39,7 +39,7 @@ pub use http::{
 pub use native::{ReqwestBody, ReqwestClient};
 pub use rdrr::{base_url, download_rdrr, join_url};
 
-use super::store::{ModelKind, StoreError};
+use super::store::{check_model_name, ModelKind, ShardStore, StoreError};
 use crate::formats::rdrr::{HashAlgorithm, RdrrError};
 
 /// How many times, and how patiently, failed requests are retried.
@@ -186,6 +186,43 @@ pub struct DownloadSummary {
     pub sha256: Option<String>,
     /// Manifest problems that did not stop the download.
     pub warnings: Vec<String>,
+}
+
+impl DownloadSummary {
+    /// Nothing done yet for `name`.
+    fn new(name: &str, kind: ModelKind) -> Self {
+        DownloadSummary {
+            name: name.to_string(),
+            kind,
+            bytes: 0,
+            fetched_bytes: 0,
+            fetched_files: 0,
+            reused_files: 0,
+            groups_checked: 0,
+            group_read_back_bytes: 0,
+            seconds: 0.0,
+            already_present: false,
+            sha256: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Check `name` and start its summary; the flag is true (and the summary final) when the
+    /// store holds the model complete already, so nothing is fetched.
+    async fn if_present<S: ShardStore>(
+        store: &S,
+        name: &str,
+        kind: ModelKind,
+    ) -> Result<(Self, bool), DownloadError> {
+        check_model_name(name)?;
+        let mut summary = DownloadSummary::new(name, kind);
+        if let Some(model) = store.get(name).await? {
+            summary.bytes = model.bytes;
+            summary.already_present = true;
+        }
+        let present = summary.already_present;
+        Ok((summary, present))
+    }
 }
 
 /// Why a download failed. Each names the URL, file, shard or group.

@@ -15,7 +15,7 @@ use crate::formats::rdrr::{
     hash_hex, validate_manifest, HashAlgorithm, IssueKind, Manifest, RdrrError, MANIFEST_FILE,
     MAX_JSON_BYTES, TOKENIZER_FILE,
 };
-use crate::storage::store::{check_model_name, ModelKind, ShardStore};
+use crate::storage::store::{ModelKind, ShardStore};
 
 /// Manifest problems that make a download unsafe or unverifiable.
 const FATAL: &[IssueKind] = &[
@@ -87,27 +87,11 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     options: &DownloadOptions,
     events: &dyn Fn(&DownloadEvent),
 ) -> Result<DownloadSummary, DownloadError> {
-    check_model_name(name)?;
-    let tracker = Tracker::new(events);
-    let mut summary = DownloadSummary {
-        name: name.to_string(),
-        kind: ModelKind::Rdrr,
-        bytes: 0,
-        fetched_bytes: 0,
-        fetched_files: 0,
-        reused_files: 0,
-        groups_checked: 0,
-        group_read_back_bytes: 0,
-        seconds: 0.0,
-        already_present: false,
-        sha256: None,
-        warnings: Vec::new(),
-    };
-    if let Some(model) = store.get(name).await? {
-        summary.bytes = model.bytes;
-        summary.already_present = true;
+    let (mut summary, present) = DownloadSummary::if_present(store, name, ModelKind::Rdrr).await?;
+    if present {
         return Ok(summary);
     }
+    let tracker = Tracker::new(events);
     let base = base_url(url);
     let manifest_url = join_url(&base, MANIFEST_FILE);
     let retry = &options.retry;

@@ -12,12 +12,12 @@ use std::collections::HashMap;
 
 use web_time::Instant;
 
+mod bitlinear_inputs;
+
 use super::profile::{OpTime, Profiler};
 use super::{Backend, Elementwise, KvShape, Logits, Readback, Tensor, Weight, WeightData};
 use crate::cpu::ops::RopeConfig;
-use crate::gpu::bitlinear::{
-    activations_bytes, BitLinearOp, QuantizeActivationsOp, RmsNormQuantizeOp,
-};
+use crate::gpu::bitlinear::{BitLinearOp, QuantizeActivationsOp, RmsNormQuantizeOp};
 use crate::gpu::embedding::EmbeddingOp;
 use crate::gpu::matmul::MatmulOp;
 use crate::gpu::ops::{
@@ -28,6 +28,7 @@ use crate::gpu::weights::GpuWeight;
 use crate::gpu::{GpuContext, GpuError};
 use crate::quant::GgmlType;
 use crate::Error;
+use bitlinear_inputs::PendingNorm;
 
 /// A submitted pass: what to wait for and where its readback lands (a pass dropped without a
 /// wait frees its readback buffer).
@@ -105,18 +106,6 @@ impl Step {
             Step::Copy { .. } => {}
         }
     }
-}
-
-/// An RMSNorm not recorded yet: if the next op is an I2_S BitLinear of its output, the two
-/// become one dispatch.
-#[derive(Copy, Clone)]
-struct PendingNorm {
-    x: Tensor,
-    weight: Tensor,
-    out: Tensor,
-    rows: usize,
-    dim: usize,
-    eps: f32,
 }
 
 #[derive(Default)]
@@ -232,126 +221,13 @@ impl GpuBackend {
     /// Start a pass of `n` tokens at `pos0` (the token ids are written by the caller, or
     /// were left in `ids` by the previous pass).
     fn begin_at(&mut self, n: usize, pos0: usize) -> Result<(), Error> {
-        if n == 0 || n > self.max_batch {
-            return Err(Error::Usage(format!(
-                "a forward pass of {n} tokens (1 ..= {})",
-                self.max_batch
-            )));
-        }
-        if let Some(c) = &self.cache {
-            if pos0 + n > c.max_ctx as usize {
-                return Err(Error::Usage(format!(
-                    "positions {pos0} .. {} exceed the context of {} tokens",
-                    pos0 + n,
-                    c.max_ctx
-                )));
-            }
-        }
+        let max_ctx = self.cache.as_ref().map(|c| c.max_ctx as usize);
+        super::check_pass(n, self.max_batch, pos0, max_ctx)?;
         self.position.set(&self.ctx, pos0 as u32);
         self.n_tokens = n;
         self.cursor = 0;
         self.quantized.clear();
         self.pending_norm = None;
-        Ok(())
-    }
-
-    /// An op writes `t`: its records, if any, are stale.
-    fn wrote(&mut self, t: Tensor) {
-        self.quantized.retain(|&q| q != t);
-    }
-
-    /// Record the pending RMSNorm as a plain one.
-    fn flush_norm(&mut self) -> Result<(), Error> {
-        let Some(n) = self.pending_norm.take() else {
-            return Ok(());
-        };
-        let key = Key::RmsNorm(n.x, n.weight, n.out, n.rows, n.dim, n.eps.to_bits());
-        self.step(key, |s| {
-            Ok(Step::RmsNorm(RmsNormOp::new(
-                &s.ctx,
-                s.buf(n.x),
-                s.buf(n.weight),
-                s.buf(n.out),
-                n.rows as u32,
-                n.dim as u32,
-                n.eps,
-            )?))
-        })?;
-        self.wrote(n.out);
-        Ok(())
-    }
-
-    /// The records buffer of `x` for rows of `cols`.
-    fn records(&mut self, x: Tensor, cols: usize) -> Result<wgpu::Buffer, Error> {
-        if let Some(b) = self.records.get(&(x, cols)) {
-            return Ok(b.clone());
-        }
-        let bytes = activations_bytes(cols as u32, self.max_batch as u32);
-        let b = self.ctx.storage("bitlinear.records", bytes)?;
-        self.bytes += bytes;
-        self.records.insert((x, cols), b.clone());
-        Ok(b)
-    }
-
-    /// I2_S BitLinear: the records of `x` (fused into a pending RMSNorm of `x`, reused when
-    /// current, else quantized now), then the integer product.
-    fn bitlinear_i2s(
-        &mut self,
-        w: Weight,
-        x: Tensor,
-        out: Tensor,
-        rows: usize,
-    ) -> Result<(), Error> {
-        let cols = self.weights[w.0 as usize].cols as usize;
-        let xq = self.records(x, cols)?;
-        match self.pending_norm {
-            Some(n) if n.out == x && n.dim == cols && n.rows == rows && cols % 4 == 0 => {
-                self.pending_norm = None;
-                let key =
-                    Key::RmsNormQuantize(n.x, n.weight, n.out, n.rows, n.dim, n.eps.to_bits());
-                let records = xq.clone();
-                self.step(key, move |s| {
-                    Ok(Step::RmsNormQuantize(RmsNormQuantizeOp::new(
-                        &s.ctx,
-                        s.buf(n.x),
-                        s.buf(n.weight),
-                        s.buf(n.out),
-                        &records,
-                        n.rows as u32,
-                        n.dim as u32,
-                        n.eps,
-                    )?))
-                })?;
-                self.wrote(x);
-                self.quantized.push(x);
-            }
-            _ => {
-                self.flush_norm()?;
-                if !self.quantized.contains(&x) {
-                    let records = xq.clone();
-                    self.step(Key::Quantize(x, rows, cols), move |s| {
-                        Ok(Step::Quantize(QuantizeActivationsOp::new(
-                            &s.ctx,
-                            s.buf(x),
-                            &records,
-                            cols as u32,
-                            rows as u32,
-                        )?))
-                    })?;
-                    self.quantized.push(x);
-                }
-            }
-        }
-        self.step(Key::BitLinear(w, x, out, rows), move |s| {
-            Ok(Step::Matmul(MatmulOp::new(
-                &s.ctx,
-                &s.weights[w.0 as usize],
-                &xq,
-                s.buf(out),
-                rows as u32,
-            )?))
-        })?;
-        self.wrote(out);
         Ok(())
     }
 

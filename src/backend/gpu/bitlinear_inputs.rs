@@ -1,0 +1,125 @@
+//! BitLinear inputs on the GPU backend: an input's int8 records are made once per pass and
+//! shared by every product that reads it (q/k/v, gate/up), and an RMSNorm whose output feeds an
+//! I2_S BitLinear is recorded as one dispatch with that quantization. `rms_norm` only notes the
+//! norm ([`PendingNorm`]); the next op records it, fused when it can be.
+
+use super::{GpuBackend, Key, Step};
+use crate::backend::{Tensor, Weight};
+use crate::gpu::bitlinear::{activations_bytes, QuantizeActivationsOp, RmsNormQuantizeOp};
+use crate::gpu::matmul::MatmulOp;
+use crate::gpu::ops::RmsNormOp;
+use crate::Error;
+
+/// An RMSNorm not recorded yet: if the next op is an I2_S BitLinear of its output, the two
+/// become one dispatch.
+#[derive(Copy, Clone)]
+pub(super) struct PendingNorm {
+    pub(super) x: Tensor,
+    pub(super) weight: Tensor,
+    pub(super) out: Tensor,
+    pub(super) rows: usize,
+    pub(super) dim: usize,
+    pub(super) eps: f32,
+}
+
+impl GpuBackend {
+    /// An op writes `t`: its records, if any, are stale.
+    pub(super) fn wrote(&mut self, t: Tensor) {
+        self.quantized.retain(|&q| q != t);
+    }
+
+    /// Record the pending RMSNorm as a plain one.
+    pub(super) fn flush_norm(&mut self) -> Result<(), Error> {
+        let Some(n) = self.pending_norm.take() else {
+            return Ok(());
+        };
+        let key = Key::RmsNorm(n.x, n.weight, n.out, n.rows, n.dim, n.eps.to_bits());
+        self.step(key, |s| {
+            Ok(Step::RmsNorm(RmsNormOp::new(
+                &s.ctx,
+                s.buf(n.x),
+                s.buf(n.weight),
+                s.buf(n.out),
+                n.rows as u32,
+                n.dim as u32,
+                n.eps,
+            )?))
+        })?;
+        self.wrote(n.out);
+        Ok(())
+    }
+
+    /// The records buffer of `x` for rows of `cols`.
+    fn records(&mut self, x: Tensor, cols: usize) -> Result<wgpu::Buffer, Error> {
+        if let Some(b) = self.records.get(&(x, cols)) {
+            return Ok(b.clone());
+        }
+        let bytes = activations_bytes(cols as u32, self.max_batch as u32);
+        let b = self.ctx.storage("bitlinear.records", bytes)?;
+        self.bytes += bytes;
+        self.records.insert((x, cols), b.clone());
+        Ok(b)
+    }
+
+    /// I2_S BitLinear: the records of `x` (fused into a pending RMSNorm of `x`, reused when
+    /// current, else quantized now), then the integer product.
+    pub(super) fn bitlinear_i2s(
+        &mut self,
+        w: Weight,
+        x: Tensor,
+        out: Tensor,
+        rows: usize,
+    ) -> Result<(), Error> {
+        let cols = self.weights[w.0 as usize].cols as usize;
+        let xq = self.records(x, cols)?;
+        match self.pending_norm {
+            Some(n) if n.out == x && n.dim == cols && n.rows == rows && cols % 4 == 0 => {
+                self.pending_norm = None;
+                let key =
+                    Key::RmsNormQuantize(n.x, n.weight, n.out, n.rows, n.dim, n.eps.to_bits());
+                let records = xq.clone();
+                self.step(key, move |s| {
+                    Ok(Step::RmsNormQuantize(RmsNormQuantizeOp::new(
+                        &s.ctx,
+                        s.buf(n.x),
+                        s.buf(n.weight),
+                        s.buf(n.out),
+                        &records,
+                        n.rows as u32,
+                        n.dim as u32,
+                        n.eps,
+                    )?))
+                })?;
+                self.wrote(x);
+                self.quantized.push(x);
+            }
+            _ => {
+                self.flush_norm()?;
+                if !self.quantized.contains(&x) {
+                    let records = xq.clone();
+                    self.step(Key::Quantize(x, rows, cols), move |s| {
+                        Ok(Step::Quantize(QuantizeActivationsOp::new(
+                            &s.ctx,
+                            s.buf(x),
+                            &records,
+                            cols as u32,
+                            rows as u32,
+                        )?))
+                    })?;
+                    self.quantized.push(x);
+                }
+            }
+        }
+        self.step(Key::BitLinear(w, x, out, rows), move |s| {
+            Ok(Step::Matmul(MatmulOp::new(
+                &s.ctx,
+                &s.weights[w.0 as usize],
+                &xq,
+                s.buf(out),
+                rows as u32,
+            )?))
+        })?;
+        self.wrote(out);
+        Ok(())
+    }
+}

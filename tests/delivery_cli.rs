@@ -203,4 +203,23 @@ fn a_served_gguf_pulled_into_the_store_runs_identically() {
     let from_gguf = run(gguf);
     assert_eq!(from_gguf.as_array().map(Vec::len), Some(8), "{from_gguf}");
     assert_eq!(run("tiny"), from_gguf);
+
+    // `--store DIR` wins over $TRITIUM_STORE (here an empty folder, where "tiny" is unknown).
+    let elsewhere = dir.path().join("elsewhere");
+    let args = |store: Option<&Path>| {
+        let mut a = vec!["run", "tiny", "--ids", "509,17,300,44", "--max-tokens", "8"];
+        a.extend(["--backend", "cpu", "--json"]);
+        if let Some(s) = store {
+            a.extend(["--store", s.to_str().unwrap()]);
+        }
+        tritium(&a, &elsewhere)
+    };
+    let missing = args(None);
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("tiny"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+    assert_eq!(json(&args(Some(&store)))["generated_ids"], from_gguf);
 }

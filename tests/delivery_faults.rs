@@ -617,3 +617,27 @@ async fn gguf_files_stream_resume_and_check_their_hash() {
     assert!(matches!(err, DownloadError::NotGguf { .. }), "{err:?}");
     assert_eq!(store.list().await.unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gguf_larger_than_the_room_left_is_refused_before_its_body_is_stored() {
+    let bytes = gguf_bytes(200_000);
+    let server = FaultServer::start(BTreeMap::from([("x.gguf".to_string(), bytes.clone())])).await;
+    let url = format!("{}x.gguf", server.url());
+    let store = MemoryStore::with_quota(150_000);
+    let err = download_gguf(&store, &client(), &url, "x", None, &options(), &|_| {})
+        .await
+        .unwrap_err();
+    let DownloadError::Quota { needed, available } = err else {
+        panic!("{err:?}");
+    };
+    // The size comes from the response's Content-Length.
+    assert_eq!((needed, available), (bytes.len() as u64, 150_000));
+    assert_eq!(store.bytes_used().await.unwrap(), 0);
+    assert!(store.list().await.unwrap().is_empty());
+    // With room, the same store completes.
+    let store = MemoryStore::with_quota(bytes.len() as u64);
+    download_gguf(&store, &client(), &url, "x", None, &options(), &|_| {})
+        .await
+        .unwrap();
+    assert_eq!(store.bytes_used().await.unwrap(), bytes.len() as u64);
+}

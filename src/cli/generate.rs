@@ -30,8 +30,10 @@ pub enum BackendChoice {
 /// Options every model-running command takes.
 #[derive(Args, Clone, Debug)]
 pub struct LoadArgs {
-    /// A GGUF file or an RDRR folder.
+    /// A GGUF file, an RDRR folder, or the name of a model in the store.
     pub model: PathBuf,
+    #[command(flatten)]
+    pub store: super::store::StoreArgs,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendChoice,
     /// Context (KV cache) size in tokens; default: the model's, capped at 4096.
@@ -125,7 +127,8 @@ struct Loaded {
     template: ChatTemplate,
 }
 
-fn open_model(path: &Path) -> Result<Loaded, Error> {
+fn open_model(load: &LoadArgs) -> Result<Loaded, Error> {
+    let path = &load.store.resolve_path(&load.model)?;
     let model = RunnableModel::open(path)?;
     let config = ModelConfig::from_gguf(model.header()).map_err(|e| e.at(path))?;
     // A model without tokenizer metadata still runs from token ids.
@@ -319,7 +322,7 @@ impl<'a> Detokenizer<'a> {
 
 /// `tritium run`.
 pub fn run(args: &RunArgs) -> Result<ExitCode, Error> {
-    let loaded = open_model(&args.load.model)?;
+    let loaded = open_model(&args.load)?;
     let tok = loaded.tokenizer.as_ref();
     let prompt_ids = match (&args.ids, &args.prompt) {
         (Some(ids), _) => ids.clone(),
@@ -410,7 +413,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, Error> {
 
 /// `tritium logits`.
 pub fn logits(load: &LoadArgs, ids: &[u32], output: &Path) -> Result<ExitCode, Error> {
-    let loaded = open_model(&load.model)?;
+    let loaded = open_model(load)?;
     let io = |e: std::io::Error| Error::Io {
         path: output.display().to_string(),
         message: e.to_string(),
@@ -441,7 +444,7 @@ pub fn chat(
     sampling: &SamplingArgs,
     system: Option<&str>,
 ) -> Result<ExitCode, Error> {
-    let loaded = open_model(&load.model)?;
+    let loaded = open_model(load)?;
     let tok = need_tokenizer(&loaded)?;
     let template = &loaded.template;
     let opts = GenerateOptions {

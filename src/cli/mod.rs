@@ -189,8 +189,11 @@ enum BenchCommand {
     /// Prefill and decode speed of a model on the GPU, decode as a fraction of the bandwidth
     /// limit (weight bytes per token over the copy bandwidth measured in the same run).
     Generate {
-        /// A GGUF file or an RDRR folder (`tritium synth` makes GGUFs with real shapes).
+        /// A GGUF file, an RDRR folder or a model in the store (`tritium synth` makes GGUFs
+        /// with real shapes).
         model: PathBuf,
+        #[command(flatten)]
+        store: store::StoreArgs,
         /// Prompt tokens to prefill.
         #[arg(long, default_value_t = 512)]
         prompt: usize,
@@ -296,23 +299,26 @@ pub fn main() -> ExitCode {
             what:
                 BenchCommand::Generate {
                     model,
+                    store,
                     prompt,
                     decode,
                     batch,
                     profile,
                     json,
                 },
-        } => bench::generate(
-            &model,
-            &crate::bench::generate::GenerateBenchOptions {
-                prompt_tokens: prompt,
-                decode_tokens: decode,
-                batch,
-                warmup: true,
-                profile,
-            },
-            json,
-        ),
+        } => store.resolve_path(&model).and_then(|model| {
+            bench::generate(
+                &model,
+                &crate::bench::generate::GenerateBenchOptions {
+                    prompt_tokens: prompt,
+                    decode_tokens: decode,
+                    batch,
+                    warmup: true,
+                    profile,
+                },
+                json,
+            )
+        }),
         #[cfg(feature = "gpu")]
         Command::Bench {
             what: BenchCommand::Hash { mib, json },

@@ -33,6 +33,14 @@ impl StoreArgs {
     pub fn resolve(&self, model: &str) -> Result<PathBuf, Error> {
         crate::storage::resolve_model(model, self.store.as_deref())
     }
+
+    /// [`StoreArgs::resolve`] for a path argument (one that is not UTF-8 can only be a path).
+    pub fn resolve_path(&self, model: &Path) -> Result<PathBuf, Error> {
+        match model.to_str() {
+            Some(name) => self.resolve(name),
+            None => Ok(model.to_path_buf()),
+        }
+    }
 }
 
 #[derive(Args, Debug)]

@@ -447,6 +447,15 @@ impl ShardStore for FsStore {
     async fn bytes_used(&self) -> Result<u64, StoreError> {
         Ok(dir_bytes(&self.models_dir()) + dir_bytes(&self.root.join("partial")))
     }
+
+    /// Free space on the file system that holds the store (its nearest existing folder, before
+    /// the first download creates it); `None` where the system does not say.
+    async fn available_bytes(&self) -> Result<Option<u64>, StoreError> {
+        let Some(dir) = self.root.ancestors().find(|d| d.is_dir()) else {
+            return Ok(None);
+        };
+        Ok(fs4::available_space(dir).ok())
+    }
 }
 
 #[cfg(unix)]

@@ -391,6 +391,14 @@ async fn fetch_once<S: ShardStore, C: HttpClient, O: StreamObserver>(
         if job.size.is_none() {
             if let Some(s) = size {
                 tracker.set_total(s);
+                // A file of unknown size (a GGUF) meets the quota check here, before its body
+                // is stored (an RDRR model is checked as a whole before its first shard).
+                if let Some(available) = store.available_bytes().await? {
+                    let needed = s.saturating_sub(have);
+                    if needed > available {
+                        return Err(DownloadError::Quota { needed, available });
+                    }
+                }
             }
         }
         let Some(w) = writer.as_mut() else {

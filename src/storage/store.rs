@@ -213,22 +213,22 @@ pub fn shard_count(manifest_json: &[u8]) -> usize {
 }
 
 /// A model name from a URL: its last path component, without `manifest.json`, a `.gguf`
-/// extension or a query, with other characters replaced by `_`. `None` when nothing usable is
-/// left.
+/// extension or a query, with other characters replaced by `_`; for a model at the root of
+/// its server, the host and port (`127.0.0.1_8765`). `None` when nothing usable is left.
 pub fn model_name_from_url(url: &str) -> Option<String> {
     let path = url.split(['?', '#']).next().unwrap_or(url);
     let path = path.split_once("://").map_or(path, |(_, rest)| rest);
     let mut parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-    if parts.len() > 1 {
-        // Drop the host.
-        parts.remove(0);
-    } else {
+    if parts.is_empty() {
         return None;
     }
+    let host = parts.remove(0);
     if parts.last() == Some(&"manifest.json") {
         parts.pop();
     }
-    let last = parts.pop()?;
+    // A model served at the root of its server (as `tritium serve-model` serves one) is
+    // named after the server: the same server gives the same name, so its cache is found.
+    let last = parts.pop().unwrap_or(host);
     let last = last
         .strip_suffix(".gguf")
         .or_else(|| last.strip_suffix(".GGUF"))
@@ -285,9 +285,11 @@ mod tests {
                 Some("SmolLM2-135M.Q4_1"),
             ),
             ("https://h/x/my%20model", Some("my_model")),
-            ("http://127.0.0.1:8080/", None),
-            ("http://127.0.0.1:8080/manifest.json", None),
+            ("http://127.0.0.1:8080/", Some("127.0.0.1_8080")),
+            ("http://127.0.0.1:8080/manifest.json", Some("127.0.0.1_8080")),
+            ("http://[::1]:8080/", Some("___1__8080")),
             ("http://h/...", None),
+            ("", None),
         ];
         for (url, want) in cases {
             assert_eq!(model_name_from_url(url).as_deref(), want, "{url}");

@@ -286,7 +286,10 @@ mod tests {
             ),
             ("https://h/x/my%20model", Some("my_model")),
             ("http://127.0.0.1:8080/", Some("127.0.0.1_8080")),
-            ("http://127.0.0.1:8080/manifest.json", Some("127.0.0.1_8080")),
+            (
+                "http://127.0.0.1:8080/manifest.json",
+                Some("127.0.0.1_8080"),
+            ),
             ("http://[::1]:8080/", Some("___1__8080")),
             ("http://h/...", None),
             ("", None),

@@ -5,6 +5,9 @@
 //! 1. **repetition penalty** over the distinct ids among the last `repeat_last_n` of the
 //!    history: a positive score is divided by `repeat_penalty`, any other multiplied by it
 //!    (once per distinct id, however often it occurs);
+//!    then OpenAI's **frequency and presence penalties** over the tokens this sampler has
+//!    produced (the completion so far, not the prompt): `frequency_penalty * count +
+//!    presence_penalty * (count > 0)` is subtracted from each one's score;
 //! 2. **top-k**: keep the `top_k` best (selection, not a sort of the whole vocabulary);
 //! 3. **top-p**: keep the smallest best-first prefix whose probability (softmax of the scores
 //!    as they are at this point, before temperature) reaches `top_p`;
@@ -42,6 +45,8 @@ pub enum SamplingError {
     MinP(f32),
     #[error("repeat_penalty must be a finite number > 0 (1 = off), got {0}")]
     RepeatPenalty(f32),
+    #[error("{0} must be a finite number (0 = off), got {1}")]
+    Penalty(&'static str, f32),
     #[error("no scores to sample from")]
     Empty,
     #[error("every score is NaN")]
@@ -66,6 +71,12 @@ pub struct SamplerConfig {
     pub repeat_penalty: f32,
     /// How much of the history the penalty looks at; 0 = none.
     pub repeat_last_n: usize,
+    /// Subtracted from a generated token's score once per time it was generated (OpenAI's
+    /// `frequency_penalty`); 0 = off, negative values encourage repetition.
+    pub frequency_penalty: f32,
+    /// Subtracted from the score of every token generated at least once (OpenAI's
+    /// `presence_penalty`); 0 = off.
+    pub presence_penalty: f32,
     /// Seed of the ChaCha20 stream the draws come from.
     pub seed: u64,
 }
@@ -80,6 +91,8 @@ impl Default for SamplerConfig {
             min_p: 0.05,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
             seed: 0,
         }
     }
@@ -94,6 +107,8 @@ impl SamplerConfig {
             top_p: 1.0,
             min_p: 0.0,
             repeat_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
             ..SamplerConfig::default()
         }
     }
@@ -116,6 +131,14 @@ impl SamplerConfig {
         if !(r.is_finite() && r > 0.0) {
             return Err(SamplingError::RepeatPenalty(r));
         }
+        for (name, v) in [
+            ("frequency_penalty", self.frequency_penalty),
+            ("presence_penalty", self.presence_penalty),
+        ] {
+            if !v.is_finite() {
+                return Err(SamplingError::Penalty(name, v));
+            }
+        }
         Ok(())
     }
 
@@ -127,6 +150,11 @@ impl SamplerConfig {
     /// Whether the repetition penalty changes anything.
     fn penalizes(&self) -> bool {
         self.repeat_penalty != 1.0 && self.repeat_last_n > 0
+    }
+
+    /// Whether the frequency or presence penalty is on.
+    fn penalizes_generated(&self) -> bool {
+        self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
     }
 
     /// How many of the best scores (before any penalty, in [`select_order`]) the engine must
@@ -142,8 +170,14 @@ impl SamplerConfig {
     /// candidates, each of which still ranks above any candidate outside the prefix (whose
     /// score at most fell). `m` is at most `repeat_last_n`; [`Self::candidates_needed_for`]
     /// counts it. A penalty < 1 raises scores, and then nothing short of the row will do.
+    /// With a frequency or presence penalty the number of penalized ids grows with the
+    /// completion, so there is no bound without it: `None` (see
+    /// [`Sampler::candidates_needed_for`]).
     pub fn candidates_needed(&self) -> Option<usize> {
-        self.needed(self.repeat_last_n)
+        if self.penalizes_generated() {
+            return None;
+        }
+        self.needed(self.repeat_last_n, 0)
     }
 
     /// [`Self::candidates_needed`] for this history: `m` is the number of distinct ids in
@@ -151,17 +185,26 @@ impl SamplerConfig {
     pub fn candidates_needed_for(&self, history: &[u32]) -> Option<usize> {
         let mut ids = Vec::new();
         self.penalized_ids(history, &mut ids);
-        self.needed(ids.len())
+        self.needed(ids.len(), 0)
     }
 
-    fn needed(&self, penalized: usize) -> Option<usize> {
-        let k = if self.is_greedy() {
+    /// `penalized`: ids the repetition penalty may touch; `generated`: distinct ids the
+    /// frequency and presence penalties touch (they only lower scores when both are >= 0,
+    /// the same argument as for a repetition penalty > 1).
+    fn needed(&self, penalized: usize, generated: usize) -> Option<usize> {
+        let mut k = if self.is_greedy() {
             1
         } else if self.top_k > 0 {
             self.top_k
         } else {
             return None;
         };
+        if self.penalizes_generated() {
+            if self.frequency_penalty < 0.0 || self.presence_penalty < 0.0 {
+                return None;
+            }
+            k = k.saturating_add(generated);
+        }
         if !self.penalizes() {
             Some(k)
         } else if self.repeat_penalty > 1.0 {
@@ -228,6 +271,9 @@ pub struct Sampler {
     sorted: bool,
     /// Scratch: the penalized ids of the current call.
     ids: Vec<u32>,
+    /// `(id, times)` of every token this sampler returned, sorted by id (the frequency and
+    /// presence penalties).
+    generated: Vec<(u32, u32)>,
 }
 
 impl Sampler {
@@ -240,7 +286,29 @@ impl Sampler {
             cands: Vec::new(),
             sorted: false,
             ids: Vec::new(),
+            generated: Vec::new(),
         })
+    }
+
+    /// [`SamplerConfig::candidates_needed_for`], counting the ids this sampler generated for
+    /// the frequency and presence penalties.
+    pub fn candidates_needed_for(&self, history: &[u32]) -> Option<usize> {
+        let mut ids = Vec::new();
+        self.cfg.penalized_ids(history, &mut ids);
+        let generated = if self.cfg.penalizes_generated() {
+            self.generated.len()
+        } else {
+            0
+        };
+        self.cfg.needed(ids.len(), generated)
+    }
+
+    /// Count `id` as generated (the frequency and presence penalties).
+    fn record(&mut self, id: u32) {
+        match self.generated.binary_search_by_key(&id, |g| g.0) {
+            Ok(i) => self.generated[i].1 += 1,
+            Err(i) => self.generated.insert(i, (id, 1)),
+        }
     }
 
     /// The settings.
@@ -253,13 +321,18 @@ impl Sampler {
     /// none is above -inf).
     pub fn sample(&mut self, scores: Scores<'_>, history: &[u32]) -> Result<u32, SamplingError> {
         self.penalized(scores, history)?;
-        if self.cfg.is_greedy() {
-            return self.argmax();
+        let id = if self.cfg.is_greedy() {
+            self.argmax()?
+        } else {
+            let cfg = self.cfg;
+            let f = filter(&mut self.cands, self.sorted, &cfg)?;
+            let u = unit(self.rng.next_u64());
+            f.draw(cfg.temperature, u)
+        };
+        if self.cfg.penalizes_generated() {
+            self.record(id);
         }
-        let cfg = self.cfg;
-        let f = filter(&mut self.cands, self.sorted, &cfg)?;
-        let u = unit(self.rng.next_u64());
-        Ok(f.draw(cfg.temperature, u))
+        Ok(id)
     }
 
     /// The distribution [`Self::sample`] draws from for these scores: `(id, probability)`,
@@ -299,6 +372,7 @@ impl Sampler {
                         c.1 = penalize(c.1, r);
                     }
                 }
+                penalize_generated(&self.cfg, &self.generated, cands, true);
                 cands.retain(|c| !c.1.is_nan());
                 self.sorted = false;
             }
@@ -314,6 +388,7 @@ impl Sampler {
                         }
                     }
                 }
+                penalize_generated(&self.cfg, &self.generated, cands, false);
                 // Sorted again: the penalty may have changed the order (and the engine's
                 // order is not trusted to be exactly ours).
                 cands.sort_unstable_by(order);
@@ -332,6 +407,34 @@ impl Sampler {
             Some(&(_, s)) if s == f32::NEG_INFINITY => Err(SamplingError::NoFiniteScore),
             Some(&(id, _)) => Ok(id),
             None => Err(SamplingError::AllNaN),
+        }
+    }
+}
+
+/// OpenAI's frequency and presence penalties of `cfg` on `cands` for the `(id, times)`
+/// pairs of `generated` (sorted by id): `cands` indexed by id when `by_index`, else any order.
+fn penalize_generated(
+    cfg: &SamplerConfig,
+    generated: &[(u32, u32)],
+    cands: &mut [(u32, f32)],
+    by_index: bool,
+) {
+    if !cfg.penalizes_generated() {
+        return;
+    }
+    let (f, p) = (cfg.frequency_penalty, cfg.presence_penalty);
+    let sub = |s: f32, n: u32| s - f * n as f32 - p;
+    if by_index {
+        for &(id, n) in generated {
+            if let Some(c) = cands.get_mut(id as usize) {
+                c.1 = sub(c.1, n);
+            }
+        }
+    } else {
+        for c in cands.iter_mut() {
+            if let Ok(i) = generated.binary_search_by_key(&c.0, |g| g.0) {
+                c.1 = sub(c.1, generated[i].1);
+            }
         }
     }
 }

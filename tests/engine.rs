@@ -138,6 +138,8 @@ fn seeded_sampling_is_the_same_on_cpu_and_gpu() {
         min_p: 0.0,
         repeat_penalty: 1.1,
         repeat_last_n: 16,
+        frequency_penalty: 0.0,
+        presence_penalty: 0.0,
         seed: 42,
     };
     let cpu = generate(&mut load(CpuBackend::new(16)), &IDS, cfg);

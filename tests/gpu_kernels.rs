@@ -81,6 +81,11 @@ fn kquant_kernels() {
 }
 
 #[test]
+fn q8_kernels() {
+    run_family("q8");
+}
+
+#[test]
 fn op_kernels() {
     run_family("ops");
 }

@@ -40,6 +40,11 @@ pub struct GenerateBenchReport {
     pub decode_tokens: usize,
     pub decode_ms: f64,
     pub decode_tokens_per_s: f64,
+    /// The same decode with the integer-dot inputs quantized in their own dispatch rather
+    /// than in the RMSNorm before them.
+    pub decode_unfused_q8_tokens_per_s: f64,
+    /// The same decode with the f32-activation matvecs everywhere (no integer-dot kernels).
+    pub decode_f32_matvec_tokens_per_s: f64,
     /// Bytes the backend holds (weights, activations, KV cache): the peak, since nothing is
     /// allocated after the first passes.
     pub gpu_bytes: u64,
@@ -138,6 +143,18 @@ pub fn run(
         submit_us_per_pass: (after.submit_s - before.submit_s) / passes * 1e6,
         wait_us_per_pass: (after.wait_s - before.wait_s) / passes * 1e6,
     };
+    // The same decode through the other decode paths, for comparison (then back).
+    let other = |engine: &mut Engine<GpuBackend>, int_dot, fuse| {
+        engine.model.backend.set_int_dot(int_dot);
+        engine.model.backend.set_fuse_norm_q8(fuse);
+        if opts.warmup {
+            run(engine, opts.decode_tokens.min(16))?;
+        }
+        run(engine, opts.decode_tokens).map(|g| g.usage.decode_tokens_per_s)
+    };
+    let unfused_tps = other(&mut engine, true, false)?;
+    let f32_tps = other(&mut engine, false, true)?;
+    engine.model.backend.set_int_dot(true);
     let profile = if opts.profile && engine.model.backend.enable_profile() {
         // Prefill alone, then the same prompt again: one pass for its last token (the rest is
         // cached) and the decode passes, each op timed.
@@ -173,6 +190,8 @@ pub fn run(
         decode_tokens: u.generated_tokens.saturating_sub(1),
         decode_ms,
         decode_tokens_per_s: decode_tps,
+        decode_unfused_q8_tokens_per_s: unfused_tps,
+        decode_f32_matvec_tokens_per_s: f32_tps,
         gpu_bytes: model.backend.bytes_used(),
         bytes_per_token: bpt,
         copy_gb_per_s: copy,

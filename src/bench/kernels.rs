@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::timing::{time_compute, time_copy, Clock};
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::MatmulOp;
+use crate::gpu::q8::{has_q8_matvec, q8_matvec, record_bytes, QuantizeQ8Op};
 use crate::gpu::weights::GpuWeight;
 use crate::gpu::{AdapterSummary, GpuContext, GpuError};
 use crate::quant::GgmlType;
@@ -261,24 +262,46 @@ struct Prepared {
     op: MatmulOp,
     x: wgpu::Buffer,
     y: wgpu::Buffer,
+    /// The int8 records of `x` (integer-dot kernels).
+    xq: Option<wgpu::Buffer>,
 }
 
 /// Free a measured weight's GPU memory now (not whenever the driver gets to it), so the next
 /// measurement starts from the same state: without this, later kernels in a full run measured
 /// up to 4x slower than when run alone on an H200.
-fn release(ctx: &GpuContext, w: GpuWeight, p: Prepared) {
+fn release(ctx: &GpuContext, w: GpuWeight) {
     for chunk in &w.chunks {
         for plane in &chunk.planes {
             plane.destroy();
         }
     }
-    p.x.destroy();
-    p.y.destroy();
-    drop((w, p));
+    drop(w);
     ctx.poll_wait();
 }
 
-fn prepare(ctx: &GpuContext, w: &GpuWeight) -> Result<Prepared, GpuError> {
+/// Free a prepared matvec's buffers.
+fn release_prepared(p: Prepared) {
+    p.x.destroy();
+    p.y.destroy();
+    if let Some(xq) = &p.xq {
+        xq.destroy();
+    }
+}
+
+/// The dtype column: `Q4_K` is the kernel decode uses (integer-dot where the format has one),
+/// `Q4_K/f32` the f32 kernel beside it.
+fn label(dtype: GgmlType, f32: bool) -> String {
+    if f32 {
+        format!("{}/f32", dtype.name())
+    } else {
+        dtype.name().into()
+    }
+}
+
+/// The matvec decode runs for `w`: the integer-dot kernel on int8 records of x where the
+/// format has one (the records made once here, outside the timing), unless `f32` asks for the
+/// f32 kernel.
+fn prepare(ctx: &GpuContext, w: &GpuWeight, f32: bool) -> Result<Prepared, GpuError> {
     // Activations: f32 in [-1, 1) (for I2_S the same bytes stand in for the int8 record).
     let x: Vec<f32> = random_bytes(w.cols as usize * 4, 7)
         .chunks_exact(4)
@@ -288,8 +311,22 @@ fn prepare(ctx: &GpuContext, w: &GpuWeight) -> Result<Prepared, GpuError> {
         .collect();
     let x = ctx.storage_init("bench.x", bytemuck::cast_slice(&x))?;
     let y = ctx.storage("bench.y", u64::from(w.rows) * 4)?;
+    if !f32 && has_q8_matvec(w.dtype, w.cols) {
+        let xq = ctx.storage("bench.xq", record_bytes(w.cols))?;
+        let quant = QuantizeQ8Op::new(ctx, &x, &xq, w.cols, 1)?;
+        let mut enc = ctx.device.create_command_encoder(&Default::default());
+        quant.record(&mut enc.begin_compute_pass(&Default::default()));
+        ctx.queue.submit([enc.finish()]);
+        let op = q8_matvec(ctx, w, &xq, &y)?;
+        return Ok(Prepared {
+            op,
+            x,
+            y,
+            xq: Some(xq),
+        });
+    }
     let op = MatmulOp::new(ctx, w, &x, &y, 1)?;
-    Ok(Prepared { op, x, y })
+    Ok(Prepared { op, x, y, xq: None })
 }
 
 /// Device-to-device copy bandwidth, (bytes read + bytes written) per second in GB/s.
@@ -370,19 +407,26 @@ pub fn run(ctx: &GpuContext, opts: &KernelBenchOptions) -> Result<KernelBenchRep
         let row = crate::gpu::weights::row_bytes(dtype, u64::from(cols)).unwrap_or(1);
         let rows = large_bytes.div_ceil(row).max(1) as u32;
         let w = random_weight(ctx, dtype, rows, cols)?;
-        let p = prepare(ctx, &w)?;
-        let (secs, _) = time_compute(ctx, calls, opts.trials, &|pass| p.op.record(pass))?;
-        let gbps = w.bytes as f64 / secs / 1e9;
-        large.push(LargeResult {
-            dtype: dtype.name().into(),
-            rows,
-            cols,
-            weight_bytes: w.bytes,
-            us_per_call: secs * 1e6,
-            gb_per_s: gbps,
-            fraction_of_copy: gbps / copy_gb_per_s,
-        });
-        release(ctx, w, p);
+        // The decode kernel, then (where that is the integer-dot one) the f32 kernel.
+        for f32 in [false, true] {
+            if f32 && !has_q8_matvec(dtype, cols) {
+                continue;
+            }
+            let p = prepare(ctx, &w, f32)?;
+            let (secs, _) = time_compute(ctx, calls, opts.trials, &|pass| p.op.record(pass))?;
+            let gbps = w.bytes as f64 / secs / 1e9;
+            large.push(LargeResult {
+                dtype: label(dtype, f32),
+                rows,
+                cols,
+                weight_bytes: w.bytes,
+                us_per_call: secs * 1e6,
+                gb_per_s: gbps,
+                fraction_of_copy: gbps / copy_gb_per_s,
+            });
+            release_prepared(p);
+        }
+        release(ctx, w);
     }
 
     let mut shapes = Vec::new();
@@ -396,19 +440,49 @@ pub fn run(ctx: &GpuContext, opts: &KernelBenchOptions) -> Result<KernelBenchRep
             (rows, cols)
         };
         let w = random_weight(ctx, dtype, rows, cols)?;
-        let p = prepare(ctx, &w)?;
-        let (secs, _) = time_compute(ctx, calls.max(50), opts.trials, &|pass| p.op.record(pass))?;
+        for f32 in [false, true] {
+            if f32 && !has_q8_matvec(dtype, cols) {
+                continue;
+            }
+            let p = prepare(ctx, &w, f32)?;
+            let (secs, _) =
+                time_compute(ctx, calls.max(50), opts.trials, &|pass| p.op.record(pass))?;
+            shapes.push(ShapeResult {
+                model,
+                tensor,
+                dtype: label(dtype, f32),
+                rows,
+                cols,
+                weight_bytes: w.bytes,
+                us_per_call: secs * 1e6,
+                gb_per_s: w.bytes as f64 / secs / 1e9,
+            });
+            release_prepared(p);
+        }
+        release(ctx, w);
+    }
+
+    // The activation quantization the integer-dot kernels need, once per input per token.
+    for (model, tensor, cols) in [
+        ("llama-3.2-1b", "quantize_q8 of x 1x2048", 2048u32),
+        ("llama-3.2-1b", "quantize_q8 of x 1x8192", 8192),
+    ] {
+        let x = ctx.storage("bench.x", u64::from(cols) * 4)?;
+        let xq = ctx.storage("bench.xq", record_bytes(cols))?;
+        let op = QuantizeQ8Op::new(ctx, &x, &xq, cols, 1)?;
+        let (secs, _) = time_compute(ctx, calls.max(50), opts.trials, &|pass| op.record(pass))?;
         shapes.push(ShapeResult {
             model,
             tensor,
-            dtype: dtype.name().into(),
-            rows,
+            dtype: "F32".into(),
+            rows: 1,
             cols,
-            weight_bytes: w.bytes,
+            weight_bytes: u64::from(cols) * 4,
             us_per_call: secs * 1e6,
-            gb_per_s: w.bytes as f64 / secs / 1e9,
+            gb_per_s: f64::from(cols) * 4.0 / secs / 1e9,
         });
-        release(ctx, w, p);
+        x.destroy();
+        xq.destroy();
     }
 
     Ok(KernelBenchReport {
@@ -447,13 +521,13 @@ impl KernelBenchReport {
         let _ = writeln!(s, "\n(a) bandwidth-bound matvec");
         let _ = writeln!(
             s,
-            "  {:<7} {:>8} {:>6} {:>10} {:>10} {:>9} {:>8}",
+            "  {:<9} {:>8} {:>6} {:>10} {:>10} {:>9} {:>8}",
             "dtype", "rows", "cols", "MiB", "us/call", "GB/s", "of copy"
         );
         for r in &self.large {
             let _ = writeln!(
                 s,
-                "  {:<7} {:>8} {:>6} {:>10.1} {:>10.1} {:>9.1} {:>7.1}%",
+                "  {:<9} {:>8} {:>6} {:>10.1} {:>10.1} {:>9.1} {:>7.1}%",
                 r.dtype,
                 r.rows,
                 r.cols,
@@ -470,13 +544,13 @@ impl KernelBenchReport {
         );
         let _ = writeln!(
             s,
-            "  {:<13} {:<30} {:<5} {:>10} {:>9}",
+            "  {:<13} {:<30} {:<8} {:>10} {:>9}",
             "model", "tensor", "dtype", "us/call", "GB/s"
         );
         for r in &self.shapes {
             let _ = writeln!(
                 s,
-                "  {:<13} {:<30} {:<5} {:>10.2} {:>9.1}",
+                "  {:<13} {:<30} {:<8} {:>10.2} {:>9.1}",
                 r.model, r.tensor, r.dtype, r.us_per_call, r.gb_per_s
             );
         }

@@ -14,7 +14,7 @@ use crate::backend::Backend;
 use crate::engine::{Engine, FinishReason, GenerateOptions, Generation, TokenControl};
 use crate::model::{Model, ModelConfig};
 use crate::sampling::SamplerConfig;
-use crate::text::{ChatMessage, ChatTemplate, TextStream, Tokenizer};
+use crate::text::{encode_chat, ChatMessage, ChatTemplate, StopStream, Tokenizer};
 use crate::Error;
 
 /// Which backend runs the model.
@@ -73,6 +73,12 @@ pub struct SamplingArgs {
     pub repeat_penalty: f32,
     #[arg(long, default_value_t = 64)]
     pub repeat_last_n: usize,
+    /// Subtracted from a generated token's score per time it was generated (OpenAI's); 0 = off.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// Subtracted from the score of every token generated so far (OpenAI's); 0 = off.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Most tokens to generate.
@@ -92,6 +98,8 @@ impl SamplingArgs {
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
             repeat_last_n: self.repeat_last_n,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
             seed: self.seed,
         }
     }
@@ -243,80 +251,37 @@ fn need_tokenizer(loaded: &Loaded) -> Result<&Tokenizer, Error> {
     })
 }
 
-/// Tokenize a rendered chat: BOS is added only when the template did not write it.
-fn encode_chat(tok: &Tokenizer, rendered: &str) -> Result<Vec<u32>, Error> {
-    let bos_text = tok.bos().and_then(|b| tok.id_to_token(b));
-    let has_bos = bos_text.is_some_and(|b| !b.is_empty() && rendered.starts_with(&b));
-    Ok(tok.encode(rendered, !has_bos)?)
-}
-
-/// Streams generated text, holding back what could be the start of a stop string.
+/// The text of a generation, with stop strings ([`StopStream`]); nothing without a tokenizer
+/// (prompts given as `--ids` to a model without tokenizer metadata).
 struct Detokenizer<'a> {
     tok: Option<&'a Tokenizer>,
-    stream: TextStream,
-    stop: &'a [String],
-    /// Text produced and not yet released.
-    pending: String,
-    pub text: String,
+    stream: StopStream,
 }
 
 impl<'a> Detokenizer<'a> {
-    fn new(tok: Option<&'a Tokenizer>, stop: &'a [String]) -> Self {
+    fn new(tok: Option<&'a Tokenizer>, stop: &[String]) -> Self {
         Detokenizer {
             tok,
-            stream: TextStream::new(true),
-            stop,
-            pending: String::new(),
-            text: String::new(),
+            stream: StopStream::new(stop),
         }
     }
 
     /// Add a token; returns the text that can be shown now and whether a stop string was hit.
     fn push(&mut self, id: u32) -> Result<(String, bool), Error> {
-        let Some(tok) = self.tok else {
-            return Ok((String::new(), false));
-        };
-        self.pending.push_str(&self.stream.push(tok, id)?);
-        if let Some((at, _)) = self
-            .stop
-            .iter()
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| self.pending.find(s.as_str()).map(|i| (i, s)))
-            .min_by_key(|(i, _)| *i)
-        {
-            let out = self.pending[..at].to_string();
-            self.text.push_str(&out);
-            self.pending.clear();
-            return Ok((out, true));
+        match self.tok {
+            Some(tok) => Ok(self.stream.push(tok, id)?),
+            None => Ok((String::new(), false)),
         }
-        // Keep back the longest suffix that is a prefix of some stop string.
-        let keep = self
-            .stop
-            .iter()
-            .map(|s| {
-                (1..s.len().min(self.pending.len() + 1))
-                    .rev()
-                    .find(|&n| {
-                        self.pending.is_char_boundary(self.pending.len() - n)
-                            && s.is_char_boundary(n)
-                            && self.pending.ends_with(&s[..n])
-                    })
-                    .unwrap_or(0)
-            })
-            .max()
-            .unwrap_or(0);
-        let cut = self.pending.len() - keep;
-        let out = self.pending[..cut].to_string();
-        self.pending.drain(..cut);
-        self.text.push_str(&out);
-        Ok((out, false))
     }
 
+    /// The text held back, at the end of the generation.
     fn finish(&mut self) -> String {
-        let mut out = std::mem::take(&mut self.pending);
-        out.push_str(&self.stream.finish());
-        self.text.push_str(&out);
-        out
+        self.stream.finish()
+    }
+
+    /// Everything released so far.
+    fn text(&self) -> &str {
+        &self.stream.text
     }
 }
 
@@ -376,7 +341,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, Error> {
                 "backend": engine.describe(),
                 "prompt_ids": generation.prompt_ids,
                 "generated_ids": generation.ids,
-                "text": detok.text,
+                "text": detok.text(),
                 "finish_reason": generation.finish_reason,
                 "usage": {
                     "prompt_tokens": u.prompt_tokens,
@@ -507,7 +472,7 @@ pub fn chat(
                     ""
                 }
             );
-            messages.push(ChatMessage::new("assistant", detok.text.clone()));
+            messages.push(ChatMessage::new("assistant", detok.text().to_string()));
         }
         Ok(ExitCode::SUCCESS)
     })

@@ -121,7 +121,7 @@ impl<B: Backend> Engine<B> {
 
     /// What to read back for sampling the next token.
     fn readback_for(sampler: &Sampler, history: &[u32], n_vocab: usize) -> Readback {
-        match sampler.config().candidates_needed_for(history) {
+        match sampler.candidates_needed_for(history) {
             Some(k) if k.min(n_vocab) <= MAX_CANDIDATES => Readback::TopK(k.min(n_vocab)),
             _ => Readback::Last,
         }

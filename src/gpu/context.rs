@@ -192,6 +192,18 @@ impl GpuContext {
         }
     }
 
+    /// Whether the adapter runs on the CPU (SwiftShader, lavapipe/llvmpipe, a browser's
+    /// fallback adapter). Such drivers pay per invocation of a workgroup (each one's state is
+    /// kept and switched at every barrier), so kernels there take the smallest workgroups
+    /// their layout allows; real GPUs keep the tuned sizes.
+    pub fn is_software(&self) -> bool {
+        let name = self.adapter.name.to_ascii_lowercase();
+        self.adapter.device_type == "Cpu"
+            || ["swiftshader", "llvmpipe", "lavapipe"]
+                .iter()
+                .any(|s| name.contains(s))
+    }
+
     /// The largest storage binding we may use: the device's binding limit, capped by its
     /// buffer size limit, rounded down to a multiple of 256 bytes.
     pub fn max_binding_bytes(&self) -> u64 {

@@ -63,11 +63,27 @@ pub struct MatmulOp {
     _uniforms: Vec<wgpu::Buffer>,
 }
 
+/// The workgroup size of `kernel` on a CPU adapter ([`GpuContext::is_software`]), where
+/// the cost grows with the invocations a workgroup holds rather than with the work: the
+/// legacy matvec with one column slice (`ROW_LANES` = 32 invocations, one row each; 8x fewer
+/// invocations than the GPU default of 256), the legacy matmul with 16-token tiles. `None`:
+/// the default.
+fn software_workgroup_size(kernel: Kernel) -> Option<u32> {
+    use GgmlType::*;
+    match kernel {
+        Kernel::Matvec(F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0) => {
+            Some(legacy::MATVEC_ROWS_PER_WORKGROUP)
+        }
+        Kernel::Matmul(F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0) => Some(64),
+        _ => None,
+    }
+}
+
 /// Workgroups a family's kernel needs for `rows` rows and `n_tokens` tokens.
 fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
     use GgmlType::*;
     match kernel {
-        Kernel::Matvec(t) | Kernel::Matmul(t) => match t {
+        Kernel::Matvec(t) | Kernel::MatvecQ8(t) | Kernel::Matmul(t) => match t {
             Q4_K | Q5_K | Q6_K => kquants::workgroups(kernel, rows, n_tokens, workgroup_size),
             I2_S | TQ1_0 | TQ2_0 => ternary::workgroups(kernel, rows, n_tokens, workgroup_size),
             _ => legacy::workgroups(kernel, rows, n_tokens, workgroup_size),
@@ -92,7 +108,10 @@ impl MatmulOp {
         } else {
             Kernel::Matmul(w.dtype)
         };
-        let wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
+        let mut wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
+        if ctx.is_software() {
+            wg = software_workgroup_size(kernel).unwrap_or(wg);
+        }
         Self::with_kernel(ctx, kernel, wg, w, x, y, n_tokens)
     }
 

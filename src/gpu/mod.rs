@@ -15,6 +15,7 @@ pub mod embedding;
 pub mod kernels;
 pub mod matmul;
 pub mod ops;
+pub mod q8;
 pub mod selftest;
 pub mod uniforms;
 pub mod weights;

@@ -54,5 +54,6 @@ pub fn registered() -> Vec<UniformLayout> {
     v.extend(crate::gpu::kernels::ternary::uniforms());
     v.extend(crate::gpu::kernels::ops::uniforms());
     v.extend(crate::gpu::kernels::legacy::uniforms());
+    v.extend(crate::gpu::kernels::q8::uniforms());
     v
 }

@@ -10,7 +10,7 @@ pub mod weights;
 
 pub use config::{Arch, ModelConfig};
 pub use rdrr::RdrrModel;
-pub use weights::{GgufTensors, TensorSource, Weights};
+pub use weights::{AsyncTensorSource, GgufTensors, ReadySource, TensorSource, Weights};
 
 use crate::backend::{Backend, KvShape, Logits, Readback, Tensor};
 use crate::Error;
@@ -81,9 +81,25 @@ impl<B: Backend> Model<B> {
     /// Load a model's weights onto `backend` with a KV cache of `ctx` positions (at most the
     /// model's trained context; 0 means the trained context).
     pub fn load(
-        mut backend: B,
+        backend: B,
         config: ModelConfig,
         src: &dyn TensorSource,
+        ctx: usize,
+    ) -> Result<Self, Error> {
+        weights::run_ready(Self::load_async(
+            backend,
+            config,
+            &weights::ReadySource(src),
+            ctx,
+        ))
+    }
+
+    /// [`Model::load`] from an asynchronous source (the browser's main thread), a tensor at a
+    /// time.
+    pub async fn load_async<S: AsyncTensorSource>(
+        mut backend: B,
+        config: ModelConfig,
+        src: &S,
         ctx: usize,
     ) -> Result<Self, Error> {
         let ctx = if ctx == 0 { config.context_length } else { ctx };
@@ -91,10 +107,10 @@ impl<B: Backend> Model<B> {
             return Err(Error::Usage("a context of zero tokens".into()));
         }
         let mut config = config;
-        if let Some(f) = weights::rope_freq_factors(src)? {
+        if let Some(f) = weights::rope_freq_factors_async(src).await? {
             config.rope.freq_factors = Some(f);
         }
-        let weights = Weights::load(&mut backend, &config, src)?;
+        let weights = Weights::load_async(&mut backend, &config, src).await?;
         let state = RunState::new(&mut backend, &config)?;
         backend.init_cache(
             KvShape {

@@ -15,6 +15,45 @@ pub trait TensorSource {
     fn read(&self, name: &str) -> Result<Vec<u8>, Error>;
 }
 
+/// A [`TensorSource`] whose reads are asynchronous (the browser's main thread reads OPFS
+/// files and `Blob`s only through promises). The loader awaits one tensor at a time, so
+/// memory holds at most one tensor's bytes besides the metadata.
+#[allow(async_fn_in_trait)]
+pub trait AsyncTensorSource {
+    /// As [`TensorSource::meta`].
+    fn meta(&self, name: &str) -> Option<(GgmlType, Vec<u64>)>;
+    /// As [`TensorSource::read`].
+    async fn read(&self, name: &str) -> Result<Vec<u8>, Error>;
+}
+
+/// A [`TensorSource`] seen as an [`AsyncTensorSource`] whose reads are always ready.
+pub struct ReadySource<'a>(pub &'a dyn TensorSource);
+
+impl AsyncTensorSource for ReadySource<'_> {
+    fn meta(&self, name: &str) -> Option<(GgmlType, Vec<u64>)> {
+        self.0.meta(name)
+    }
+
+    async fn read(&self, name: &str) -> Result<Vec<u8>, Error> {
+        self.0.read(name)
+    }
+}
+
+/// Run a future that never waits (a load from a [`ReadySource`]) to its end, without an
+/// executor: one poll.
+pub(crate) fn run_ready<T>(
+    future: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(result) => result,
+        std::task::Poll::Pending => Err(Error::Usage(
+            "internal: a synchronous tensor read did not complete at once".into(),
+        )),
+    }
+}
+
 /// The tensors of a GGUF file.
 pub struct GgufTensors<'a> {
     pub file: &'a GgufFile,
@@ -57,30 +96,30 @@ pub struct Weights {
     pub layers: Vec<LayerWeights>,
 }
 
-struct Loader<'a, B: Backend> {
+struct Loader<'a, B: Backend, S: AsyncTensorSource> {
     b: &'a mut B,
-    src: &'a dyn TensorSource,
+    src: &'a S,
 }
 
-impl<B: Backend> Loader<'_, B> {
+impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
     fn missing(name: &str) -> Error {
         Error::Usage(format!("the model has no tensor {name}"))
     }
 
     /// A `[rows, cols]` matrix (GGUF shape `[cols, rows]`).
-    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Weight, Error> {
+    async fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Weight, Error> {
         let (dtype, shape) = self.src.meta(name).ok_or_else(|| Self::missing(name))?;
         if shape != [cols as u64, rows as u64] {
             return Err(Error::Usage(format!(
                 "{name} has shape {shape:?}, expected [{cols}, {rows}]"
             )));
         }
-        let bytes = self.src.read(name)?;
+        let bytes = self.src.read(name).await?;
         // Upstream llama.cpp's BitNet files carry a ternary weight's scale as its own tensor.
         let scale_name = format!("{}.scale", name.trim_end_matches(".weight"));
         let scale = match self.src.meta(&scale_name) {
             Some(_) => {
-                let v = self.vector_values(&scale_name)?;
+                let v = self.vector_values(&scale_name).await?;
                 Some(*v.first().ok_or_else(|| Self::missing(&scale_name))?)
             }
             None => None,
@@ -96,16 +135,16 @@ impl<B: Backend> Loader<'_, B> {
     }
 
     /// A vector as f32.
-    fn vector_values(&mut self, name: &str) -> Result<Vec<f32>, Error> {
+    async fn vector_values(&mut self, name: &str) -> Result<Vec<f32>, Error> {
         let (dtype, shape) = self.src.meta(name).ok_or_else(|| Self::missing(name))?;
         let n: u64 = shape.iter().product();
-        let bytes = self.src.read(name)?;
+        let bytes = self.src.read(name).await?;
         Ok(quant::dequantize(dtype, &bytes, n as usize)?)
     }
 
     /// A norm weight of `dim` values.
-    fn norm(&mut self, name: &str, dim: usize) -> Result<Tensor, Error> {
-        let v = self.vector_values(name)?;
+    async fn norm(&mut self, name: &str, dim: usize) -> Result<Tensor, Error> {
+        let v = self.vector_values(name).await?;
         if v.len() != dim {
             return Err(Error::Usage(format!(
                 "{name} has {} values, expected {dim}",
@@ -123,11 +162,20 @@ impl Weights {
         c: &ModelConfig,
         src: &dyn TensorSource,
     ) -> Result<Self, Error> {
+        run_ready(Self::load_async(b, c, &ReadySource(src)))
+    }
+
+    /// [`Weights::load`] from an asynchronous source, a tensor at a time.
+    pub async fn load_async<B: Backend, S: AsyncTensorSource>(
+        b: &mut B,
+        c: &ModelConfig,
+        src: &S,
+    ) -> Result<Self, Error> {
         let mut l = Loader { b, src };
-        let token_embd = l.matrix("token_embd.weight", c.n_vocab, c.dim)?;
-        let output_norm = l.norm("output_norm.weight", c.dim)?;
+        let token_embd = l.matrix("token_embd.weight", c.n_vocab, c.dim).await?;
+        let output_norm = l.norm("output_norm.weight", c.dim).await?;
         let output = if src.meta("output.weight").is_some() {
-            l.matrix("output.weight", c.n_vocab, c.dim)?
+            l.matrix("output.weight", c.n_vocab, c.dim).await?
         } else {
             token_embd
         };
@@ -137,22 +185,22 @@ impl Weights {
         for i in 0..c.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             layers.push(LayerWeights {
-                attn_norm: l.norm(&n("attn_norm"), c.dim)?,
-                wq: l.matrix(&n("attn_q"), q_dim, c.dim)?,
-                wk: l.matrix(&n("attn_k"), kv_dim, c.dim)?,
-                wv: l.matrix(&n("attn_v"), kv_dim, c.dim)?,
-                wo: l.matrix(&n("attn_output"), c.dim, q_dim)?,
+                attn_norm: l.norm(&n("attn_norm"), c.dim).await?,
+                wq: l.matrix(&n("attn_q"), q_dim, c.dim).await?,
+                wk: l.matrix(&n("attn_k"), kv_dim, c.dim).await?,
+                wv: l.matrix(&n("attn_v"), kv_dim, c.dim).await?,
+                wo: l.matrix(&n("attn_output"), c.dim, q_dim).await?,
                 attn_sub_norm: if bitnet {
-                    Some(l.norm(&n("attn_sub_norm"), q_dim)?)
+                    Some(l.norm(&n("attn_sub_norm"), q_dim).await?)
                 } else {
                     None
                 },
-                ffn_norm: l.norm(&n("ffn_norm"), c.dim)?,
-                w_gate: l.matrix(&n("ffn_gate"), c.ffn_dim, c.dim)?,
-                w_up: l.matrix(&n("ffn_up"), c.ffn_dim, c.dim)?,
-                w_down: l.matrix(&n("ffn_down"), c.dim, c.ffn_dim)?,
+                ffn_norm: l.norm(&n("ffn_norm"), c.dim).await?,
+                w_gate: l.matrix(&n("ffn_gate"), c.ffn_dim, c.dim).await?,
+                w_up: l.matrix(&n("ffn_up"), c.ffn_dim, c.dim).await?,
+                w_down: l.matrix(&n("ffn_down"), c.dim, c.ffn_dim).await?,
                 ffn_sub_norm: if bitnet {
-                    Some(l.norm(&n("ffn_sub_norm"), c.ffn_dim)?)
+                    Some(l.norm(&n("ffn_sub_norm"), c.ffn_dim).await?)
                 } else {
                     None
                 },
@@ -170,6 +218,13 @@ impl Weights {
 /// The optional per-pair RoPE frequency divisors (`rope_freqs.weight`, how GGUF carries
 /// Llama-3 frequency scaling).
 pub fn rope_freq_factors(src: &dyn TensorSource) -> Result<Option<Vec<f32>>, Error> {
+    run_ready(rope_freq_factors_async(&ReadySource(src)))
+}
+
+/// [`rope_freq_factors`] from an asynchronous source.
+pub async fn rope_freq_factors_async<S: AsyncTensorSource>(
+    src: &S,
+) -> Result<Option<Vec<f32>>, Error> {
     let name = "rope_freqs.weight";
     let Some((dtype, shape)) = src.meta(name) else {
         return Ok(None);
@@ -177,7 +232,7 @@ pub fn rope_freq_factors(src: &dyn TensorSource) -> Result<Option<Vec<f32>>, Err
     let n: u64 = shape.iter().product();
     Ok(Some(quant::dequantize(
         dtype,
-        &src.read(name)?,
+        &src.read(name).await?,
         n as usize,
     )?))
 }

@@ -21,6 +21,7 @@ mod float;
 mod i2s;
 mod kquants;
 mod legacy;
+pub mod q8dot;
 mod ternary;
 
 pub use dtype::{BlockGeometry, GgmlType};

@@ -68,6 +68,8 @@ fn config(r: &mut ChaCha20Rng, topk: bool) -> SamplerConfig {
             1.0
         },
         repeat_last_n: below(r, 24),
+        frequency_penalty: 0.0,
+        presence_penalty: 0.0,
         seed: r.next_u64(),
     }
 }
@@ -700,4 +702,44 @@ fn config_serde() {
 fn unit_interval() {
     assert_eq!(unit(0), 0.0);
     assert!(unit(u64::MAX) < 1.0);
+}
+
+/// OpenAI's frequency and presence penalties: `frequency * count + presence * (count > 0)`
+/// off the scores of the tokens this sampler generated (not the prompt's), on full rows and
+/// on top candidates alike, with the candidate bound growing by the distinct generated ids.
+#[test]
+fn frequency_and_presence_penalties_lower_generated_tokens() {
+    let cfg = SamplerConfig {
+        frequency_penalty: 0.5,
+        presence_penalty: 1.0,
+        ..SamplerConfig::greedy()
+    };
+    assert_eq!(cfg.candidates_needed(), None);
+    let row = [3.0f32, 2.9, 2.0, 0.0];
+    // The prompt's ids are not penalized: token 0 wins.
+    let mut s = Sampler::new(cfg).unwrap();
+    assert_eq!(s.sample(Scores::Full(&row), &[0, 0, 0]).unwrap(), 0);
+    // Generated once: 3.0 - 0.5 - 1.0 = 1.5 < 2.9.
+    assert_eq!(s.candidates_needed_for(&[]), Some(2));
+    assert_eq!(s.sample(Scores::Full(&row), &[0]).unwrap(), 1);
+    // 0 and 1 once each: 1.5 and 1.4 against 2.0.
+    assert_eq!(s.sample(Scores::Full(&row), &[0, 1]).unwrap(), 2);
+    // 0: 1.5, 1: 1.4, 2: 0.5 (0 wins again), then 0 twice: 3 - 1 - 1 = 1.0 < 1.4.
+    assert_eq!(s.sample(Scores::Full(&row), &[]).unwrap(), 0);
+    let top = [(0u32, 3.0f32), (1, 2.9), (2, 2.0), (3, 0.0)];
+    assert_eq!(s.sample(Scores::Top(&top), &[]).unwrap(), 1);
+    // Negative penalties raise scores: only the whole row will do.
+    let raise = SamplerConfig {
+        presence_penalty: -1.0,
+        ..SamplerConfig::greedy()
+    };
+    assert_eq!(
+        Sampler::new(raise).unwrap().candidates_needed_for(&[]),
+        None
+    );
+    let bad = SamplerConfig {
+        frequency_penalty: f32::NAN,
+        ..SamplerConfig::greedy()
+    };
+    assert!(Sampler::new(bad).is_err());
 }

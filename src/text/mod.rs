@@ -15,6 +15,7 @@ mod gguf_vocab;
 mod pretok;
 mod specials;
 mod spm;
+mod stop;
 mod stream;
 mod tokenizer;
 
@@ -23,6 +24,7 @@ mod tests;
 
 pub use chat::{ChatMessage, ChatTemplate, TemplateOrigin, BITNET_TEMPLATE, CHATML_TEMPLATE};
 pub use pretok::KNOWN_PRE_TOKENIZERS;
+pub use stop::{encode_chat, StopStream};
 pub use stream::TextStream;
 pub use tokenizer::{Tokenizer, TokenizerKind};
 

@@ -26,6 +26,7 @@ impl GpuBackend {
     /// An op writes `t`: its records, if any, are stale.
     pub(super) fn wrote(&mut self, t: Tensor) {
         self.quantized.retain(|&q| q != t);
+        self.q8_quantized.retain(|&(q, _)| q != t);
     }
 
     /// Record the pending RMSNorm as a plain one.

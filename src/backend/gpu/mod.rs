@@ -13,22 +13,25 @@ use std::collections::HashMap;
 use web_time::Instant;
 
 mod bitlinear_inputs;
+mod q8_inputs;
+mod tape;
 
 use super::profile::{OpTime, Profiler};
 use super::{Backend, Elementwise, KvShape, Logits, Readback, Tensor, Weight, WeightData};
 use crate::cpu::ops::RopeConfig;
-use crate::gpu::bitlinear::{BitLinearOp, QuantizeActivationsOp, RmsNormQuantizeOp};
+use crate::gpu::bitlinear::BitLinearOp;
 use crate::gpu::embedding::EmbeddingOp;
 use crate::gpu::matmul::MatmulOp;
 use crate::gpu::ops::{
     AttentionBuffers, AttentionCall, AttentionOp, ElementwiseOp, KvCache, KvDtype, Position,
-    RmsNormOp, RopeOp, RopeTable, TopKOp,
+    RopeOp, RopeTable, TopKOp,
 };
 use crate::gpu::weights::GpuWeight;
 use crate::gpu::{GpuContext, GpuError};
 use crate::quant::GgmlType;
 use crate::Error;
 use bitlinear_inputs::PendingNorm;
+use tape::{Key, Step, Tape};
 
 /// A submitted pass: what to wait for and where its readback lands (a pass dropped without a
 /// wait frees its readback buffer).
@@ -48,69 +51,6 @@ pub struct PassTimings {
     pub submit_s: f64,
     /// Waiting for readbacks (the GPU finishing, the map).
     pub wait_s: f64,
-}
-
-/// The arguments that identify one op on the tape.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Key {
-    Embed(Weight, Tensor),
-    RmsNorm(Tensor, Tensor, Tensor, usize, usize, u32),
-    Matmul(Weight, Tensor, Tensor, usize),
-    /// The product only (I2_S: the input's records come from a Quantize or RmsNormQuantize
-    /// step); the quantization too for the TQ formats.
-    BitLinear(Weight, Tensor, Tensor, usize),
-    /// Int8 records of `rows` rows of `cols` of a tensor.
-    Quantize(Tensor, usize, usize),
-    /// An RmsNorm (its arguments) that also writes the records of its output.
-    RmsNormQuantize(Tensor, Tensor, Tensor, usize, usize, u32),
-    Rope(Tensor, usize),
-    Attention(usize, [Tensor; 4], usize),
-    Elementwise(Elementwise, Tensor, Option<Tensor>, Option<Tensor>, usize),
-    CopyRow(Tensor, usize, usize, Tensor),
-    TopK(Tensor, usize, usize, usize),
-}
-
-enum Step {
-    Embed(EmbeddingOp),
-    RmsNorm(RmsNormOp),
-    Matmul(MatmulOp),
-    BitLinear(Box<BitLinearOp>),
-    Quantize(QuantizeActivationsOp),
-    RmsNormQuantize(RmsNormQuantizeOp),
-    Rope(RopeOp),
-    Attention(AttentionOp),
-    Elementwise(ElementwiseOp),
-    TopK(TopKOp),
-    /// A buffer copy (between compute passes).
-    Copy {
-        src: Tensor,
-        src_offset: u64,
-        dst: Tensor,
-        bytes: u64,
-    },
-}
-
-impl Step {
-    fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
-        match self {
-            Step::Embed(op) => op.record(pass),
-            Step::RmsNorm(op) => op.record(pass),
-            Step::Matmul(op) => op.record(pass),
-            Step::BitLinear(op) => op.record(pass),
-            Step::Quantize(op) => op.record(pass),
-            Step::RmsNormQuantize(op) => op.record(pass),
-            Step::Rope(op) => op.record(pass),
-            Step::Attention(op) => op.record(pass),
-            Step::Elementwise(op) => op.record(pass),
-            Step::TopK(op) => op.record(pass),
-            Step::Copy { .. } => {}
-        }
-    }
-}
-
-#[derive(Default)]
-struct Tape {
-    steps: Vec<(Key, Step)>,
 }
 
 /// The wgpu backend.
@@ -139,6 +79,15 @@ pub struct GpuBackend {
     /// Tensors whose records hold their current values in this pass.
     quantized: Vec<Tensor>,
     pending_norm: Option<PendingNorm>,
+    /// Int8 records (blocks of 32, one token) of the inputs of integer-dot decode products,
+    /// per (tensor, row length).
+    q8_records: HashMap<(Tensor, usize), wgpu::Buffer>,
+    /// Inputs whose q8 records hold their current values in this pass.
+    q8_quantized: Vec<(Tensor, usize)>,
+    /// Decode through the integer-dot kernels where a format has one.
+    int_dot: bool,
+    /// Quantize the input of those kernels inside the RMSNorm that makes it, where one does.
+    fuse_norm_q8: bool,
     /// GPU time per op (benchmarks); passes are not run ahead while it is on.
     profiler: Option<Profiler>,
     tapes: HashMap<usize, Tape>,
@@ -171,6 +120,10 @@ impl GpuBackend {
             records: HashMap::new(),
             quantized: Vec::new(),
             pending_norm: None,
+            q8_records: HashMap::new(),
+            q8_quantized: Vec::new(),
+            int_dot: true,
+            fuse_norm_q8: true,
             tapes: HashMap::new(),
             n_tokens: 0,
             cursor: 0,
@@ -188,30 +141,6 @@ impl GpuBackend {
         &self.buffers[t.0 as usize]
     }
 
-    /// Advance the tape by one op with `key`, building it with `build` unless the tape
-    /// already holds it at this place.
-    fn step(
-        &mut self,
-        key: Key,
-        build: impl FnOnce(&Self) -> Result<Step, GpuError>,
-    ) -> Result<(), Error> {
-        let cursor = self.cursor;
-        let n = self.n_tokens;
-        let hit = self
-            .tapes
-            .get(&n)
-            .and_then(|t| t.steps.get(cursor))
-            .is_some_and(|(k, _)| *k == key);
-        if !hit {
-            let step = build(self)?;
-            let tape = self.tapes.entry(n).or_default();
-            tape.steps.truncate(cursor);
-            tape.steps.push((key, step));
-        }
-        self.cursor += 1;
-        Ok(())
-    }
-
     fn cache(&self) -> Result<&KvCache, GpuError> {
         self.cache
             .as_ref()
@@ -227,6 +156,7 @@ impl GpuBackend {
         self.n_tokens = n;
         self.cursor = 0;
         self.quantized.clear();
+        self.q8_quantized.clear();
         self.pending_norm = None;
         Ok(())
     }
@@ -285,80 +215,39 @@ impl GpuBackend {
         self.timings
     }
 
-    /// Record the current tape into one command encoder.
-    fn encode(&self, encoder: &mut wgpu::CommandEncoder, mut profiler: Option<&mut Profiler>) {
-        let Some(tape) = self.tapes.get(&self.n_tokens) else {
-            return;
-        };
-        let steps = &tape.steps[..self.cursor.min(tape.steps.len())];
-        let mut i = 0;
-        while i < steps.len() {
-            if let (
-                _,
-                Step::Copy {
-                    src,
-                    src_offset,
-                    dst,
-                    bytes,
-                },
-            ) = &steps[i]
-            {
-                encoder.copy_buffer_to_buffer(
-                    self.buf(*src),
-                    *src_offset,
-                    self.buf(*dst),
-                    0,
-                    *bytes,
-                );
-                i += 1;
-                continue;
-            }
-            if let Some(p) = profiler.as_mut() {
-                let label = self.label(&steps[i].0);
-                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some("forward"),
-                    timestamp_writes: p.next(label),
-                });
-                steps[i].1.record(&mut pass);
-                i += 1;
-                continue;
-            }
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("forward"),
-                timestamp_writes: None,
-            });
-            while i < steps.len() && !matches!(steps[i].1, Step::Copy { .. }) {
-                steps[i].1.record(&mut pass);
-                i += 1;
-            }
-        }
-        if let Some(p) = profiler {
-            p.resolve(encoder);
-        }
+    /// The first `len` values of an activation buffer, read back after the last pass
+    /// (diagnostics: per-stage statistics of a forward pass).
+    pub async fn read_activation(&self, t: Tensor, len: usize) -> Result<Vec<f32>, Error> {
+        let buffer = self
+            .buffers
+            .get(t.0 as usize)
+            .ok_or_else(|| Error::Usage(format!("no activation buffer {}", t.0)))?;
+        let len = (len as u64).min(buffer.size() / 4);
+        Ok(self.ctx.read_f32(buffer, 0, len).await?)
     }
 
-    /// What an op is, for the profile: kind, dtype and shape.
-    fn label(&self, key: &Key) -> String {
-        let weight = |w: &Weight| {
-            let w = &self.weights[w.0 as usize];
-            format!("{} {}x{}", w.dtype, w.rows, w.cols)
-        };
-        let n = self.n_tokens;
-        match key {
-            Key::Embed(w, _) => format!("embed {}", weight(w)),
-            Key::RmsNorm(_, _, _, rows, dim, _) => format!("rms_norm {rows}x{dim}"),
-            Key::Matmul(w, _, _, rows) => format!("matmul {} (x{rows})", weight(w)),
-            Key::BitLinear(w, _, _, rows) => format!("bitlinear {} (x{rows})", weight(w)),
-            Key::Quantize(_, rows, cols) => format!("quantize {rows}x{cols}"),
-            Key::RmsNormQuantize(_, _, _, rows, dim, _) => {
-                format!("rms_norm+quantize {rows}x{dim}")
-            }
-            Key::Rope(_, heads) => format!("rope {n}x{heads} heads"),
-            Key::Attention(_, _, heads) => format!("attention {n}x{heads} heads"),
-            Key::Elementwise(f, _, _, _, len) => format!("{f:?} {len}"),
-            Key::CopyRow(..) => "copy".into(),
-            Key::TopK(_, rows, vocab, k) => format!("top-{k} {rows}x{vocab}"),
+    /// Free every GPU buffer now (WebGPU frees a dropped buffer only when the garbage
+    /// collector gets to it): the activations, the token ids, the readback buffers and, by
+    /// destroying the device this backend owns, the weights, the KV cache and every other
+    /// buffer made on it. The backend must not be used afterwards.
+    pub fn destroy(&mut self) {
+        for b in self.buffers.drain(..) {
+            b.destroy();
         }
+        for b in self.free_staging.drain(..) {
+            b.destroy();
+        }
+        for (_, b) in self.records.drain().chain(self.q8_records.drain()) {
+            b.destroy();
+        }
+        if let Some((b, _)) = self.top.take() {
+            b.destroy();
+        }
+        self.ids.destroy();
+        self.weights.clear();
+        self.cache = None;
+        self.tapes.clear();
+        self.ctx.device.destroy();
     }
 }
 
@@ -476,6 +365,9 @@ impl Backend for GpuBackend {
     }
 
     fn matmul(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
+        if self.uses_q8(w, rows) {
+            return self.matvec_q8(w, x, out);
+        }
         self.flush_norm()?;
         self.wrote(out);
         self.step(Key::Matmul(w, x, out, rows), |s| {

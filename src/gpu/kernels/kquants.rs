@@ -58,6 +58,22 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../shaders/quant/q6_k.wgsl"),
     ),
     (
+        "quant/q4_k_q8.wgsl",
+        include_str!("../../../shaders/quant/q4_k_q8.wgsl"),
+    ),
+    (
+        "quant/q5_k_q8.wgsl",
+        include_str!("../../../shaders/quant/q5_k_q8.wgsl"),
+    ),
+    (
+        "quant/q6_k_q8.wgsl",
+        include_str!("../../../shaders/quant/q6_k_q8.wgsl"),
+    ),
+    (
+        "matvec_kquants_q8.wgsl",
+        include_str!("../../../shaders/matvec_kquants_q8.wgsl"),
+    ),
+    (
         "matvec_kquants.wgsl",
         include_str!("../../../shaders/matvec_kquants.wgsl"),
     ),
@@ -101,6 +117,19 @@ macro_rules! files {
 const MATVEC_FILES: [&[&str]; 3] = files!("matmul_params.wgsl", "matvec_kquants.wgsl");
 const MATMUL_FILES: [&[&str]; 3] = files!("matmul_params.wgsl", "matmul_kquants.wgsl");
 const EMBEDDING_FILES: [&[&str]; 3] = files!("embedding_params.wgsl", "embedding_kquants.wgsl");
+/// The integer-dot decode kernels: the f32 matvec's decode files, the activation record
+/// helpers, the format's integer dot, then the skeleton.
+const MATVEC_Q8_FILES: [&[&str]; 3] = {
+    const P: &str = "matmul_params.wgsl";
+    const K: &str = "quant/kquants.wgsl";
+    const Q: &str = "quant/q8.wgsl";
+    const S: &str = "matvec_kquants_q8.wgsl";
+    [
+        &[P, K, "quant/q4_k.wgsl", Q, "quant/q4_k_q8.wgsl", S],
+        &[P, K, "quant/q5_k.wgsl", Q, "quant/q5_k_q8.wgsl", S],
+        &[P, K, "quant/q6_k.wgsl", Q, "quant/q6_k_q8.wgsl", S],
+    ]
+};
 
 fn format_index(t: GgmlType) -> Option<usize> {
     match t {
@@ -114,6 +143,7 @@ fn format_index(t: GgmlType) -> Option<usize> {
 pub fn source(kernel: Kernel) -> Option<KernelSource> {
     let (files, default_workgroup_size) = match kernel {
         Kernel::Matvec(t) => (MATVEC_FILES[format_index(t)?], MATVEC_WG),
+        Kernel::MatvecQ8(t) => (MATVEC_Q8_FILES[format_index(t)?], MATVEC_WG),
         Kernel::Matmul(t) => (MATMUL_FILES[format_index(t)?], MATMUL_WG),
         Kernel::Embedding(t) => (EMBEDDING_FILES[format_index(t)?], EMBEDDING_WG),
         _ => return None,
@@ -150,7 +180,7 @@ pub fn planes(dtype: GgmlType, data: &[u8], _rows: u32, _cols: u32) -> Vec<Vec<u
 /// Workgroups for `rows` rows and `n_tokens` tokens.
 pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
     match kernel {
-        Kernel::Matvec(_) => rows.div_ceil(MATVEC_ROWS),
+        Kernel::Matvec(_) | Kernel::MatvecQ8(_) => rows.div_ceil(MATVEC_ROWS),
         Kernel::Matmul(_) => {
             let tokens_per_tile = (workgroup_size / 8).max(1);
             rows.div_ceil(MATMUL_ROWS) * n_tokens.div_ceil(tokens_per_tile)

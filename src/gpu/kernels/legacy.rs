@@ -91,6 +91,30 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../shaders/matvec_legacy.wgsl"),
     ),
     (
+        "quant/legacy_q4_0_q8.wgsl",
+        include_str!("../../../shaders/quant/legacy_q4_0_q8.wgsl"),
+    ),
+    (
+        "quant/legacy_q4_1_q8.wgsl",
+        include_str!("../../../shaders/quant/legacy_q4_1_q8.wgsl"),
+    ),
+    (
+        "quant/legacy_q5_0_q8.wgsl",
+        include_str!("../../../shaders/quant/legacy_q5_0_q8.wgsl"),
+    ),
+    (
+        "quant/legacy_q5_1_q8.wgsl",
+        include_str!("../../../shaders/quant/legacy_q5_1_q8.wgsl"),
+    ),
+    (
+        "quant/legacy_q8_0_q8.wgsl",
+        include_str!("../../../shaders/quant/legacy_q8_0_q8.wgsl"),
+    ),
+    (
+        "matvec_legacy_q8.wgsl",
+        include_str!("../../../shaders/matvec_legacy_q8.wgsl"),
+    ),
+    (
         "matmul_legacy.wgsl",
         include_str!("../../../shaders/matmul_legacy.wgsl"),
     ),
@@ -119,6 +143,58 @@ macro_rules! files_for {
     }};
 }
 
+/// The integer-dot decode kernel of a block format: the f32 matvec's decode files, the
+/// activation record helpers, the format's `block_dot_q8`, then the skeleton.
+fn matvec_q8_files(t: GgmlType) -> Option<&'static [&'static str]> {
+    const P: &str = "matmul_params.wgsl";
+    const B: &str = "quant/legacy_blocks.wgsl";
+    const Q: &str = "quant/q8.wgsl";
+    const S: &str = "matvec_legacy_q8.wgsl";
+    Some(match t {
+        GgmlType::Q4_0 => &[
+            P,
+            B,
+            "quant/legacy_q4_0.wgsl",
+            Q,
+            "quant/legacy_q4_0_q8.wgsl",
+            S,
+        ],
+        GgmlType::Q4_1 => &[
+            P,
+            B,
+            "quant/legacy_q4_1.wgsl",
+            Q,
+            "quant/legacy_q4_1_q8.wgsl",
+            S,
+        ],
+        GgmlType::Q5_0 => &[
+            P,
+            B,
+            "quant/legacy_q5_0.wgsl",
+            Q,
+            "quant/legacy_q5_0_q8.wgsl",
+            S,
+        ],
+        GgmlType::Q5_1 => &[
+            P,
+            B,
+            "quant/legacy_q5_1.wgsl",
+            Q,
+            "quant/legacy_q5_1_q8.wgsl",
+            S,
+        ],
+        GgmlType::Q8_0 => &[
+            P,
+            B,
+            "quant/legacy_q8_0.wgsl",
+            Q,
+            "quant/legacy_q8_0_q8.wgsl",
+            S,
+        ],
+        _ => return None,
+    })
+}
+
 pub fn source(kernel: Kernel) -> Option<KernelSource> {
     let (files, default_workgroup_size) = match kernel {
         Kernel::Matvec(t) => (
@@ -133,6 +209,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
             files_for!(t, "embedding_params.wgsl", "embedding_legacy.wgsl"),
             64,
         ),
+        Kernel::MatvecQ8(t) => (matvec_q8_files(t)?, 256),
         _ => return None,
     };
     Some(KernelSource {
@@ -233,7 +310,7 @@ pub fn planes(dtype: GgmlType, data: &[u8], rows: u32, cols: u32) -> Vec<Vec<u8>
 /// Workgroups for `rows` rows and `n_tokens` tokens.
 pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
     match kernel {
-        Kernel::Matvec(_) => rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP),
+        Kernel::Matvec(_) | Kernel::MatvecQ8(_) => rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP),
         Kernel::Matmul(_) => {
             let tile_tokens = (workgroup_size / 4).max(1);
             rows.div_ceil(MATMUL_TILE_ROWS) * n_tokens.div_ceil(tile_tokens)

@@ -10,6 +10,7 @@
 pub mod kquants;
 pub mod legacy;
 pub mod ops;
+pub mod q8;
 pub mod ternary;
 
 use std::collections::HashMap;
@@ -23,12 +24,20 @@ use crate::quant::GgmlType;
 pub enum Kernel {
     /// `y = W x` for one token (decode), weights in the given format.
     Matvec(GgmlType),
+    /// `y = W x` for one token (decode) on int8 activation records ([`crate::gpu::q8`]):
+    /// integer dot products, the block scales applied per group.
+    MatvecQ8(GgmlType),
     /// `Y = X W^T` for several tokens (prefill).
     Matmul(GgmlType),
     /// Rows of an embedding table gathered by token id.
     Embedding(GgmlType),
     /// Per-token int8 absmax quantization of activations (BitLinear input).
     QuantizeActivations,
+    /// Per-32 int8 quantization of activations, the input of [`Kernel::MatvecQ8`].
+    QuantizeQ8,
+    /// RMSNorm followed by [`Kernel::QuantizeQ8`] of its output, in one dispatch (the input of
+    /// the integer-dot decode products after a norm: q/k/v, gate/up).
+    RmsNormQuantizeQ8,
     /// The same quantization written back as f32 `x_q / s` (BitLinear input for kernels that
     /// take f32 activations: TQ1_0, TQ2_0).
     FakeQuantizeActivations,
@@ -110,6 +119,7 @@ fn all_files() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
         .chain(legacy::FILES)
         .chain(kquants::FILES)
         .chain(ternary::FILES)
+        .chain(q8::FILES)
         .chain(ops::FILES)
 }
 
@@ -123,9 +133,16 @@ impl Kernel {
     pub fn all() -> Vec<Kernel> {
         let mut v = Vec::new();
         for t in GgmlType::ALL {
-            v.extend([Kernel::Matvec(t), Kernel::Matmul(t), Kernel::Embedding(t)]);
+            v.extend([
+                Kernel::Matvec(t),
+                Kernel::MatvecQ8(t),
+                Kernel::Matmul(t),
+                Kernel::Embedding(t),
+            ]);
         }
         v.extend([
+            Kernel::QuantizeQ8,
+            Kernel::RmsNormQuantizeQ8,
             Kernel::QuantizeActivations,
             Kernel::FakeQuantizeActivations,
             Kernel::RmsNormQuantize,
@@ -155,6 +172,12 @@ impl Kernel {
                 I2_S | TQ1_0 | TQ2_0 => ternary::source(self),
                 _ => None,
             },
+            Kernel::MatvecQ8(t) => match t {
+                Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
+                Q4_K | Q5_K | Q6_K => kquants::source(self),
+                _ => None,
+            },
+            Kernel::QuantizeQ8 | Kernel::RmsNormQuantizeQ8 => q8::source(self),
             Kernel::QuantizeActivations
             | Kernel::FakeQuantizeActivations
             | Kernel::RmsNormQuantize => ternary::source(self),
@@ -176,6 +199,7 @@ impl Kernel {
     pub fn label(self) -> String {
         match self {
             Kernel::Matvec(t) => format!("matvec_{}", t.name().to_lowercase()),
+            Kernel::MatvecQ8(t) => format!("matvec_q8_{}", t.name().to_lowercase()),
             Kernel::Matmul(t) => format!("matmul_{}", t.name().to_lowercase()),
             Kernel::Embedding(t) => format!("embedding_{}", t.name().to_lowercase()),
             k => format!("{k:?}").to_lowercase(),

@@ -68,7 +68,12 @@ fn pipeline(
     ctx: &GpuContext,
     kernel: Kernel,
 ) -> Result<(Arc<wgpu::ComputePipeline>, u32), GpuError> {
-    let wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
+    let mut wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
+    // CPU adapters pay per invocation (see `GpuContext::is_software`): attention takes its
+    // smallest workgroup there (a power of two from 64 to 256).
+    if kernel == Kernel::Attention && ctx.is_software() {
+        wg = wg.min(64);
+    }
     Ok((ctx.kernel(kernel, Some(wg))?, wg))
 }
 

@@ -59,17 +59,17 @@ pub const CHECKS: &[Check] = checks![
 
 /// (rows, cols): rows not multiples of the workgroup's rows or tile, 6 and 9 super-blocks per
 /// row (not powers of two) and a one-block row (short rows: thread groups in matvec).
-const SHAPES: [(usize, usize); 3] = [(576, 2304), (1536, 256), (7, 1536)];
+pub(super) const SHAPES: [(usize, usize); 3] = [(576, 2304), (1536, 256), (7, 1536)];
 
 /// Poisoned values after each output that no kernel may touch.
-const MARGIN: usize = 64;
+pub(super) const MARGIN: usize = 64;
 
-fn seed(dtype: GgmlType, rows: usize, cols: usize) -> u64 {
+pub(super) fn seed(dtype: GgmlType, rows: usize, cols: usize) -> u64 {
     u64::from(dtype.id()) << 40 ^ (rows as u64) << 20 ^ cols as u64
 }
 
 /// Random K-quant data for a `[rows, cols]` weight (see the module docs).
-fn weight_data(
+pub(super) fn weight_data(
     dtype: GgmlType,
     rows: usize,
     cols: usize,
@@ -117,7 +117,7 @@ fn matvec_terms(dtype: GgmlType, data: &[u8], w: &[f32]) -> Vec<f32> {
     t
 }
 
-fn upload(
+pub(super) fn upload(
     ctx: &GpuContext,
     dtype: GgmlType,
     rows: usize,
@@ -144,7 +144,7 @@ fn upload(
 }
 
 /// The poisoned values after the output must be untouched.
-fn check_margin(what: &str, out: &[f32]) -> Result<(), String> {
+pub(super) fn check_margin(what: &str, out: &[f32]) -> Result<(), String> {
     match out.iter().position(|v| v.to_bits() != POISON) {
         Some(i) => Err(format!("{what}: wrote {} past the end of the output", i)),
         None => Ok(()),

@@ -10,6 +10,7 @@ mod harness;
 mod kquants;
 mod legacy;
 mod ops;
+mod q8;
 mod ternary;
 
 pub use harness::*;
@@ -59,6 +60,7 @@ pub fn all_checks() -> Vec<&'static Check> {
         .iter()
         .chain(ternary::CHECKS)
         .chain(kquants::CHECKS)
+        .chain(q8::CHECKS)
         .chain(ops::CHECKS)
         .collect()
 }

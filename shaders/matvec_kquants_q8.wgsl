@@ -1,0 +1,124 @@
+// y = W x for one token, W in a K-quant format, x as int8 activation records (quant/q8.wgsl):
+// integer dot products (dot4I8Packed) of 16 codes by 16 activations, each group's f32 scales
+// applied once to its exact integer sum (the format's kq8_dot, after its decode file).
+//
+// The mapping is matvec_kquants.wgsl's: a workgroup computes ROWS consecutive rows, each
+// thread takes units (32 weights: 16 codes of group A, 16 of group B) strided by the thread
+// count, two units per iteration with the loads of both units for all its rows issued first;
+// each unit's activations (two vec4 of int8, their sums and scales) are loaded once and applied
+// to every row. Short rows split the workgroup into 2 or 4 thread groups. The rows are reduced
+// together by one workgroup_sum4. WG must be a power of two, at most 256.
+//
+// Bindings:
+//   0  uniform MatmulParams (cols a multiple of 256)
+//   1  x: (n_tokens, cols/16 + ceil(cols/128)) vec4<u32> activation records; token 0 used
+//   2  y: (n_tokens, y_stride) f32, rows row_offset .. row_offset + rows written
+//   3.. weight planes, declared by the format file
+
+@group(0) @binding(0) var<uniform> p: MatmulParams;
+@group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+
+// Rows per workgroup (one vec4 of accumulators). Mirrored by MATVEC_ROWS in
+// src/gpu/kernels/kquants.rs.
+const ROWS: u32 = 4u;
+
+// One unit's activations: group A, group B.
+struct Q8Unit {
+    a: Q8Group,
+    b: Q8Group,
+}
+
+fn q8_unit(blk: u32, uu: u32) -> Q8Unit {
+    let o = kq_unit_offsets(uu) + vec2<u32>(blk * KQ_BLOCK);
+    return Q8Unit(q8_group(o.x, p.cols), q8_group(o.y, p.cols));
+}
+
+fn dot4(w0: KqRaw, w1: KqRaw, w2: KqRaw, w3: KqRaw, uu: u32, v: Q8Unit) -> vec4<f32> {
+    return vec4<f32>(kq8_dot(w0, uu, v.a, v.b), kq8_dot(w1, uu, v.a, v.b),
+                     kq8_dot(w2, uu, v.a, v.b), kq8_dot(w3, uu, v.a, v.b));
+}
+
+// Lane i of v (i < 4), 0 for i >= 4, without dynamic indexing.
+fn pick(v: vec4<f32>, i: u32) -> f32 {
+    let e = select(select(select(v.x, v.y, i == 1u), v.z, i == 2u), v.w, i == 3u);
+    return select(0.0, e, i < 4u);
+}
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row0 = flat_workgroup(wid, nwg) * ROWS;
+    if (row0 >= p.rows) {
+        return;
+    }
+    let nb = p.cols / KQ_BLOCK;
+    let units = nb * KQ_UNITS;
+    // Thread groups: as many (up to ROWS) as keep every group's threads at most half idle.
+    var groups = 1u;
+    while (groups < ROWS && 2u * groups * units <= WG) {
+        groups = groups * 2u;
+    }
+    let per_group = WG / groups;
+    let n_rows = ROWS / groups;
+    let g = lid / per_group;
+    let first = row0 + g * n_rows; // this thread's rows: first .. + n_rows
+    let lane = lid % per_group;
+    let r = vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u);
+    let valid = (vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(n_rows)) & (r < vec4<u32>(p.rows));
+    // First block of each row (invalid rows read row 0 of the chunk and are dropped).
+    let rb = select(vec4<u32>(0u), r * nb, valid);
+
+    var acc = vec4<f32>(0.0);
+    var u = lane;
+    for (; u + per_group < units; u = u + 2u * per_group) {
+        let u2 = u + per_group;
+        let blk = u / KQ_UNITS;
+        let uu = u % KQ_UNITS;
+        let blk2 = u2 / KQ_UNITS;
+        let uu2 = u2 % KQ_UNITS;
+        let w0 = kq_load(rb.x + blk, uu);
+        let w1 = kq_load(rb.y + blk, uu);
+        let w2 = kq_load(rb.z + blk, uu);
+        let w3 = kq_load(rb.w + blk, uu);
+        let v0 = kq_load(rb.x + blk2, uu2);
+        let v1 = kq_load(rb.y + blk2, uu2);
+        let v2 = kq_load(rb.z + blk2, uu2);
+        let v3 = kq_load(rb.w + blk2, uu2);
+        acc = acc + dot4(w0, w1, w2, w3, uu, q8_unit(blk, uu));
+        acc = acc + dot4(v0, v1, v2, v3, uu2, q8_unit(blk2, uu2));
+    }
+    if (u < units) {
+        let blk = u / KQ_UNITS;
+        let uu = u % KQ_UNITS;
+        let w0 = kq_load(rb.x + blk, uu);
+        let w1 = kq_load(rb.y + blk, uu);
+        let w2 = kq_load(rb.z + blk, uu);
+        let w3 = kq_load(rb.w + blk, uu);
+        acc = acc + dot4(w0, w1, w2, w3, uu, q8_unit(blk, uu));
+    }
+
+    // Row k of this thread's rows goes to lane g * n_rows + k; one sum covers every group.
+    let own = select(vec4<f32>(0.0), acc, valid);
+    let src = vec4<u32>(0u, 1u, 2u, 3u) - vec4<u32>(g * n_rows);
+    let placed = vec4<f32>(pick(own, src.x), pick(own, src.y), pick(own, src.z), pick(own, src.w));
+    let total = workgroup_sum4(placed, lid);
+    if (lid == 0u) {
+        let out = p.row_offset + row0;
+        if (row0 < p.rows) {
+            y[out] = total.x;
+        }
+        if (row0 + 1u < p.rows) {
+            y[out + 1u] = total.y;
+        }
+        if (row0 + 2u < p.rows) {
+            y[out + 2u] = total.z;
+        }
+        if (row0 + 3u < p.rows) {
+            y[out + 3u] = total.w;
+        }
+    }
+}

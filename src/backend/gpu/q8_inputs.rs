@@ -1,0 +1,93 @@
+//! Integer-dot decode on the GPU backend: a one-token product whose weight format has a
+//! `MatvecQ8` kernel ([`crate::gpu::q8`]) reads int8 records of its input, made once per pass
+//! and shared by every product that reads the same tensor (q/k/v, gate/up) until an op writes
+//! it. When the op that makes the input is an RMSNorm (q/k/v, gate/up after the layer's norms),
+//! the norm and the quantization are one dispatch. Prefill (several tokens) and formats without
+//! the kernel keep the f32 matvec/matmul.
+
+use super::{GpuBackend, Key, Step};
+use crate::backend::{Tensor, Weight};
+use crate::gpu::q8::{has_q8_matvec, q8_matvec, record_bytes, QuantizeQ8Op, RmsNormQuantizeQ8Op};
+use crate::Error;
+
+impl GpuBackend {
+    /// Whether `matmul(w, x, out, rows)` takes the integer-dot path.
+    pub(super) fn uses_q8(&self, w: Weight, rows: usize) -> bool {
+        let gw = &self.weights[w.0 as usize];
+        self.int_dot && rows == 1 && has_q8_matvec(gw.dtype, gw.cols)
+    }
+
+    /// Use the integer-dot decode kernels where they exist (the default), or the f32 ones
+    /// everywhere (for comparisons).
+    pub fn set_int_dot(&mut self, on: bool) {
+        self.int_dot = on;
+        self.tapes.clear();
+    }
+
+    /// Fuse the integer-dot kernels' input quantization into the RMSNorm that makes the input
+    /// (the default), or quantize in a dispatch of its own (for comparisons).
+    pub fn set_fuse_norm_q8(&mut self, on: bool) {
+        self.fuse_norm_q8 = on;
+        self.tapes.clear();
+    }
+
+    /// One token through the integer-dot kernel: the records of `x` (fused into a pending
+    /// RMSNorm of `x`, reused when current, else quantized now), then the product.
+    pub(super) fn matvec_q8(&mut self, w: Weight, x: Tensor, out: Tensor) -> Result<(), Error> {
+        let cols = self.weights[w.0 as usize].cols as usize;
+        let xq = match self.q8_records.get(&(x, cols)) {
+            Some(b) => b.clone(),
+            None => {
+                let b = self.ctx.storage("q8.records", record_bytes(cols as u32))?;
+                self.bytes += b.size();
+                self.q8_records.insert((x, cols), b.clone());
+                b
+            }
+        };
+        match self.pending_norm {
+            // The norm that makes `x`: one dispatch writes `x` and its records.
+            Some(n) if self.fuse_norm_q8 && n.out == x && n.dim == cols && n.rows == 1 => {
+                self.pending_norm = None;
+                let key = Key::RmsNormQuantizeQ8(n.x, n.weight, n.out, n.dim, n.eps.to_bits());
+                let records = xq.clone();
+                self.step(key, move |s| {
+                    Ok(Step::RmsNormQuantizeQ8(RmsNormQuantizeQ8Op::new(
+                        &s.ctx,
+                        s.buf(n.x),
+                        s.buf(n.weight),
+                        s.buf(n.out),
+                        &records,
+                        1,
+                        n.dim as u32,
+                        n.eps,
+                    )?))
+                })?;
+                self.wrote(x);
+                self.q8_quantized.push((x, cols));
+            }
+            _ => self.flush_norm()?,
+        }
+        if !self.q8_quantized.contains(&(x, cols)) {
+            let records = xq.clone();
+            self.step(Key::QuantizeQ8(x, cols), move |s| {
+                Ok(Step::QuantizeQ8(QuantizeQ8Op::new(
+                    &s.ctx,
+                    s.buf(x),
+                    &records,
+                    cols as u32,
+                    1,
+                )?))
+            })?;
+            self.q8_quantized.push((x, cols));
+        }
+        self.wrote(out);
+        self.step(Key::MatvecQ8(w, x, out), move |s| {
+            Ok(Step::Matmul(q8_matvec(
+                &s.ctx,
+                &s.weights[w.0 as usize],
+                &xq,
+                s.buf(out),
+            )?))
+        })
+    }
+}

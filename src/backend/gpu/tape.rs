@@ -1,0 +1,198 @@
+//! The tape of the GPU backend: the ops of a pass, each stored with the key of its arguments
+//! ([`Key`]) so that a later pass of the same size finds it at the same place and only records
+//! it ([`GpuBackend::step`]), and their recording into one command encoder
+//! ([`GpuBackend::encode`], one compute pass per run of ops between buffer copies, or one per op
+//! with timestamps while profiling).
+
+use super::{Elementwise, GpuBackend, Tensor, Weight};
+use crate::backend::profile::Profiler;
+use crate::gpu::bitlinear::{BitLinearOp, QuantizeActivationsOp, RmsNormQuantizeOp};
+use crate::gpu::embedding::EmbeddingOp;
+use crate::gpu::matmul::MatmulOp;
+use crate::gpu::ops::{AttentionOp, ElementwiseOp, RmsNormOp, RopeOp, TopKOp};
+use crate::gpu::q8::{QuantizeQ8Op, RmsNormQuantizeQ8Op};
+use crate::gpu::GpuError;
+use crate::Error;
+
+/// The arguments that identify one op on the tape.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Key {
+    Embed(Weight, Tensor),
+    RmsNorm(Tensor, Tensor, Tensor, usize, usize, u32),
+    Matmul(Weight, Tensor, Tensor, usize),
+    /// The product only (I2_S: the input's records come from a Quantize or RmsNormQuantize
+    /// step); the quantization too for the TQ formats.
+    BitLinear(Weight, Tensor, Tensor, usize),
+    /// Int8 records of `rows` rows of `cols` of a tensor.
+    Quantize(Tensor, usize, usize),
+    /// An RmsNorm (its arguments) that also writes the records of its output.
+    RmsNormQuantize(Tensor, Tensor, Tensor, usize, usize, u32),
+    /// Int8 records (blocks of 32) of one row of `cols` of a tensor.
+    QuantizeQ8(Tensor, usize),
+    /// A one-row RmsNorm (its arguments but the row count) that also writes the q8 records of
+    /// its output.
+    RmsNormQuantizeQ8(Tensor, Tensor, Tensor, usize, u32),
+    /// A one-token integer-dot product from the input's int8 records.
+    MatvecQ8(Weight, Tensor, Tensor),
+    Rope(Tensor, usize),
+    Attention(usize, [Tensor; 4], usize),
+    Elementwise(Elementwise, Tensor, Option<Tensor>, Option<Tensor>, usize),
+    CopyRow(Tensor, usize, usize, Tensor),
+    TopK(Tensor, usize, usize, usize),
+}
+
+pub(super) enum Step {
+    Embed(EmbeddingOp),
+    RmsNorm(RmsNormOp),
+    Matmul(MatmulOp),
+    BitLinear(Box<BitLinearOp>),
+    Quantize(QuantizeActivationsOp),
+    RmsNormQuantize(RmsNormQuantizeOp),
+    QuantizeQ8(QuantizeQ8Op),
+    RmsNormQuantizeQ8(RmsNormQuantizeQ8Op),
+    Rope(RopeOp),
+    Attention(AttentionOp),
+    Elementwise(ElementwiseOp),
+    TopK(TopKOp),
+    /// A buffer copy (between compute passes).
+    Copy {
+        src: Tensor,
+        src_offset: u64,
+        dst: Tensor,
+        bytes: u64,
+    },
+}
+
+impl Step {
+    fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        match self {
+            Step::Embed(op) => op.record(pass),
+            Step::RmsNorm(op) => op.record(pass),
+            Step::Matmul(op) => op.record(pass),
+            Step::BitLinear(op) => op.record(pass),
+            Step::Quantize(op) => op.record(pass),
+            Step::RmsNormQuantize(op) => op.record(pass),
+            Step::QuantizeQ8(op) => op.record(pass),
+            Step::RmsNormQuantizeQ8(op) => op.record(pass),
+            Step::Rope(op) => op.record(pass),
+            Step::Attention(op) => op.record(pass),
+            Step::Elementwise(op) => op.record(pass),
+            Step::TopK(op) => op.record(pass),
+            Step::Copy { .. } => {}
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Tape {
+    pub(super) steps: Vec<(Key, Step)>,
+}
+
+impl GpuBackend {
+    /// Advance the tape by one op with `key`, building it with `build` unless the tape
+    /// already holds it at this place.
+    pub(super) fn step(
+        &mut self,
+        key: Key,
+        build: impl FnOnce(&Self) -> Result<Step, GpuError>,
+    ) -> Result<(), Error> {
+        let cursor = self.cursor;
+        let n = self.n_tokens;
+        let hit = self
+            .tapes
+            .get(&n)
+            .and_then(|t| t.steps.get(cursor))
+            .is_some_and(|(k, _)| *k == key);
+        if !hit {
+            let step = build(self)?;
+            let tape = self.tapes.entry(n).or_default();
+            tape.steps.truncate(cursor);
+            tape.steps.push((key, step));
+        }
+        self.cursor += 1;
+        Ok(())
+    }
+
+    /// Record the current tape into one command encoder.
+    pub(super) fn encode(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        mut profiler: Option<&mut Profiler>,
+    ) {
+        let Some(tape) = self.tapes.get(&self.n_tokens) else {
+            return;
+        };
+        let steps = &tape.steps[..self.cursor.min(tape.steps.len())];
+        let mut i = 0;
+        while i < steps.len() {
+            if let (
+                _,
+                Step::Copy {
+                    src,
+                    src_offset,
+                    dst,
+                    bytes,
+                },
+            ) = &steps[i]
+            {
+                encoder.copy_buffer_to_buffer(
+                    self.buf(*src),
+                    *src_offset,
+                    self.buf(*dst),
+                    0,
+                    *bytes,
+                );
+                i += 1;
+                continue;
+            }
+            if let Some(p) = profiler.as_mut() {
+                let label = self.label(&steps[i].0);
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("forward"),
+                    timestamp_writes: p.next(label),
+                });
+                steps[i].1.record(&mut pass);
+                i += 1;
+                continue;
+            }
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("forward"),
+                timestamp_writes: None,
+            });
+            while i < steps.len() && !matches!(steps[i].1, Step::Copy { .. }) {
+                steps[i].1.record(&mut pass);
+                i += 1;
+            }
+        }
+        if let Some(p) = profiler {
+            p.resolve(encoder);
+        }
+    }
+
+    /// What an op is, for the profile: kind, dtype and shape.
+    fn label(&self, key: &Key) -> String {
+        let weight = |w: &Weight| {
+            let w = &self.weights[w.0 as usize];
+            format!("{} {}x{}", w.dtype, w.rows, w.cols)
+        };
+        let n = self.n_tokens;
+        match key {
+            Key::Embed(w, _) => format!("embed {}", weight(w)),
+            Key::RmsNorm(_, _, _, rows, dim, _) => format!("rms_norm {rows}x{dim}"),
+            Key::Matmul(w, _, _, rows) => format!("matmul {} (x{rows})", weight(w)),
+            Key::BitLinear(w, _, _, rows) => format!("bitlinear {} (x{rows})", weight(w)),
+            Key::Quantize(_, rows, cols) => format!("quantize {rows}x{cols}"),
+            Key::QuantizeQ8(_, cols) => format!("quantize_q8 1x{cols}"),
+            Key::RmsNormQuantizeQ8(_, _, _, dim, _) => format!("rms_norm+quantize_q8 1x{dim}"),
+            Key::MatvecQ8(w, _, _) => format!("matvec_q8 {}", weight(w)),
+            Key::RmsNormQuantize(_, _, _, rows, dim, _) => {
+                format!("rms_norm+quantize {rows}x{dim}")
+            }
+            Key::Rope(_, heads) => format!("rope {n}x{heads} heads"),
+            Key::Attention(_, _, heads) => format!("attention {n}x{heads} heads"),
+            Key::Elementwise(f, _, _, _, len) => format!("{f:?} {len}"),
+            Key::CopyRow(..) => "copy".into(),
+            Key::TopK(_, rows, vocab, k) => format!("top-{k} {rows}x{vocab}"),
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Int8 activations for the integer-dot decode kernels ([`Kernel::MatvecQ8`]): the
+//! `QuantizeQ8` kernel (`quantize_q8.wgsl`, one invocation per block of 32 values), the same
+//! quantization fused after an RMSNorm (`RmsNormQuantizeQ8`, `rms_norm_quantize_q8.wgsl`) and the
+//! record helpers every `MatvecQ8` kernel includes (`quant/q8.wgsl`). The record layout and the
+//! op are in [`crate::gpu::q8`]; the arithmetic is [`crate::quant::q8dot`]'s.
+
+use super::{Kernel, KernelSource};
+
+pub const FILES: &[(&str, &str)] = &[
+    (
+        "quant/q8.wgsl",
+        include_str!("../../../shaders/quant/q8.wgsl"),
+    ),
+    (
+        "quantize_q8.wgsl",
+        include_str!("../../../shaders/quantize_q8.wgsl"),
+    ),
+    (
+        "rms_norm_quantize_q8.wgsl",
+        include_str!("../../../shaders/rms_norm_quantize_q8.wgsl"),
+    ),
+];
+
+/// Invocations per QuantizeQ8 workgroup (one block of 32 values each).
+pub const QUANTIZE_WG: u32 = 64;
+
+pub fn source(kernel: Kernel) -> Option<KernelSource> {
+    match kernel {
+        Kernel::QuantizeQ8 => Some(KernelSource {
+            // scale_for_absmax comes from the BitLinear quantizer's helpers.
+            files: &["activation_quant.wgsl", "quantize_q8.wgsl"],
+            entry: "main",
+            default_workgroup_size: QUANTIZE_WG,
+        }),
+        Kernel::RmsNormQuantizeQ8 => Some(KernelSource {
+            files: &["activation_quant.wgsl", "rms_norm_quantize_q8.wgsl"],
+            entry: "main",
+            default_workgroup_size: 256,
+        }),
+        _ => None,
+    }
+}
+
+/// Workgroups of QuantizeQ8 for `n_tokens` rows of `cols` values.
+pub fn workgroups(cols: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
+    (cols / 32 * n_tokens).div_ceil(workgroup_size.max(1))
+}
+
+/// Uniform structs of this family (checked against the WGSL by tests/gpu_uniforms.rs).
+pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
+    vec![crate::gpu::uniforms::UniformLayout::of::<
+        crate::gpu::q8::Q8Params,
+    >()]
+}

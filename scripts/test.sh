@@ -38,3 +38,11 @@ node tests/browser/run-generate.mjs
 
 echo "== browser model delivery into OPFS vs tritium serve-model (headless Chromium)"
 node tests/browser/run-delivery.mjs
+
+echo "== the npm package (pkg/): BitNet, worker mode, chat completions, errors (headless Chromium)"
+npm run build
+node tests/browser/run-package.mjs
+
+echo "== demos in headless Chromium: chat, TL;DR widget (offline reload), no WebGPU"
+[ -f pkg/index.js ] || npm run build
+node tests/browser/run-demos.mjs

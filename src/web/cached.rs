@@ -17,7 +17,7 @@ use crate::quant::GgmlType;
 use crate::sampling::SamplerConfig;
 use crate::storage::opfs::{OpfsFiles, OpfsStore};
 use crate::storage::ModelKind;
-use crate::text::{TextStream, Tokenizer};
+use crate::text::{ChatTemplate, TextStream, Tokenizer};
 
 /// Bytes of this instance's wasm memory (it only grows, so this is also its peak so far).
 #[wasm_bindgen]
@@ -33,7 +33,7 @@ pub fn wasm_memory_bytes() -> f64 {
 }
 
 /// A cached model opened for loading.
-enum Opened {
+pub(super) enum Opened {
     Rdrr(Box<RdrrModel<OpfsFiles>>),
     Gguf {
         files: OpfsFiles,
@@ -43,7 +43,7 @@ enum Opened {
 }
 
 impl Opened {
-    fn open(files: OpfsFiles) -> Result<Opened, crate::Error> {
+    pub(super) fn open(files: OpfsFiles) -> Result<Opened, crate::Error> {
         match (files.kind(), files.gguf_file().map(str::to_string)) {
             (ModelKind::Gguf, Some(file)) => {
                 let header = GgufFile::read(&*files.open(&file)?)?;
@@ -57,18 +57,67 @@ impl Opened {
         }
     }
 
-    fn header(&self) -> &GgufFile {
+    pub(super) fn header(&self) -> &GgufFile {
         match self {
             Opened::Rdrr(m) => &m.header,
             Opened::Gguf { header, .. } => header,
         }
     }
 
-    fn tokenizer(&self) -> Result<Tokenizer, crate::Error> {
+    pub(super) fn tokenizer(&self) -> Result<Tokenizer, crate::Error> {
         match self {
             Opened::Rdrr(m) => m.tokenizer(),
             Opened::Gguf { header, .. } => Ok(Tokenizer::from_gguf(header)?),
         }
+    }
+}
+
+impl Opened {
+    /// The model's chat template (ChatML when it has none that loads).
+    pub(super) fn chat_template(&self, tokenizer: &Tokenizer) -> ChatTemplate {
+        match self {
+            Opened::Rdrr(m) => m.chat_template(Some(tokenizer)),
+            Opened::Gguf { header, .. } => ChatTemplate::from_gguf(header),
+        }
+        .unwrap_or_else(|_| ChatTemplate::chatml())
+    }
+}
+
+/// True in a dedicated worker, where OPFS files have sync access handles.
+pub(super) fn sync_access_handles() -> bool {
+    js_sys::Reflect::get(&js_sys::global(), &"FileSystemFileHandle".into())
+        .and_then(|class| js_sys::Reflect::get(&class, &"prototype".into()))
+        .and_then(|proto| js_sys::Reflect::get(&proto, &"createSyncAccessHandle".into()))
+        .is_ok_and(|f| f.is_function())
+}
+
+/// A [`TensorSource`] that reports the bytes read so far after each tensor.
+pub(super) struct Counted<'a, F: Fn(u64)> {
+    inner: &'a dyn TensorSource,
+    done: std::cell::Cell<u64>,
+    report: F,
+}
+
+impl<'a, F: Fn(u64)> Counted<'a, F> {
+    pub(super) fn new(inner: &'a dyn TensorSource, report: F) -> Self {
+        Counted {
+            inner,
+            done: std::cell::Cell::new(0),
+            report,
+        }
+    }
+}
+
+impl<F: Fn(u64)> TensorSource for Counted<'_, F> {
+    fn meta(&self, name: &str) -> Option<(GgmlType, Vec<u64>)> {
+        self.inner.meta(name)
+    }
+
+    fn read(&self, name: &str) -> Result<Vec<u8>, crate::Error> {
+        let bytes = self.inner.read(name)?;
+        self.done.set(self.done.get() + bytes.len() as u64);
+        (self.report)(self.done.get());
+        Ok(bytes)
     }
 }
 

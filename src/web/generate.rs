@@ -58,7 +58,6 @@ pub async fn generate_greedy(
         src: &bytes,
     };
     let model = Model::load(backend, config, &tensors, ctx_tokens as usize).map_err(fail)?;
-    drop(tensors);
     drop(bytes);
     let load_ms = js_sys::Date::now() - start;
     let mut engine = Engine::new(model);

@@ -5,10 +5,12 @@
 //! Errors cross into JS once, here: a JS `Error` with a readable message and a stable `code`.
 
 mod bench;
+mod bitnet;
 mod cached;
 mod errors;
 mod fetch;
 mod generate;
+mod source;
 mod store;
 
 pub use fetch::{sleep, FetchBody, FetchClient};

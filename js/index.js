@@ -1,0 +1,336 @@
+// The npm package `tritium`: quantized LLMs on WebGPU, in the page or in a Web Worker.
+//
+//   import { BitNet } from 'tritium';
+//   const model = await BitNet.load('https://example.com/models/smollm2/', { onProgress });
+//   for await (const text of model.generate('Once upon a time', { maxTokens: 64 })) ...
+
+import init, * as wasm from './wasm/tritium.js';
+import { makeError, toTritiumError, TritiumError } from './errors.js';
+import { ModelBase, PushQueue } from './common.js';
+import { createWorkerBitNet } from './worker-client.js';
+
+export * from './errors.js';
+export { createWorkerBitNet };
+
+let ready = null;
+
+/**
+ * Load the wasm module (once). Called by everything that needs it; call it yourself to give
+ * another URL or module for the .wasm file.
+ * @param {string | URL | Response | BufferSource | WebAssembly.Module} [wasmSource]
+ */
+export function initWasm(wasmSource) {
+  ready ??= init({ module_or_path: wasmSource ?? new URL('./wasm/tritium_bg.wasm', import.meta.url) });
+  return ready;
+}
+
+/** A promise's rejection as a TritiumError. */
+async function call(f) {
+  try {
+    return await f();
+  } catch (e) {
+    throw toTritiumError(e);
+  }
+}
+
+/**
+ * Whether this browser can run models: WebGPU with an adapter.
+ * @returns {Promise<boolean>}
+ */
+export async function isSupported() {
+  try {
+    const gpu = globalThis.navigator?.gpu;
+    if (!gpu) return false;
+    return (await gpu.requestAdapter()) != null;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The complete models in OPFS.
+ * @returns {Promise<{id: string, kind: string, bytes: number, shards: number}[]>}
+ */
+export async function listCached() {
+  await initWasm();
+  const list = await call(() => wasm.opfs_list());
+  return list.map((m) => ({ id: m.name, ...m }));
+}
+
+/**
+ * Delete a cached model (complete or partial); true when something was removed.
+ * @param {string} id
+ */
+export async function deleteCached(id) {
+  await initWasm();
+  return call(() => wasm.opfs_delete(String(id)));
+}
+
+const looksLikeUrl = (s) => /^[a-z][a-z0-9+.-]*:\/\//i.test(s) || s.startsWith('/') || s.startsWith('./') ||
+  s.startsWith('../') || /\.gguf([?#].*)?$/i.test(s);
+
+/** An id for a URL the store cannot name (a bare origin): its host and path. */
+function fallbackId(url) {
+  const u = new URL(url);
+  return `${u.hostname}-${u.port || 'default'}${u.pathname}`.replace(/[^A-Za-z0-9._-]+/g, '-').replace(/^[-.]+|[-.]+$/g, '');
+}
+
+/** The downloader's events as the package's progress events. */
+function downloadProgress(onProgress) {
+  if (!onProgress) return undefined;
+  const t0 = performance.now();
+  return (e) => {
+    const base = { loaded: 0, total: 0, fraction: 0, bytesPerSecond: 0, etaSeconds: null, shard: 0, shards: 0, message: '' };
+    let ev;
+    if (e.type === 'planned') {
+      ev = { ...base, phase: 'resolve', total: e.total_bytes, loaded: e.verified_bytes, shards: e.files,
+        fraction: e.total_bytes ? e.verified_bytes / e.total_bytes : 0,
+        message: `${e.files} files, ${e.total_bytes} bytes (${e.verified_files} already verified)` };
+    } else if (e.type === 'progress') {
+      const elapsed = (performance.now() - t0) / 1000;
+      ev = { ...base, phase: 'download', loaded: e.done, total: e.total, fraction: e.total ? e.done / e.total : 0,
+        bytesPerSecond: e.rate ?? (elapsed > 0 ? e.done / elapsed : 0), etaSeconds: e.eta_s ?? null,
+        shard: e.shard, shards: e.shards, message: `file ${e.shard} of ${e.shards}` };
+    } else if (e.type === 'fileVerified') {
+      ev = { ...base, phase: 'verify', loaded: e.files_done, total: e.files_total,
+        fraction: e.files_total ? e.files_done / e.files_total : 1, shard: e.files_done, shards: e.files_total,
+        message: `verified ${e.file}` };
+    } else if (e.type === 'retrying' || e.type === 'restarting') {
+      ev = { ...base, phase: 'download', message: `${e.type}: ${e.reason}` };
+    } else {
+      return;
+    }
+    try {
+      onProgress(ev);
+    } catch (err) {
+      console.error('tritium: onProgress threw', err);
+    }
+  };
+}
+
+/**
+ * Download a model into OPFS (verified, resumable); resolves to `{ id, bytes, ... }`.
+ * @param {string} source an RDRR base URL (or its manifest.json) or a .gguf URL
+ * @param {import('./index.js').DownloadOptions} [opts]
+ */
+export async function download(source, opts = {}) {
+  await initWasm();
+  const url = new URL(String(source), globalThis.location?.href).href;
+  const summary = await call(() =>
+    wasm.opfs_download(url, {
+      name: opts.name ?? opts.id,
+      sha256: opts.integrity,
+      signal: opts.signal,
+      onProgress: downloadProgress(opts.onProgress),
+      parallel: opts.download?.concurrency ?? opts.concurrency,
+      retries: opts.download?.retries ?? opts.retries,
+      kind: opts.kind,
+    }),
+  );
+  return { id: summary.name, ...summary };
+}
+
+/** The model's id for a URL (what download() stores it as). */
+export async function cacheIdFor(url) {
+  await initWasm();
+  return wasm.model_name_for_url(new URL(String(url), globalThis.location?.href).href) ?? null;
+}
+
+/**
+ * A model on this page's WebGPU device.
+ */
+export class BitNet extends ModelBase {
+  #m;
+
+  /** @private Use BitNet.load. */
+  constructor(m) {
+    super();
+    this.#m = m;
+    /** Architecture, sizes, context, chat template. */
+    this.modelInfo = m.modelInfo();
+    /** The WebGPU adapter. */
+    this.deviceInfo = m.deviceInfo();
+  }
+
+  /**
+   * Load a model: a URL (RDRR base URL or .gguf; downloaded into OPFS first, or taken from
+   * it), the id of a cached model, or a GGUF File/Blob/ArrayBuffer.
+   * @param {string | URL | Blob | ArrayBuffer | ArrayBufferView} source
+   * @param {import('./index.js').LoadOptions} [opts]
+   * @returns {Promise<BitNet>}
+   */
+  static async load(source, opts = {}) {
+    await initWasm();
+    if (!globalThis.navigator?.gpu) {
+      throw makeError('WebGPUNotAvailable',
+        'WebGPU is not available here (navigator.gpu is missing): use a browser with WebGPU enabled, ' +
+        'from a secure context (https, localhost or 127.0.0.1)');
+    }
+    // No adapter (WebGPU present but blocked or without a usable GPU): fail before downloading.
+    if (!opts.device && !(await isSupported())) {
+      throw makeError('WebGPUNotAvailable',
+        'WebGPU is present but gives no adapter here (GPU blocked or unsupported): nothing was downloaded');
+    }
+    if (opts.signal?.aborted) throw makeError('AbortError', 'the load was aborted');
+    const loadOpts = {
+      contextLength: opts.contextLength,
+      signal: opts.signal,
+      device: opts.device,
+      name: opts.name,
+      readThroughBlobs: opts.readThroughBlobs,
+      warmup: opts.warmup,
+      onProgress: opts.onProgress
+        ? (e) => opts.onProgress({ bytesPerSecond: 0, etaSeconds: null, shard: 0, shards: 0, ...e })
+        : undefined,
+    };
+    let target = source;
+    if (source instanceof URL) target = source.href;
+    if (typeof target === 'string') {
+      if (looksLikeUrl(target)) {
+        const url = new URL(target, globalThis.location?.href).href;
+        const id = opts.name ?? opts.id ?? (await cacheIdFor(url)) ?? fallbackId(url);
+        const cached = id ? await call(() => wasm.opfs_get(id)) : null;
+        if (!cached) {
+          const d = await download(url, { ...opts, name: id ?? undefined });
+          target = d.id;
+        } else {
+          target = id;
+          opts.onProgress?.({ phase: 'resolve', loaded: cached.bytes, total: cached.bytes, fraction: 1,
+            bytesPerSecond: 0, etaSeconds: 0, shard: 0, shards: cached.shards ?? 0, message: 'in the cache (OPFS)' });
+        }
+      } else {
+        const cached = await call(() => wasm.opfs_get(target));
+        if (!cached) throw makeError('NotFound', `no cached model named ${JSON.stringify(target)}`);
+      }
+    }
+    const m = await call(() => wasm.load_model(target, loadOpts));
+    return new BitNet(m);
+  }
+
+  /**
+   * Token and done events of a generation.
+   * @param {string | {role: string, content: string}[] | {ids: number[]}} input a raw prompt
+   *   (no chat template), chat messages (rendered with the model's template), or token ids
+   * @param {import('./index.js').GenerateOptions} [opts]
+   * @returns {AsyncGenerator<import('./index.js').StreamEvent, void>}
+   */
+  async *stream(input, opts = {}) {
+    const inner = new AbortController();
+    const user = opts.signal;
+    const forward = () => inner.abort();
+    if (user?.aborted) throw makeError('AbortError', 'the request was aborted before it began');
+    user?.addEventListener('abort', forward, { once: true });
+    const q = new PushQueue();
+    let userError;
+    const { signal: _s, onToken, ...rest } = opts;
+    const promise = this.#m.generate(input, { ...rest, signal: inner.signal }, (text, tokenId) => {
+      const ev = { type: 'token', text, tokenId };
+      if (onToken) {
+        try {
+          onToken(ev);
+        } catch (e) {
+          userError = e;
+          inner.abort();
+        }
+      }
+      q.push(ev);
+    });
+    let result;
+    promise.then((r) => { result = r; q.end(); }, (e) => q.end(toTritiumError(e)));
+    let finished = false;
+    try {
+      for (;;) {
+        const ev = await q.next();
+        if (ev === undefined) break;
+        yield ev;
+      }
+      if (userError) throw userError;
+      if (result.tail) yield { type: 'token', text: result.tail, tokenId: null };
+      finished = true;
+      yield {
+        type: 'done',
+        finishReason: result.finishReason,
+        text: result.text,
+        tokenIds: result.tokenIds,
+        usage: result.usage,
+        timings: result.timings,
+      };
+    } finally {
+      user?.removeEventListener('abort', forward);
+      if (!finished && !q.done) {
+        // The consumer stopped early: end the generation so the model is free again.
+        inner.abort();
+        await promise.catch(() => {});
+      }
+    }
+  }
+
+  /** Per-stage statistics of one forward pass (min/max/mean/rms, NaN/Inf counts). */
+  diagnose(text) {
+    return call(() => this.#m.diagnose(text ?? undefined));
+  }
+
+  /** Counters and the last generation's timings. */
+  stats() {
+    return { ...this.#m.stats(), busy: this.#m.busy, disposed: this.#m.disposed };
+  }
+
+  /**
+   * Token ids of `text` (BOS as the tokenizer says unless `addSpecial` is false).
+   * @param {string} text
+   */
+  tokenize(text, { addSpecial = true } = {}) {
+    try {
+      return Array.from(this.#m.tokenize(String(text), addSpecial));
+    } catch (e) {
+      throw toTritiumError(e);
+    }
+  }
+
+  /** Text of token ids, decoded together (multi-byte characters come out whole). */
+  detokenize(ids, { skipSpecial = true } = {}) {
+    try {
+      return this.#m.detokenize(Uint32Array.from(ids), skipSpecial);
+    } catch (e) {
+      throw toTritiumError(e);
+    }
+  }
+
+  /** The pieces a token-by-token stream of `ids` produces (the last is the flush). */
+  streamPieces(ids) {
+    try {
+      return this.#m.streamPieces(Uint32Array.from(ids));
+    } catch (e) {
+      throw toTritiumError(e);
+    }
+  }
+
+  /** Chat messages rendered with the model's template. */
+  applyChatTemplate(messages, { addGenerationPrompt = true } = {}) {
+    try {
+      return this.#m.applyChatTemplate(messages, addGenerationPrompt);
+    } catch (e) {
+      throw toTritiumError(e);
+    }
+  }
+
+  /** Forget the conversation's KV cache. */
+  resetChat() {
+    try {
+      this.#m.resetChat();
+    } catch (e) {
+      throw toTritiumError(e);
+    }
+  }
+
+  /** Free every GPU buffer; the model cannot be used afterwards. */
+  dispose() {
+    this.#m.dispose();
+  }
+
+  async [Symbol.asyncDispose]() {
+    this.dispose();
+  }
+}
+
+export { TritiumError };

@@ -22,7 +22,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 use web_sys::AbortSignal;
@@ -37,9 +37,14 @@ use crate::gpu::{DeviceOptions, GpuContext};
 use crate::model::{Model, ModelConfig};
 use crate::sampling::SamplerConfig;
 use crate::storage::opfs::OpfsStore;
-use crate::text::{encode_chat, ChatMessage, ChatTemplate, StopStream, Tokenizer};
+use crate::text::{encode_chat, ChatTemplate, StopStream, Tokenizer};
 
 mod diagnose;
+mod load;
+use load::{load_blob, load_cached, Loaded};
+mod options;
+
+use options::{get, parse_json, parse_messages, read_load_options, GenOptions, LoadOptions};
 
 /// Tokens per prefill pass.
 const BATCH: usize = 64;
@@ -170,63 +175,6 @@ pub struct WasmModel {
     state: Rc<State>,
 }
 
-/// Options of [`load_model`].
-struct LoadOptions {
-    context_length: Option<usize>,
-    on_progress: Option<Function>,
-    signal: Option<AbortSignal>,
-    name: Option<String>,
-    /// Read through `Blob`s even where sync access handles exist.
-    force_blob: bool,
-    /// Run one pass after loading so the kernels are compiled before the first request.
-    warmup: bool,
-}
-
-fn get(value: &JsValue, key: &str) -> Option<JsValue> {
-    if value.is_undefined() || value.is_null() {
-        return None;
-    }
-    Reflect::get(value, &key.into())
-        .ok()
-        .filter(|v| !v.is_undefined() && !v.is_null())
-}
-
-fn read_load_options(o: &JsValue) -> Result<LoadOptions, WebError> {
-    let bad = |m: &str| WebError::new("InvalidArgument", format!("load: {m}"));
-    let context_length = match get(o, "contextLength") {
-        None => None,
-        Some(v) => Some(
-            v.as_f64()
-                .filter(|n| n.is_finite() && *n >= 1.0)
-                .ok_or_else(|| bad("contextLength must be a number >= 1"))? as usize,
-        ),
-    };
-    if get(o, "device").is_some() {
-        return Err(bad(
-            "the device option is not supported: wgpu (the GPU layer) cannot adopt a \
-             GPUDevice made outside it, so each model makes its own device",
-        ));
-    }
-    Ok(LoadOptions {
-        context_length,
-        on_progress: get(o, "onProgress")
-            .map(|v| {
-                v.dyn_into()
-                    .map_err(|_| bad("onProgress must be a function"))
-            })
-            .transpose()?,
-        signal: get(o, "signal")
-            .map(|v| {
-                v.dyn_into()
-                    .map_err(|_| bad("signal must be an AbortSignal"))
-            })
-            .transpose()?,
-        name: get(o, "name").and_then(|v| v.as_string()),
-        force_blob: get(o, "readThroughBlobs").is_some_and(|v| v.is_truthy()),
-        warmup: get(o, "warmup").is_none_or(|v| v.is_truthy()),
-    })
-}
-
 /// Sends `{ phase, loaded, total, fraction, message }` load events.
 #[derive(Clone)]
 struct Progress(Option<Function>);
@@ -346,178 +294,6 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<WasmModel, 
     Ok(WasmModel { state })
 }
 
-struct Loaded {
-    engine: Engine<GpuBackend>,
-    tokenizer: Tokenizer,
-    template: ChatTemplate,
-    info: ModelInfo,
-}
-
-fn model_info(
-    name: &str,
-    config: &ModelConfig,
-    ctx: usize,
-    file_bytes: u64,
-    tokenizer: &Tokenizer,
-    template: &ChatTemplate,
-    load_path: &'static str,
-) -> ModelInfo {
-    ModelInfo {
-        name: name.to_string(),
-        architecture: config.arch_name.clone(),
-        n_vocab: config.n_vocab,
-        n_layers: config.n_layers,
-        dim: config.dim,
-        n_heads: config.n_heads,
-        n_kv_heads: config.n_kv_heads,
-        trained_context_length: config.context_length,
-        context_length: ctx,
-        file_bytes,
-        gpu_bytes: 0,
-        chat_template: template.source().to_string(),
-        bos_token_id: tokenizer.bos(),
-        eos_token_id: tokenizer.eos(),
-        stop_token_ids: tokenizer.stop_ids().to_vec(),
-        load_path,
-    }
-}
-
-fn context_for(o: &LoadOptions, config: &ModelConfig) -> usize {
-    let trained = config.context_length.max(1);
-    o.context_length
-        .unwrap_or(trained.min(DEFAULT_CONTEXT))
-        .min(trained)
-}
-
-/// A model from OPFS: sync access handles in a dedicated worker, `File` slices elsewhere.
-async fn load_cached(
-    name: &str,
-    backend: GpuBackend,
-    o: &LoadOptions,
-    progress: &Progress,
-) -> Result<Loaded, WebError> {
-    let store = OpfsStore::open().await.map_err(WebError::from)?;
-    let sync = !o.force_blob && super::cached::sync_access_handles();
-    if sync {
-        let files = crate::storage::opfs::OpfsFiles::open(&store, name)
-            .await
-            .map_err(WebError::from)?;
-        let file_bytes = files.total_bytes();
-        let opened = super::cached::Opened::open(files).map_err(model_error)?;
-        let config = ModelConfig::from_gguf(opened.header()).map_err(model_error)?;
-        let tokenizer = opened.tokenizer().map_err(model_error)?;
-        let template = opened.chat_template(&tokenizer);
-        let ctx = context_for(o, &config);
-        progress.send("upload", 0.0, file_bytes as f64, "uploading the weights");
-        let counted = super::cached::Counted::new(&opened, |n| {
-            progress.send(
-                "upload",
-                n as f64,
-                file_bytes as f64,
-                "uploading the weights",
-            );
-        });
-        let model = Model::load(backend, config.clone(), &counted, ctx).map_err(model_error)?;
-        drop(opened);
-        let info = model_info(
-            name,
-            &config,
-            ctx,
-            file_bytes,
-            &tokenizer,
-            &template,
-            "sync-access-handle",
-        );
-        return Ok(Loaded {
-            engine: Engine::new(model),
-            tokenizer,
-            template,
-            info,
-        });
-    }
-    let (dir, _kind, gguf_file) = store.complete_files(name).await.map_err(WebError::from)?;
-    let model = BlobModel::opfs(&dir, gguf_file.as_deref(), name)
-        .await
-        .map_err(model_error)?;
-    load_blob(model, name.to_string(), backend, o, progress).await
-}
-
-/// A model read through `Blob`s, a tensor at a time.
-async fn load_blob(
-    mut model: BlobModel,
-    name: String,
-    backend: GpuBackend,
-    o: &LoadOptions,
-    progress: &Progress,
-) -> Result<Loaded, WebError> {
-    let config = ModelConfig::from_gguf(&model.header).map_err(model_error)?;
-    let ctx = context_for(o, &config);
-    let total = model.bytes as f64;
-    let done = Rc::new(Cell::new(0u64));
-    let (p, d, signal) = (progress.clone(), done.clone(), o.signal.clone());
-    let aborted = Rc::new(Cell::new(false));
-    let a = aborted.clone();
-    model.on_read = Some(Box::new(move |n| {
-        d.set(d.get() + n);
-        p.send("upload", d.get() as f64, total, "uploading the weights");
-        if signal.as_ref().is_some_and(AbortSignal::aborted) {
-            a.set(true);
-        }
-    }));
-    progress.send("upload", 0.0, total, "uploading the weights");
-    let source = AbortableSource {
-        model: &model,
-        aborted: &aborted,
-    };
-    let loaded = Model::load_async(backend, config.clone(), &source, ctx).await;
-    if aborted.get() {
-        if let Ok(mut m) = loaded {
-            m.backend.destroy();
-        }
-        return Err(aborted_load());
-    }
-    let model_gpu = loaded.map_err(model_error)?;
-    let info = model_info(
-        &name,
-        &config,
-        ctx,
-        model.bytes,
-        &model.tokenizer,
-        &model.template,
-        "blob",
-    );
-    let BlobModel {
-        tokenizer,
-        template,
-        ..
-    } = model;
-    Ok(Loaded {
-        engine: Engine::new(model_gpu),
-        tokenizer,
-        template,
-        info,
-    })
-}
-
-/// A [`BlobModel`] whose reads fail once the load's signal aborted.
-struct AbortableSource<'a> {
-    model: &'a BlobModel,
-    aborted: &'a Cell<bool>,
-}
-
-impl crate::model::AsyncTensorSource for AbortableSource<'_> {
-    fn meta(&self, name: &str) -> Option<(crate::quant::GgmlType, Vec<u64>)> {
-        self.model.meta(name)
-    }
-
-    async fn read(&self, name: &str) -> Result<Vec<u8>, crate::Error> {
-        if self.aborted.get() {
-            return Err(crate::Error::Usage("the load was aborted".into()));
-        }
-        self.model.read(name).await
-    }
-}
-
 // The engine's `RefCell` stays borrowed across the GPU waits: `State::busy` (set by the caller)
 // keeps every other borrower out until this returns (they check it first, or only read
 // `stats`).
@@ -538,67 +314,6 @@ async fn warmup(state: &State) -> Result<(), crate::Error> {
         .await?;
     engine.reset();
     Ok(())
-}
-
-/// Options of [`WasmModel::generate`] (JSON-able ones; `signal` is read separately).
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct GenOptions {
-    max_tokens: Option<usize>,
-    temperature: Option<f32>,
-    top_k: Option<usize>,
-    top_p: Option<f32>,
-    min_p: Option<f32>,
-    repeat_penalty: Option<f32>,
-    repeat_last_n: Option<usize>,
-    frequency_penalty: Option<f32>,
-    presence_penalty: Option<f32>,
-    seed: Option<f64>,
-    stop: Option<StopList>,
-    ignore_eos: bool,
-    /// Render the messages without the assistant prefix (continue the last message).
-    continue_final_message: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum StopList {
-    One(String),
-    Many(Vec<String>),
-}
-
-#[derive(Deserialize)]
-struct Message {
-    role: String,
-    content: String,
-}
-
-impl GenOptions {
-    fn sampler(&self) -> Result<SamplerConfig, WebError> {
-        let d = SamplerConfig::default();
-        let cfg = SamplerConfig {
-            temperature: self.temperature.unwrap_or(d.temperature),
-            top_k: self.top_k.unwrap_or(d.top_k),
-            top_p: self.top_p.unwrap_or(d.top_p),
-            min_p: self.min_p.unwrap_or(d.min_p),
-            repeat_penalty: self.repeat_penalty.unwrap_or(d.repeat_penalty),
-            repeat_last_n: self.repeat_last_n.unwrap_or(d.repeat_last_n),
-            frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
-            presence_penalty: self.presence_penalty.unwrap_or(0.0),
-            seed: self.seed.map_or(d.seed, |s| s.max(0.0) as u64),
-        };
-        cfg.validate()
-            .map_err(|e| WebError::new("InvalidArgument", e.to_string()))?;
-        Ok(cfg)
-    }
-
-    fn stops(&self) -> Vec<String> {
-        match &self.stop {
-            None => Vec::new(),
-            Some(StopList::One(s)) => vec![s.clone()],
-            Some(StopList::Many(v)) => v.clone(),
-        }
-    }
 }
 
 /// What [`WasmModel::generate`] resolves to.
@@ -623,21 +338,6 @@ struct UsageReport {
     completion_tokens: usize,
     cached_tokens: usize,
     total_tokens: usize,
-}
-
-fn parse_json<T: for<'de> Deserialize<'de> + Default>(
-    value: &JsValue,
-    what: &str,
-) -> Result<T, WebError> {
-    if value.is_undefined() || value.is_null() {
-        return Ok(T::default());
-    }
-    let text = js_sys::JSON::stringify(value)
-        .ok()
-        .and_then(|s| s.as_string())
-        .ok_or_else(|| WebError::new("InvalidArgument", format!("{what}: not JSON-able")))?;
-    serde_json::from_str(&text)
-        .map_err(|e| WebError::new("InvalidArgument", format!("{what}: {e}")))
 }
 
 #[wasm_bindgen]
@@ -808,15 +508,6 @@ impl WasmModel {
             result.map_err(JsValue::from)
         })
     }
-}
-
-fn parse_messages(value: &JsValue) -> Result<Vec<ChatMessage>, WebError> {
-    let messages: Vec<Message> = parse_json::<Option<Vec<Message>>>(value, "messages")?
-        .ok_or_else(|| WebError::new("InvalidArgument", "messages must be an array"))?;
-    Ok(messages
-        .into_iter()
-        .map(|m| ChatMessage::new(m.role, m.content))
-        .collect())
 }
 
 fn encode_input(state: &State, input: &JsValue, o: &GenOptions) -> Result<Vec<u32>, WebError> {

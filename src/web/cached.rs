@@ -8,16 +8,14 @@ use wasm_bindgen::prelude::*;
 use super::errors::WebError;
 use super::{has_webgpu, install_panic_hook, to_js};
 use crate::backend::gpu::GpuBackend;
-use crate::engine::{Engine, GenerateOptions, TokenControl};
 use crate::formats::gguf::GgufFile;
 use crate::formats::source::ModelFiles;
 use crate::gpu::{DeviceOptions, GpuContext};
 use crate::model::{GgufTensors, Model, ModelConfig, RdrrModel, TensorSource};
 use crate::quant::GgmlType;
-use crate::sampling::SamplerConfig;
 use crate::storage::opfs::{OpfsFiles, OpfsStore};
 use crate::storage::ModelKind;
-use crate::text::{ChatTemplate, TextStream, Tokenizer};
+use crate::text::{ChatTemplate, Tokenizer};
 
 /// Bytes of this instance's wasm memory (it only grows, so this is also its peak so far).
 #[wasm_bindgen]
@@ -211,24 +209,9 @@ pub async fn opfs_generate_greedy(
     let wasm_memory_after_load = wasm_memory_bytes();
     let load_ms = js_sys::Date::now() - start;
 
-    let mut engine = Engine::new(model);
-    let opts = GenerateOptions {
-        max_tokens: max_tokens as usize,
-        sampling: SamplerConfig::greedy(),
-        stop_ids: tokenizer.stop_ids().to_vec(),
-    };
-    let mut stream = TextStream::new(true);
-    let mut text = String::new();
-    let g = engine
-        .generate(&prompt_ids, &opts, |id| {
-            if let Ok(piece) = stream.push(&tokenizer, id) {
-                text.push_str(&piece);
-            }
-            TokenControl::Continue
-        })
+    let (g, text) = super::generate::greedy_text(model, &tokenizer, &prompt_ids, max_tokens)
         .await
         .map_err(WebError::from)?;
-    text.push_str(&stream.finish());
     to_js(&CachedReport {
         adapter,
         prompt_ids: g.prompt_ids,

@@ -6,7 +6,7 @@ use wasm_bindgen::prelude::*;
 
 use super::{has_webgpu, install_panic_hook, js_error, to_js};
 use crate::backend::gpu::GpuBackend;
-use crate::engine::{Engine, GenerateOptions, TokenControl};
+use crate::engine::{Engine, GenerateOptions, Generation, TokenControl};
 use crate::formats::gguf::GgufFile;
 use crate::gpu::{DeviceOptions, GpuContext};
 use crate::model::{GgufTensors, Model, ModelConfig};
@@ -60,24 +60,9 @@ pub async fn generate_greedy(
     let model = Model::load(backend, config, &tensors, ctx_tokens as usize).map_err(fail)?;
     drop(bytes);
     let load_ms = js_sys::Date::now() - start;
-    let mut engine = Engine::new(model);
-    let opts = GenerateOptions {
-        max_tokens: max_tokens as usize,
-        sampling: SamplerConfig::greedy(),
-        stop_ids: tokenizer.stop_ids().to_vec(),
-    };
-    let mut stream = TextStream::new(true);
-    let mut text = String::new();
-    let g = engine
-        .generate(&prompt_ids, &opts, |id| {
-            if let Ok(piece) = stream.push(&tokenizer, id) {
-                text.push_str(&piece);
-            }
-            TokenControl::Continue
-        })
+    let (g, text) = greedy_text(model, &tokenizer, &prompt_ids, max_tokens)
         .await
         .map_err(fail)?;
-    text.push_str(&stream.finish());
     to_js(&GenerateReport {
         adapter,
         prompt_ids: g.prompt_ids,
@@ -87,4 +72,32 @@ pub async fn generate_greedy(
         prefill_ms: g.usage.prefill_ms,
         decode_ms: g.usage.decode_ms,
     })
+}
+
+/// Greedy generation from `prompt_ids` for at most `max_tokens` tokens, stopping at the
+/// tokenizer's stop ids: the generation and its text (decoded UTF-8-safe as it streams).
+pub(super) async fn greedy_text(
+    model: Model<GpuBackend>,
+    tokenizer: &Tokenizer,
+    prompt_ids: &[u32],
+    max_tokens: u32,
+) -> Result<(Generation, String), crate::Error> {
+    let mut engine = Engine::new(model);
+    let opts = GenerateOptions {
+        max_tokens: max_tokens as usize,
+        sampling: SamplerConfig::greedy(),
+        stop_ids: tokenizer.stop_ids().to_vec(),
+    };
+    let mut stream = TextStream::new(true);
+    let mut text = String::new();
+    let g = engine
+        .generate(prompt_ids, &opts, |id| {
+            if let Ok(piece) = stream.push(tokenizer, id) {
+                text.push_str(&piece);
+            }
+            TokenControl::Continue
+        })
+        .await?;
+    text.push_str(&stream.finish());
+    Ok((g, text))
 }

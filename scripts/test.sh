@@ -9,6 +9,8 @@ scripts/setup.sh
 # GPU kernel tests run on lavapipe unless the caller points the Vulkan loader elsewhere.
 export VK_ICD_FILENAMES="${VK_ICD_FILENAMES:-/usr/share/vulkan/icd.d/lvp_icd.x86_64.json}"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+# A fresh clone gains nothing from incremental compilation, and its caches double target/'s size.
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
@@ -46,3 +48,5 @@ node tests/browser/run-package.mjs
 echo "== demos in headless Chromium: chat, TL;DR widget (offline reload), no WebGPU"
 [ -f pkg/index.js ] || npm run build
 node tests/browser/run-demos.mjs
+
+echo "== disk used by this run: $(du -sh target 2>/dev/null | cut -f1) in target/"

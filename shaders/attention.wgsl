@@ -19,6 +19,10 @@
 //            weights computed once in workgroup memory, the sum over pieces split between
 //            groups of threads so that their loads are independent.
 //
+// RoPE (rope_dim > 0): the new keys are rotated as they are appended and each query as it is
+// loaded, with rope.wgsl's pairs and arithmetic, so the rope dispatches of q and k and their
+// barriers go; the q and k buffers themselves are left as they were.
+//
 // Query head h reads KV head h / (n_heads / n_kv_heads). head_dim must be a multiple of 8 and
 // at most 256, n_splits at most 64, WG a power of two from 64 to 256 (TILE = 256 keys), and
 // a cache row's 16-byte slots (head_dim / 8 for f16, head_dim / 4 for f32) must not
@@ -37,6 +41,7 @@
 //   6  out: (n_tokens, n_heads, head_dim) f32
 //   7  partials: (n_tokens, n_heads, n_splits, head_dim / 4) vec4 acc, then
 //      (n_tokens, n_heads, n_splits) vec4 (m, l, 0, 0)
+//   8  freqs: (rope_dim / 2) vec2<u32>, rope.wgsl's table (any buffer without RoPE)
 
 struct AttentionParams {
     mode: u32,
@@ -49,8 +54,8 @@ struct AttentionParams {
     kv_f16: u32,
     scale: f32,
     min_split: u32,
-    pad0: u32,
-    pad1: u32,
+    rope_dim: u32, // dimensions rotated (0: no RoPE here)
+    rope_neox: u32, // 1: pairs (i, i + rope_dim/2); 0: pairs (2i, 2i+1)
 }
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
@@ -61,6 +66,7 @@ struct AttentionParams {
 @group(0) @binding(5) var<storage, read_write> v_cache: array<vec4<u32>>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 @group(0) @binding(7) var<storage, read_write> partials: array<vec4<f32>>;
+@group(0) @binding(8) var<storage, read> freqs: array<vec2<u32>>;
 
 const TILE: u32 = 256u;
 const NEG_BIG: f32 = -3.0e38;
@@ -99,6 +105,43 @@ fn slot_dot(w: vec4<u32>, c: u32, slots: u32) -> f32 {
     return select(0.0, s, c < slots);
 }
 
+// Value j of the head row starting at src[row], rotated for position pos when RoPE is on
+// (rope.wgsl's expressions for the pair j belongs to).
+fn roped(row: u32, j: u32, pos: u32) -> f32 {
+    if (j >= p.rope_dim) {
+        return src[row + j];
+    }
+    let half = p.rope_dim / 2u;
+    var a = j & ~1u;
+    var b = a + 1u;
+    var pair = j / 2u;
+    if (p.rope_neox == 1u) {
+        pair = select(j - half, j, j < half);
+        a = pair;
+        b = pair + half;
+    }
+    let cs = rope_cos_sin(freqs[pair], pos);
+    let va = src[row + a];
+    let vb = src[row + b];
+    if (j == a) {
+        return va * cs.x - vb * cs.y;
+    }
+    return va * cs.y + vb * cs.x;
+}
+
+// Four values of a head row from src[row + j], rotated when RoPE is on.
+fn roped4(row: u32, j: u32, pos: u32) -> vec4<f32> {
+    if (p.rope_dim == 0u) {
+        return vec4<f32>(src[row + j], src[row + j + 1u], src[row + j + 2u], src[row + j + 3u]);
+    }
+    return vec4<f32>(
+        roped(row, j, pos),
+        roped(row, j + 1u, pos),
+        roped(row, j + 2u, pos),
+        roped(row, j + 3u, pos),
+    );
+}
+
 // Cache values per 16-byte slot.
 fn per_slot() -> u32 {
     return select(4u, 8u, p.kv_f16 == 1u);
@@ -132,26 +175,28 @@ fn append(i: u32) {
     }
     let at = pos * per_token + i % per_token;
     let s = i * e;
+    // The keys' head row and this slot's place in it (a slot never straddles two rows).
+    let j = s % p.head_dim;
+    let row = s - j;
+    let k0 = roped4(row, j, pos);
+    let v0 = vec4<f32>(src2[s], src2[s + 1u], src2[s + 2u], src2[s + 3u]);
     if (p.kv_f16 == 1u) {
+        let k1 = roped4(row, j + 4u, pos);
         k_cache[at] = vec4<u32>(
-            pack2x16float(vec2<f32>(src[s], src[s + 1u])),
-            pack2x16float(vec2<f32>(src[s + 2u], src[s + 3u])),
-            pack2x16float(vec2<f32>(src[s + 4u], src[s + 5u])),
-            pack2x16float(vec2<f32>(src[s + 6u], src[s + 7u])),
+            pack2x16float(k0.xy),
+            pack2x16float(k0.zw),
+            pack2x16float(k1.xy),
+            pack2x16float(k1.zw),
         );
         v_cache[at] = vec4<u32>(
-            pack2x16float(vec2<f32>(src2[s], src2[s + 1u])),
-            pack2x16float(vec2<f32>(src2[s + 2u], src2[s + 3u])),
+            pack2x16float(v0.xy),
+            pack2x16float(v0.zw),
             pack2x16float(vec2<f32>(src2[s + 4u], src2[s + 5u])),
             pack2x16float(vec2<f32>(src2[s + 6u], src2[s + 7u])),
         );
     } else {
-        k_cache[at] = bitcast<vec4<u32>>(
-            vec4<f32>(src[s], src[s + 1u], src[s + 2u], src[s + 3u]),
-        );
-        v_cache[at] = bitcast<vec4<u32>>(
-            vec4<f32>(src2[s], src2[s + 1u], src2[s + 2u], src2[s + 3u]),
-        );
+        k_cache[at] = bitcast<vec4<u32>>(k0);
+        v_cache[at] = bitcast<vec4<u32>>(v0);
     }
 }
 
@@ -169,8 +214,7 @@ fn attend(wid: vec3<u32>, lid: u32) {
 
     let qbase = (token * p.n_heads + head) * d;
     for (var i = lid; i < d / 4u; i = i + WG) {
-        let b = qbase + 4u * i;
-        q_sh[i] = vec4<f32>(src[b], src[b + 1u], src[b + 2u], src[b + 3u]) * p.scale;
+        q_sh[i] = roped4(qbase, 4u * i, position.pos0 + token) * p.scale;
     }
     workgroupBarrier();
 

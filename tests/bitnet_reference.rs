@@ -153,15 +153,17 @@ fn ids_arg(ids: &[u32]) -> String {
 }
 
 /// Logits of every position of one batch, through `tritium logits`.
-fn engine_logits(model: &str, ids: &[u32], backend: &str) -> Vec<f32> {
+/// `extra`: more flags for the engine (`--batch 1`: one-token passes, the decode path).
+fn engine_logits(model: &str, ids: &[u32], backend: &str, extra: &[&str]) -> Vec<f32> {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = dir.path().join("logits.f32");
     let out_s = out.to_str().expect("utf-8 temp path");
-    tritium(&[
+    let ids = ids_arg(ids);
+    let mut args = vec![
         "logits",
         model,
         "--ids",
-        &ids_arg(ids),
+        &ids,
         "--backend",
         backend,
         // The reference keeps keys and values in f32; an f16 cache alone moves logits by
@@ -170,7 +172,9 @@ fn engine_logits(model: &str, ids: &[u32], backend: &str) -> Vec<f32> {
         "f32",
         "-o",
         out_s,
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    tritium(&args);
     f32s(&std::fs::read(&out).expect("logits written"))
 }
 
@@ -221,14 +225,14 @@ fn compare(name: &str, got: &[f32], want: &[f32], vocab: usize) -> Result<String
 }
 
 /// Every golden sequence's logits and the greedy continuation, for one file on one backend.
-fn check_model(model: &str, backend: &str) {
+fn check_model(model: &str, backend: &str, extra: &[&str]) {
     let g = goldens();
     println!("reference: {:?}", g.versions);
     let mut failures = Vec::new();
     for s in &g.sequences {
         assert_eq!(s.shape, [s.ids.len(), g.config.vocab], "{}: shape", s.name);
         let want = f32s(&read(format!("{GOLDENS}/{}", s.file)));
-        let got = engine_logits(model, &s.ids, backend);
+        let got = engine_logits(model, &s.ids, backend, extra);
         match compare(&s.name, &got, &want, g.config.vocab) {
             Ok(line) => println!("{line}"),
             Err(line) => {
@@ -238,11 +242,13 @@ fn check_model(model: &str, backend: &str) {
         }
     }
 
-    let o = tritium(&[
+    let max_tokens = g.greedy.generated_ids.len().to_string();
+    let prompt = ids_arg(&g.greedy.prompt_ids);
+    let mut args = vec![
         "run",
         model,
         "--ids",
-        &ids_arg(&g.greedy.prompt_ids),
+        &prompt,
         "--backend",
         backend,
         "--kv-cache",
@@ -250,9 +256,11 @@ fn check_model(model: &str, backend: &str) {
         "--temperature",
         "0",
         "--max-tokens",
-        &g.greedy.generated_ids.len().to_string(),
+        &max_tokens,
         "--json",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let o = tritium(&args);
     let stdout = String::from_utf8_lossy(&o.stdout);
     let run: RunJson = serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("`tritium run --json` printed no JSON object ({e}):\n{stdout}"));
@@ -347,20 +355,28 @@ fn i2s_and_tq2_0_files_hold_the_same_ternary_weights() {
 
 #[test]
 fn i2s_on_cpu_matches_transformers() {
-    check_model(I2S, "cpu");
+    check_model(I2S, "cpu", &[]);
 }
 
 #[test]
 fn tq2_0_on_cpu_matches_transformers() {
-    check_model(TQ2, "cpu");
+    check_model(TQ2, "cpu", &[]);
 }
 
 #[test]
 fn i2s_on_gpu_matches_transformers() {
-    check_model(I2S, "gpu");
+    check_model(I2S, "gpu", &[]);
 }
 
 #[test]
 fn tq2_0_on_gpu_matches_transformers() {
-    check_model(TQ2, "gpu");
+    check_model(TQ2, "gpu", &[]);
+}
+
+/// One-token passes only (`--batch 1`): every logit comes from the decode path, where the GPU
+/// runs each RMSNorm with the BitLinear products it feeds (and their gating or residual add)
+/// as one dispatch (`norm_bitlinear.wgsl`).
+#[test]
+fn i2s_on_gpu_one_token_passes_match_transformers() {
+    check_model(I2S, "gpu", &["--batch", "1"]);
 }

@@ -64,6 +64,68 @@ impl Elementwise {
     }
 }
 
+/// What [`Backend::norm_bitlinear`] does with its products.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Combine {
+    /// Each product stays in its output.
+    Separate,
+    /// `outs[0] = relu(outs[0])^2 * outs[1]` over `len` values (BitNet's FFN); `outs[1]` is
+    /// scratch.
+    ReluSquaredMul { len: usize },
+    /// `residual += outs[0]` over `len` values; `outs[0]` is scratch.
+    AddTo { residual: Tensor, len: usize },
+}
+
+/// The arguments of [`Backend::norm_bitlinear`].
+#[derive(Copy, Clone, Debug)]
+pub struct NormBitLinear<'a> {
+    /// `(n, dim)` rows to normalize.
+    pub x: Tensor,
+    /// The norm's weight, `dim` values.
+    pub norm: Tensor,
+    pub eps: f32,
+    pub dim: usize,
+    /// Rows (tokens).
+    pub n: usize,
+    /// Scratch for the normed rows, `(n, dim)`: what it holds afterwards is unspecified.
+    pub normed: Tensor,
+    /// BitLinear weights taking the normed rows, and their outputs.
+    pub weights: &'a [Weight],
+    pub outs: &'a [Tensor],
+    pub combine: Combine,
+}
+
+/// [`Backend::norm_bitlinear`] as separate ops: the definition, and what a backend without a
+/// fused form of a call runs.
+pub fn norm_bitlinear_steps<B: Backend + ?Sized>(
+    b: &mut B,
+    c: &NormBitLinear<'_>,
+) -> Result<(), crate::Error> {
+    if c.weights.is_empty() || c.weights.len() != c.outs.len() {
+        return Err(crate::Error::Usage(format!(
+            "norm_bitlinear with {} weights and {} outputs",
+            c.weights.len(),
+            c.outs.len()
+        )));
+    }
+    b.rms_norm(c.x, c.norm, c.normed, c.n, c.dim, c.eps)?;
+    for (&w, &out) in c.weights.iter().zip(c.outs) {
+        b.bitlinear(w, c.normed, out, c.n)?;
+    }
+    match c.combine {
+        Combine::Separate => Ok(()),
+        Combine::ReluSquaredMul { len } => match c.outs {
+            [gate, up] => b.elementwise(Elementwise::ReluSquaredMul, *gate, None, Some(*up), len),
+            _ => Err(crate::Error::Usage(
+                "a gated norm_bitlinear takes two weights (gate, up)".into(),
+            )),
+        },
+        Combine::AddTo { residual, len } => {
+            b.elementwise(Elementwise::Add, residual, None, Some(c.outs[0]), len)
+        }
+    }
+}
+
 /// What [`Backend::finish`] reads back from a `(rows, vocab)` logits buffer.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Readback {
@@ -181,11 +243,20 @@ pub trait Backend {
         rows: usize,
     ) -> Result<(), crate::Error>;
 
+    /// RMSNorm of `c.x`, then BitLinear of the normed rows by each of `c.weights`, then
+    /// `c.combine` ([`norm_bitlinear_steps`] defines it). The GPU runs a one-token call as one
+    /// dispatch where the weights allow.
+    fn norm_bitlinear(&mut self, c: NormBitLinear<'_>) -> Result<(), crate::Error> {
+        norm_bitlinear_steps(self, &c)
+    }
+
     /// Rotate `x: (n_tokens, n_heads, head_dim)` in place at the pass's positions.
     fn rope(&mut self, x: Tensor, n_heads: usize) -> Result<(), crate::Error>;
 
     /// Append the pass's `k`, `v` to layer `layer` of the cache at the pass's positions, then
     /// causal attention of `q` over positions `0 ..= pos`: `out: (n_tokens, n_heads, head_dim)`.
+    /// What `q` and `k` hold afterwards is unspecified (the GPU folds their RoPE into this op
+    /// and leaves them unrotated).
     fn attention(
         &mut self,
         layer: usize,

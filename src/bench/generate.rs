@@ -40,9 +40,10 @@ pub struct GenerateBenchReport {
     pub decode_tokens: usize,
     pub decode_ms: f64,
     pub decode_tokens_per_s: f64,
-    /// The same decode with the integer-dot inputs quantized in their own dispatch rather
-    /// than in the RMSNorm before them.
-    pub decode_unfused_q8_tokens_per_s: f64,
+    /// The same decode with no fusions: integer-dot inputs quantized in their own dispatch
+    /// rather than in the RMSNorm before them, RMSNorm, quantization, BitLinear products,
+    /// gating and residual adds as separate dispatches, RoPE in its own.
+    pub decode_unfused_tokens_per_s: f64,
     /// The same decode with the f32-activation matvecs everywhere (no integer-dot kernels).
     pub decode_f32_matvec_tokens_per_s: f64,
     /// Bytes the backend holds (weights, activations, KV cache): the peak, since nothing is
@@ -147,6 +148,8 @@ pub fn run(
     let other = |engine: &mut Engine<GpuBackend>, int_dot, fuse| {
         engine.model.backend.set_int_dot(int_dot);
         engine.model.backend.set_fuse_norm_q8(fuse);
+        engine.model.backend.set_fuse_bitlinear(fuse);
+        engine.model.backend.set_fold_rope(fuse);
         if opts.warmup {
             run(engine, opts.decode_tokens.min(16))?;
         }
@@ -190,7 +193,7 @@ pub fn run(
         decode_tokens: u.generated_tokens.saturating_sub(1),
         decode_ms,
         decode_tokens_per_s: decode_tps,
-        decode_unfused_q8_tokens_per_s: unfused_tps,
+        decode_unfused_tokens_per_s: unfused_tps,
         decode_f32_matvec_tokens_per_s: f32_tps,
         gpu_bytes: model.backend.bytes_used(),
         bytes_per_token: bpt,

@@ -77,6 +77,26 @@ gpu_uniform! {
     }
 }
 
+gpu_uniform! {
+    /// Parameters of the NormBitLinear kernel (`norm_bitlinear.wgsl`).
+    pub struct NormBitLinearParams {
+        /// Input length (a multiple of 128, at most [`NORM_BITLINEAR_MAX_DIM`]).
+        pub dim: u32,
+        pub eps: f32,
+        /// Rows of each weight (0 for an absent one).
+        pub rows0: u32,
+        pub rows1: u32,
+        pub rows2: u32,
+        /// Per-tensor weight scales.
+        pub scale0: f32,
+        pub scale1: f32,
+        pub scale2: f32,
+    }
+}
+
+/// The longest input `norm_bitlinear.wgsl` holds in workgroup memory (`16 * XQ_VEC4S`).
+pub const NORM_BITLINEAR_MAX_DIM: u32 = 9600;
+
 /// Bytes of a record's header (scale, sum, two zero words).
 pub const RECORD_HEADER_BYTES: u64 = 16;
 
@@ -331,5 +351,158 @@ impl BitLinearOp {
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
         self.quantize.record(pass);
         self.matmul.record(pass);
+    }
+}
+
+/// What a [`NormBitLinearOp`] does with its products (the kernel's `MODE`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum NormBitLinearMode {
+    /// Each weight's product into its own output (up to three: q, k, v).
+    Separate,
+    /// `y0 = relu(w0 x)^2 * (w1 x)` (BitNet's FFN).
+    ReluSquaredGate,
+    /// `y0 += w0 x`.
+    Residual,
+}
+
+/// RMSNorm of one row, its BitLinear activation quantization and the I2_S products of up to
+/// three weights with it, in one dispatch (`norm_bitlinear.wgsl`): the decode step between
+/// two residual updates of BitNet. Built once, recorded every pass.
+pub struct NormBitLinearOp {
+    pub dispatch: Dispatch,
+    _params: wgpu::Buffer,
+}
+
+/// Invocations per workgroup of the NormBitLinear kernel.
+pub const NORM_BITLINEAR_WORKGROUP: u32 = 256;
+
+/// Rows one NormBitLinear workgroup computes (`WG / TPR * RPT`, as for the I2_S matvec).
+pub fn norm_bitlinear_rows_per_workgroup() -> u32 {
+    NORM_BITLINEAR_WORKGROUP / ternary::I2S_MATVEC_THREADS_PER_ROW
+        * ternary::I2S_MATVEC_ROWS_PER_THREAD
+}
+
+impl NormBitLinearOp {
+    /// Why the fused kernel cannot take these weights (the caller then records the norm, the
+    /// quantization and the products separately), or `None` when it can.
+    pub fn unsupported(
+        weights: &[&GpuWeight],
+        dim: u32,
+        mode: NormBitLinearMode,
+    ) -> Option<String> {
+        let per_wg = norm_bitlinear_rows_per_workgroup();
+        if weights.is_empty() || weights.len() > 3 {
+            return Some(format!("{} weights (1 to 3)", weights.len()));
+        }
+        if dim == 0 || dim % 128 != 0 || dim > NORM_BITLINEAR_MAX_DIM {
+            return Some(format!(
+                "rows of {dim} values (a multiple of 128, at most {NORM_BITLINEAR_MAX_DIM})"
+            ));
+        }
+        for w in weights {
+            if w.dtype != GgmlType::I2_S || w.cols != dim || w.chunks.len() != 1 || w.rows == 0 {
+                return Some(format!(
+                    "{} ({} {}x{}, {} chunks)",
+                    w.name,
+                    w.dtype,
+                    w.rows,
+                    w.cols,
+                    w.chunks.len()
+                ));
+            }
+        }
+        let ok = match mode {
+            NormBitLinearMode::Separate => weights[..weights.len() - 1]
+                .iter()
+                .all(|w| w.rows % per_wg == 0),
+            NormBitLinearMode::ReluSquaredGate => {
+                weights.len() == 2 && weights[0].rows == weights[1].rows
+            }
+            NormBitLinearMode::Residual => weights.len() == 1,
+        };
+        (!ok).then(|| format!("{mode:?} over these shapes"))
+    }
+
+    /// `x`: one row of `dim` f32, `norm` its weight; `y` one output per weight (for
+    /// [`NormBitLinearMode::ReluSquaredGate`] and [`NormBitLinearMode::Residual`] only the
+    /// first); `spare`: two small buffers bound where a weight or output is absent.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        ctx: &GpuContext,
+        x: &wgpu::Buffer,
+        norm: &wgpu::Buffer,
+        eps: f32,
+        weights: &[&GpuWeight],
+        y: &[&wgpu::Buffer],
+        mode: NormBitLinearMode,
+        spare: [&wgpu::Buffer; 2],
+    ) -> Result<Self, GpuError> {
+        let dim = weights.first().map_or(0, |w| w.cols);
+        if let Some(why) = Self::unsupported(weights, dim, mode) {
+            return Err(GpuError::Unsupported(format!(
+                "fused norm and BitLinear: {why}"
+            )));
+        }
+        let rows = |i: usize| weights.get(i).map_or(0, |w| w.rows);
+        let scale = |i: usize| weights.get(i).map_or(1.0, |w| w.scale);
+        let params = NormBitLinearParams {
+            dim,
+            eps,
+            rows0: rows(0),
+            rows1: rows(1),
+            rows2: rows(2),
+            scale0: scale(0),
+            scale1: scale(1),
+            scale2: scale(2),
+        };
+        for (what, b, need) in [
+            ("input", x, u64::from(dim) * 4),
+            ("norm weight", norm, u64::from(dim) * 4),
+        ] {
+            if b.size() < need {
+                return Err(GpuError::TooLarge {
+                    what: format!("norm_bitlinear {what}"),
+                    bytes: need,
+                    limit: b.size(),
+                });
+            }
+        }
+        let code = |i: usize| weights.get(i).unwrap_or(&weights[0]).chunks[0].planes[0].clone();
+        let (w0, w1, w2) = (code(0), code(1), code(2));
+        let out = |i: usize| y.get(i).copied();
+        let (Some(y0), y1, y2) = (out(0), out(1), out(2)) else {
+            return Err(GpuError::Validation(
+                "norm_bitlinear without an output".into(),
+            ));
+        };
+        let (y1, y2) = match mode {
+            NormBitLinearMode::Separate => (y1.unwrap_or(spare[0]), y2.unwrap_or(spare[1])),
+            _ => (spare[0], spare[1]),
+        };
+        let kernel = Kernel::NormBitLinear(match mode {
+            NormBitLinearMode::Separate => 0,
+            NormBitLinearMode::ReluSquaredGate => 1,
+            NormBitLinearMode::Residual => 2,
+        });
+        let pipeline = ctx.kernel(kernel, Some(NORM_BITLINEAR_WORKGROUP))?;
+        let u = ctx.uniform("norm_bitlinear.params", &params);
+        let bind_group = ctx.bind(&pipeline, &[&u, x, norm, &w0, &w1, &w2, y0, y1, y2]);
+        let per_wg = norm_bitlinear_rows_per_workgroup();
+        let n = match mode {
+            NormBitLinearMode::Separate => weights.iter().map(|w| w.rows.div_ceil(per_wg)).sum(),
+            _ => rows(0).div_ceil(per_wg),
+        };
+        Ok(NormBitLinearOp {
+            dispatch: Dispatch {
+                pipeline: Arc::clone(&pipeline),
+                bind_group,
+                workgroups: grid(n, ctx.limits.max_compute_workgroups_per_dimension),
+            },
+            _params: u,
+        })
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        self.dispatch.record(pass);
     }
 }

@@ -1,10 +1,12 @@
 //! BitNet b1.58's blocks (2B4T structure, facts.md): every linear layer is BitLinear (per-token
 //! int8 activations times ternary weights); the attention output is sub-normed before `wo`,
 //! and the FFN is `down(ffn_sub_norm(relu(gate(x))^2 * up(x)))`; RoPE in NeoX order, since the
-//! converters keep transformers' Q/K row order.
+//! converters keep transformers' Q/K row order. Each norm and the BitLinear products it feeds
+//! are one [`Backend::norm_bitlinear`] call (with the FFN's gating and each residual add), which
+//! the GPU runs as one dispatch per call during decode.
 
 use super::Model;
-use crate::backend::{Backend, Elementwise};
+use crate::backend::{Backend, Combine, NormBitLinear};
 use crate::Error;
 
 /// Embedding and every block for the pass's `n` tokens; leaves the residual stream in
@@ -20,30 +22,60 @@ pub fn blocks<B: Backend>(m: &mut Model<B>, n: usize) -> Result<(), Error> {
         let attn_sub_norm = l.attn_sub_norm.ok_or_else(|| missing("attn_sub_norm", i))?;
         let ffn_sub_norm = l.ffn_sub_norm.ok_or_else(|| missing("ffn_sub_norm", i))?;
         // Attention.
-        b.rms_norm(s.x, l.attn_norm, s.xb, n, c.dim, c.eps)?;
-        b.bitlinear(l.wq, s.xb, s.q, n)?; // (n, n_heads, head_dim)
-        b.bitlinear(l.wk, s.xb, s.k, n)?; // (n, n_kv_heads, head_dim)
-        b.bitlinear(l.wv, s.xb, s.v, n)?;
+        b.norm_bitlinear(NormBitLinear {
+            x: s.x,
+            norm: l.attn_norm,
+            eps: c.eps,
+            dim: c.dim,
+            n,
+            normed: s.xb,
+            weights: &[l.wq, l.wk, l.wv],
+            outs: &[s.q, s.k, s.v], // (n, n_heads | n_kv_heads, head_dim)
+            combine: Combine::Separate,
+        })?;
         b.rope(s.q, c.n_heads)?;
         b.rope(s.k, c.n_kv_heads)?;
         b.attention(i, s.q, s.k, s.v, s.att, c.n_heads)?; // (n, n_heads, head_dim)
-        b.rms_norm(s.att, attn_sub_norm, s.att_normed, n, q_dim, c.eps)?;
-        b.bitlinear(l.wo, s.att_normed, s.xb2, n)?; // (n, dim)
-        b.elementwise(Elementwise::Add, s.x, None, Some(s.xb2), n * c.dim)?;
+        b.norm_bitlinear(NormBitLinear {
+            x: s.att,
+            norm: attn_sub_norm,
+            eps: c.eps,
+            dim: q_dim,
+            n,
+            normed: s.att_normed,
+            weights: &[l.wo],
+            outs: &[s.xb2], // (n, dim)
+            combine: Combine::AddTo {
+                residual: s.x,
+                len: n * c.dim,
+            },
+        })?;
         // FFN.
-        b.rms_norm(s.x, l.ffn_norm, s.xb, n, c.dim, c.eps)?;
-        b.bitlinear(l.w_gate, s.xb, s.hb, n)?; // (n, ffn_dim)
-        b.bitlinear(l.w_up, s.xb, s.hb2, n)?;
-        b.elementwise(
-            Elementwise::ReluSquaredMul,
-            s.hb,
-            None,
-            Some(s.hb2),
-            n * c.ffn_dim,
-        )?;
-        b.rms_norm(s.hb, ffn_sub_norm, s.hb_normed, n, c.ffn_dim, c.eps)?;
-        b.bitlinear(l.w_down, s.hb_normed, s.xb2, n)?; // (n, dim)
-        b.elementwise(Elementwise::Add, s.x, None, Some(s.xb2), n * c.dim)?;
+        b.norm_bitlinear(NormBitLinear {
+            x: s.x,
+            norm: l.ffn_norm,
+            eps: c.eps,
+            dim: c.dim,
+            n,
+            normed: s.xb,
+            weights: &[l.w_gate, l.w_up],
+            outs: &[s.hb, s.hb2], // (n, ffn_dim)
+            combine: Combine::ReluSquaredMul { len: n * c.ffn_dim },
+        })?;
+        b.norm_bitlinear(NormBitLinear {
+            x: s.hb,
+            norm: ffn_sub_norm,
+            eps: c.eps,
+            dim: c.ffn_dim,
+            n,
+            normed: s.hb_normed,
+            weights: &[l.w_down],
+            outs: &[s.xb2], // (n, dim)
+            combine: Combine::AddTo {
+                residual: s.x,
+                len: n * c.dim,
+            },
+        })?;
     }
     Ok(())
 }

@@ -1,13 +1,19 @@
 //! BitLinear inputs on the GPU backend: an input's int8 records are made once per pass and
 //! shared by every product that reads it (q/k/v, gate/up), and an RMSNorm whose output feeds an
 //! I2_S BitLinear is recorded as one dispatch with that quantization. `rms_norm` only notes the
-//! norm ([`PendingNorm`]); the next op records it, fused when it can be.
+//! norm ([`PendingNorm`]); the next op records it, fused when it can be. A one-token
+//! [`crate::backend::Backend::norm_bitlinear`] call goes further: the norm, the quantization and
+//! the products (with their gating or residual add) in one dispatch
+//! ([`NormBitLinearOp`]).
 
 use super::{GpuBackend, Key, Step};
-use crate::backend::{Tensor, Weight};
-use crate::gpu::bitlinear::{activations_bytes, QuantizeActivationsOp, RmsNormQuantizeOp};
+use crate::backend::{Combine, NormBitLinear, Tensor, Weight};
+use crate::gpu::bitlinear::{
+    activations_bytes, NormBitLinearMode, NormBitLinearOp, QuantizeActivationsOp, RmsNormQuantizeOp,
+};
 use crate::gpu::matmul::MatmulOp;
 use crate::gpu::ops::RmsNormOp;
+use crate::gpu::weights::GpuWeight;
 use crate::Error;
 
 /// An RMSNorm not recorded yet: if the next op is an I2_S BitLinear of its output, the two
@@ -95,7 +101,7 @@ impl GpuBackend {
                 self.quantized.push(x);
             }
             _ => {
-                self.flush_norm()?;
+                self.flush_pending()?;
                 if !self.quantized.contains(&x) {
                     let records = xq.clone();
                     self.step(Key::Quantize(x, rows, cols), move |s| {
@@ -121,6 +127,109 @@ impl GpuBackend {
             )?))
         })?;
         self.wrote(out);
+        Ok(())
+    }
+
+    /// Fuse the norm, the quantization and the products of one-token `norm_bitlinear` calls
+    /// into one dispatch (the default), or record them separately (for comparisons).
+    pub fn set_fuse_bitlinear(&mut self, on: bool) {
+        self.fuse_bitlinear = on;
+        self.tapes.clear();
+    }
+
+    /// The fused kernel's mode for `c`, or `None` where `c` must run as separate ops: more
+    /// than one token, weights the kernel does not take, or outputs that alias the inputs.
+    pub(super) fn fused_norm_bitlinear_mode(
+        &self,
+        c: &NormBitLinear<'_>,
+    ) -> Option<NormBitLinearMode> {
+        if !self.fuse_bitlinear || self.n_tokens != 1 || c.n != 1 {
+            return None;
+        }
+        if c.weights.is_empty() || c.weights.len() != c.outs.len() {
+            return None;
+        }
+        let ws: Vec<&GpuWeight> = c
+            .weights
+            .iter()
+            .map(|w| &self.weights[w.0 as usize])
+            .collect();
+        let (mode, written) = match c.combine {
+            Combine::Separate => (NormBitLinearMode::Separate, c.outs.to_vec()),
+            Combine::ReluSquaredMul { len } => {
+                if len != ws[0].rows as usize {
+                    return None;
+                }
+                (NormBitLinearMode::ReluSquaredGate, vec![c.outs[0]])
+            }
+            Combine::AddTo { residual, len } => {
+                if len != ws[0].rows as usize {
+                    return None;
+                }
+                (NormBitLinearMode::Residual, vec![residual])
+            }
+        };
+        if NormBitLinearOp::unsupported(&ws, c.dim as u32, mode).is_some() {
+            return None;
+        }
+        // Every workgroup reads the input while others write the outputs.
+        let distinct = written
+            .iter()
+            .enumerate()
+            .all(|(i, t)| *t != c.x && *t != c.norm && !written[..i].contains(t));
+        distinct.then_some(mode)
+    }
+
+    /// Record `c` as one [`NormBitLinearOp`] (after [`Self::fused_norm_bitlinear_mode`]).
+    pub(super) fn norm_bitlinear_fused(
+        &mut self,
+        c: &NormBitLinear<'_>,
+        mode: NormBitLinearMode,
+    ) -> Result<(), Error> {
+        self.flush_pending()?;
+        let written: Vec<Tensor> = match c.combine {
+            Combine::AddTo { residual, .. } => vec![residual],
+            Combine::ReluSquaredMul { .. } => vec![c.outs[0]],
+            Combine::Separate => c.outs.to_vec(),
+        };
+        if self.spare.is_none() {
+            let a = self.ctx.storage("norm_bitlinear.spare", 16)?;
+            let b = self.ctx.storage("norm_bitlinear.spare", 16)?;
+            self.bytes += 32;
+            self.spare = Some([a, b]);
+        }
+        let key = Key::NormBitLinear(
+            c.x,
+            c.norm,
+            c.eps.to_bits(),
+            c.weights.to_vec(),
+            written.clone(),
+            mode,
+        );
+        let (x, norm, eps, weights) = (c.x, c.norm, c.eps, c.weights.to_vec());
+        let ys = written.clone();
+        self.step(key, move |s| {
+            let ws: Vec<&GpuWeight> = weights.iter().map(|w| &s.weights[w.0 as usize]).collect();
+            let ys: Vec<&wgpu::Buffer> = ys.iter().map(|&t| s.buf(t)).collect();
+            let spare = s
+                .spare
+                .as_ref()
+                .ok_or_else(|| crate::gpu::GpuError::Validation("no spare buffers".into()))?;
+            Ok(Step::NormBitLinear(NormBitLinearOp::new(
+                &s.ctx,
+                s.buf(x),
+                s.buf(norm),
+                eps,
+                &ws,
+                &ys,
+                mode,
+                [&spare[0], &spare[1]],
+            )?))
+        })?;
+        // The normed rows and the scratch outputs are left unspecified: stale records go.
+        for t in written.iter().chain(c.outs).chain([&c.normed]) {
+            self.wrote(*t);
+        }
         Ok(())
     }
 }

@@ -12,20 +12,20 @@ use std::collections::HashMap;
 
 use web_time::Instant;
 
+mod attention;
 mod bitlinear_inputs;
 mod q8_inputs;
 mod tape;
 
 use super::profile::{OpTime, Profiler};
-use super::{Backend, Elementwise, KvShape, Logits, Readback, Tensor, Weight, WeightData};
+use super::{
+    Backend, Elementwise, KvShape, Logits, NormBitLinear, Readback, Tensor, Weight, WeightData,
+};
 use crate::cpu::ops::RopeConfig;
 use crate::gpu::bitlinear::BitLinearOp;
 use crate::gpu::embedding::EmbeddingOp;
 use crate::gpu::matmul::MatmulOp;
-use crate::gpu::ops::{
-    AttentionBuffers, AttentionCall, AttentionOp, ElementwiseOp, KvCache, KvDtype, Position,
-    RopeOp, RopeTable, TopKOp,
-};
+use crate::gpu::ops::{ElementwiseOp, KvCache, KvDtype, Position, RopeTable, TopKOp};
 use crate::gpu::weights::GpuWeight;
 use crate::gpu::{GpuContext, GpuError};
 use crate::quant::GgmlType;
@@ -79,6 +79,10 @@ pub struct GpuBackend {
     /// Tensors whose records hold their current values in this pass.
     quantized: Vec<Tensor>,
     pending_norm: Option<PendingNorm>,
+    /// RoPE calls not recorded yet (tensor, heads): folded into the attention that reads them.
+    pending_rope: Vec<(Tensor, usize)>,
+    /// Fold the RoPE of q and k into attention.
+    fold_rope: bool,
     /// Int8 records (blocks of 32, one token) of the inputs of integer-dot decode products,
     /// per (tensor, row length).
     q8_records: HashMap<(Tensor, usize), wgpu::Buffer>,
@@ -88,6 +92,10 @@ pub struct GpuBackend {
     int_dot: bool,
     /// Quantize the input of those kernels inside the RMSNorm that makes it, where one does.
     fuse_norm_q8: bool,
+    /// Run one-token [`Backend::norm_bitlinear`] calls as one dispatch where the weights allow.
+    fuse_bitlinear: bool,
+    /// Two small buffers bound where the fused BitLinear kernel has no weight or output.
+    spare: Option<[wgpu::Buffer; 2]>,
     /// GPU time per op (benchmarks); passes are not run ahead while it is on.
     profiler: Option<Profiler>,
     tapes: HashMap<usize, Tape>,
@@ -120,10 +128,14 @@ impl GpuBackend {
             records: HashMap::new(),
             quantized: Vec::new(),
             pending_norm: None,
+            pending_rope: Vec::new(),
+            fold_rope: true,
             q8_records: HashMap::new(),
             q8_quantized: Vec::new(),
             int_dot: true,
             fuse_norm_q8: true,
+            fuse_bitlinear: true,
+            spare: None,
             tapes: HashMap::new(),
             n_tokens: 0,
             cursor: 0,
@@ -158,6 +170,7 @@ impl GpuBackend {
         self.quantized.clear();
         self.q8_quantized.clear();
         self.pending_norm = None;
+        self.pending_rope.clear();
         Ok(())
     }
 
@@ -327,7 +340,7 @@ impl Backend for GpuBackend {
     }
 
     fn embed(&mut self, table: Weight, out: Tensor) -> Result<(), Error> {
-        self.flush_norm()?;
+        self.flush_pending()?;
         self.wrote(out);
         let n = self.n_tokens as u32;
         self.step(Key::Embed(table, out), |s| {
@@ -352,7 +365,7 @@ impl Backend for GpuBackend {
         eps: f32,
     ) -> Result<(), Error> {
         // Recorded with the next op: fused into it when that is an I2_S BitLinear of `out`.
-        self.flush_norm()?;
+        self.flush_pending()?;
         self.pending_norm = Some(PendingNorm {
             x,
             weight,
@@ -368,7 +381,7 @@ impl Backend for GpuBackend {
         if self.uses_q8(w, rows) {
             return self.matvec_q8(w, x, out);
         }
-        self.flush_norm()?;
+        self.flush_pending()?;
         self.wrote(out);
         self.step(Key::Matmul(w, x, out, rows), |s| {
             let gw = &s.weights[w.0 as usize];
@@ -393,7 +406,7 @@ impl Backend for GpuBackend {
         if dtype == GgmlType::I2_S {
             return self.bitlinear_i2s(w, x, out, rows);
         }
-        self.flush_norm()?;
+        self.flush_pending()?;
         self.wrote(out);
         self.step(Key::BitLinear(w, x, out, rows), |s| {
             let gw = &s.weights[w.0 as usize];
@@ -407,24 +420,15 @@ impl Backend for GpuBackend {
         })
     }
 
+    fn norm_bitlinear(&mut self, c: NormBitLinear<'_>) -> Result<(), Error> {
+        match self.fused_norm_bitlinear_mode(&c) {
+            Some(mode) => self.norm_bitlinear_fused(&c, mode),
+            None => super::norm_bitlinear_steps(self, &c),
+        }
+    }
+
     fn rope(&mut self, x: Tensor, n_heads: usize) -> Result<(), Error> {
-        self.flush_norm()?;
-        self.wrote(x);
-        let n = self.n_tokens as u32;
-        self.step(Key::Rope(x, n_heads), |s| {
-            let table = s
-                .rope
-                .as_ref()
-                .ok_or_else(|| GpuError::Validation("RoPE before its table was created".into()))?;
-            Ok(Step::Rope(RopeOp::new(
-                &s.ctx,
-                table,
-                s.buf(x),
-                &s.position,
-                n,
-                n_heads as u32,
-            )?))
-        })
+        self.note_rope(x, n_heads)
     }
 
     fn attention(
@@ -436,30 +440,7 @@ impl Backend for GpuBackend {
         out: Tensor,
         n_heads: usize,
     ) -> Result<(), Error> {
-        self.flush_norm()?;
-        self.wrote(out);
-        let n = self.n_tokens as u32;
-        self.step(Key::Attention(layer, [q, k, v, out], n_heads), |s| {
-            let io = AttentionBuffers {
-                q: s.buf(q),
-                k: s.buf(k),
-                v: s.buf(v),
-                out: s.buf(out),
-            };
-            let call = AttentionCall {
-                layer,
-                n_heads: n_heads as u32,
-                n_tokens: n,
-                splits: None,
-            };
-            Ok(Step::Attention(AttentionOp::new(
-                &s.ctx,
-                s.cache()?,
-                &s.position,
-                io,
-                call,
-            )?))
-        })
+        self.record_attention(layer, [q, k, v, out], n_heads)
     }
 
     fn elementwise(
@@ -470,7 +451,7 @@ impl Backend for GpuBackend {
         second: Option<Tensor>,
         len: usize,
     ) -> Result<(), Error> {
-        self.flush_norm()?;
+        self.flush_pending()?;
         self.wrote(out);
         self.step(Key::Elementwise(f, out, first, second, len), |s| {
             Ok(Step::Elementwise(ElementwiseOp::new(
@@ -485,7 +466,7 @@ impl Backend for GpuBackend {
     }
 
     fn copy_row(&mut self, src: Tensor, row: usize, cols: usize, dst: Tensor) -> Result<(), Error> {
-        self.flush_norm()?;
+        self.flush_pending()?;
         self.wrote(dst);
         let bytes = cols as u64 * 4;
         let src_offset = row as u64 * bytes;
@@ -528,7 +509,7 @@ impl Backend for GpuBackend {
         readback: Readback,
     ) -> Result<GpuPending, Error> {
         let started = Instant::now();
-        self.flush_norm()?;
+        self.flush_pending()?;
         let row_bytes = vocab as u64 * 4;
         // What to copy back: (source buffer, offset, bytes).
         let source = match readback {

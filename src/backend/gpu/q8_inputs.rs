@@ -65,7 +65,7 @@ impl GpuBackend {
                 self.wrote(x);
                 self.q8_quantized.push((x, cols));
             }
-            _ => self.flush_norm()?,
+            _ => self.flush_pending()?,
         }
         if !self.q8_quantized.contains(&(x, cols)) {
             let records = xq.clone();

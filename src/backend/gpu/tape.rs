@@ -6,7 +6,9 @@
 
 use super::{Elementwise, GpuBackend, Tensor, Weight};
 use crate::backend::profile::Profiler;
-use crate::gpu::bitlinear::{BitLinearOp, QuantizeActivationsOp, RmsNormQuantizeOp};
+use crate::gpu::bitlinear::{
+    BitLinearOp, NormBitLinearMode, NormBitLinearOp, QuantizeActivationsOp, RmsNormQuantizeOp,
+};
 use crate::gpu::embedding::EmbeddingOp;
 use crate::gpu::matmul::MatmulOp;
 use crate::gpu::ops::{AttentionOp, ElementwiseOp, RmsNormOp, RopeOp, TopKOp};
@@ -32,10 +34,21 @@ pub(super) enum Key {
     /// A one-row RmsNorm (its arguments but the row count) that also writes the q8 records of
     /// its output.
     RmsNormQuantizeQ8(Tensor, Tensor, Tensor, usize, u32),
+    /// A one-token RMSNorm (input, weight, eps bits) with the I2_S products it feeds
+    /// (weights, the tensors written) in one dispatch.
+    NormBitLinear(
+        Tensor,
+        Tensor,
+        u32,
+        Vec<Weight>,
+        Vec<Tensor>,
+        NormBitLinearMode,
+    ),
     /// A one-token integer-dot product from the input's int8 records.
     MatvecQ8(Weight, Tensor, Tensor),
     Rope(Tensor, usize),
-    Attention(usize, [Tensor; 4], usize),
+    /// Layer, q/k/v/out, query heads, RoPE folded in.
+    Attention(usize, [Tensor; 4], usize, bool),
     Elementwise(Elementwise, Tensor, Option<Tensor>, Option<Tensor>, usize),
     CopyRow(Tensor, usize, usize, Tensor),
     TopK(Tensor, usize, usize, usize),
@@ -48,6 +61,7 @@ pub(super) enum Step {
     BitLinear(Box<BitLinearOp>),
     Quantize(QuantizeActivationsOp),
     RmsNormQuantize(RmsNormQuantizeOp),
+    NormBitLinear(NormBitLinearOp),
     QuantizeQ8(QuantizeQ8Op),
     RmsNormQuantizeQ8(RmsNormQuantizeQ8Op),
     Rope(RopeOp),
@@ -72,6 +86,7 @@ impl Step {
             Step::BitLinear(op) => op.record(pass),
             Step::Quantize(op) => op.record(pass),
             Step::RmsNormQuantize(op) => op.record(pass),
+            Step::NormBitLinear(op) => op.record(pass),
             Step::QuantizeQ8(op) => op.record(pass),
             Step::RmsNormQuantizeQ8(op) => op.record(pass),
             Step::Rope(op) => op.record(pass),
@@ -188,8 +203,13 @@ impl GpuBackend {
             Key::RmsNormQuantize(_, _, _, rows, dim, _) => {
                 format!("rms_norm+quantize {rows}x{dim}")
             }
+            Key::NormBitLinear(_, _, _, ws, _, mode) => {
+                let shapes: Vec<String> = ws.iter().map(weight).collect();
+                format!("rms_norm+bitlinear {mode:?} {}", shapes.join(" + "))
+            }
             Key::Rope(_, heads) => format!("rope {n}x{heads} heads"),
-            Key::Attention(_, _, heads) => format!("attention {n}x{heads} heads"),
+            Key::Attention(_, _, heads, false) => format!("attention {n}x{heads} heads"),
+            Key::Attention(_, _, heads, true) => format!("attention+rope {n}x{heads} heads"),
             Key::Elementwise(f, _, _, _, len) => format!("{f:?} {len}"),
             Key::CopyRow(..) => "copy".into(),
             Key::TopK(_, rows, vocab, k) => format!("top-{k} {rows}x{vocab}"),

@@ -44,6 +44,10 @@ pub enum Kernel {
     /// RMSNorm followed by the int8 activation quantization of its output, in one dispatch
     /// (the input of an I2_S BitLinear during decode).
     RmsNormQuantize,
+    /// RMSNorm, the int8 activation quantization and one token's I2_S products in one
+    /// dispatch (`norm_bitlinear.wgsl`), with its `MODE`: 0 up to three weights (q/k/v),
+    /// 1 the gated FFN (`relu(gate)^2 * up`), 2 added to a residual.
+    NormBitLinear(u32),
     RmsNorm,
     Rope,
     Attention,
@@ -146,6 +150,9 @@ impl Kernel {
             Kernel::QuantizeActivations,
             Kernel::FakeQuantizeActivations,
             Kernel::RmsNormQuantize,
+            Kernel::NormBitLinear(0),
+            Kernel::NormBitLinear(1),
+            Kernel::NormBitLinear(2),
             Kernel::RmsNorm,
             Kernel::Rope,
             Kernel::Attention,
@@ -180,7 +187,8 @@ impl Kernel {
             Kernel::QuantizeQ8 | Kernel::RmsNormQuantizeQ8 => q8::source(self),
             Kernel::QuantizeActivations
             | Kernel::FakeQuantizeActivations
-            | Kernel::RmsNormQuantize => ternary::source(self),
+            | Kernel::RmsNormQuantize
+            | Kernel::NormBitLinear(_) => ternary::source(self),
             Kernel::Copy => Some(KernelSource {
                 files: &["copy.wgsl"],
                 entry: "main",
@@ -202,7 +210,16 @@ impl Kernel {
             Kernel::MatvecQ8(t) => format!("matvec_q8_{}", t.name().to_lowercase()),
             Kernel::Matmul(t) => format!("matmul_{}", t.name().to_lowercase()),
             Kernel::Embedding(t) => format!("embedding_{}", t.name().to_lowercase()),
+            Kernel::NormBitLinear(mode) => format!("norm_bitlinear_{mode}"),
             k => format!("{k:?}").to_lowercase(),
+        }
+    }
+
+    /// Pipeline constants besides the workgroup size (`override`s the kernel's WGSL declares).
+    fn constants(self) -> Vec<(&'static str, f64)> {
+        match self {
+            Kernel::NormBitLinear(mode) => vec![("MODE", f64::from(mode))],
+            _ => Vec::new(),
         }
     }
 
@@ -270,6 +287,8 @@ impl GpuContext {
             .ok_or_else(|| GpuError::Unsupported(key.kernel.label()))?;
         let wgsl = key.kernel.wgsl(key.variant)?;
         let label = key.kernel.label();
+        let mut constants = vec![("WG", f64::from(key.workgroup_size))];
+        constants.extend(key.kernel.constants());
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self
             .device
@@ -285,7 +304,7 @@ impl GpuContext {
                 module: &module,
                 entry_point: Some(src.entry),
                 compilation_options: wgpu::PipelineCompilationOptions {
-                    constants: &[("WG", f64::from(key.workgroup_size))],
+                    constants: &constants,
                     zero_initialize_workgroup_memory: false,
                 },
                 cache: None,

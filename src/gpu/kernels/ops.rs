@@ -14,6 +14,10 @@ pub const FILES: &[(&str, &str)] = &[
     ),
     ("rope.wgsl", include_str!("../../../shaders/rope.wgsl")),
     (
+        "rope_angle.wgsl",
+        include_str!("../../../shaders/rope_angle.wgsl"),
+    ),
+    (
         "attention.wgsl",
         include_str!("../../../shaders/attention.wgsl"),
     ),
@@ -45,9 +49,15 @@ pub const FILES: &[(&str, &str)] = &[
 pub fn source(kernel: Kernel) -> Option<KernelSource> {
     let (files, default_workgroup_size): (&'static [&'static str], u32) = match kernel {
         Kernel::RmsNorm => (&["rms_norm.wgsl"], 256),
-        Kernel::Rope => (&["position_params.wgsl", "rope.wgsl"], 64),
+        Kernel::Rope => (
+            &["position_params.wgsl", "rope_angle.wgsl", "rope.wgsl"],
+            64,
+        ),
         // 256 = TILE: one key per thread in the scores loop; a power of two from 64 to 256.
-        Kernel::Attention => (&["position_params.wgsl", "attention.wgsl"], 256),
+        Kernel::Attention => (
+            &["position_params.wgsl", "rope_angle.wgsl", "attention.wgsl"],
+            256,
+        ),
         Kernel::Softmax => (&["softmax.wgsl"], 256),
         Kernel::ReluSquared => (&["elementwise.wgsl", "relu_squared.wgsl"], 256),
         Kernel::SiluMul => (&["elementwise.wgsl", "silu_mul.wgsl"], 256),

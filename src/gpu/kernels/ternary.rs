@@ -77,6 +77,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../shaders/rms_norm_quantize.wgsl"),
     ),
     (
+        "norm_bitlinear.wgsl",
+        include_str!("../../../shaders/norm_bitlinear.wgsl"),
+    ),
+    (
         "quant/i2s.wgsl",
         include_str!("../../../shaders/quant/i2s.wgsl"),
     ),
@@ -120,6 +124,10 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         Kernel::QuantizeActivations => (&[A, R, "quantize_activations.wgsl"], 256),
         Kernel::FakeQuantizeActivations => (&[A, "fake_quantize_activations.wgsl"], 256),
         Kernel::RmsNormQuantize => (&[A, R, "rms_norm_quantize.wgsl"], 256),
+        Kernel::NormBitLinear(_) => (
+            &[A, "quant/i2s.wgsl", "norm_bitlinear.wgsl"],
+            crate::gpu::bitlinear::NORM_BITLINEAR_WORKGROUP,
+        ),
         Kernel::Matvec(I2_S) => (&[P, "quant/i2s.wgsl", "matvec_i2s.wgsl"], 64),
         Kernel::Matmul(I2_S) => (&[P, "quant/i2s.wgsl", "matmul_i2s.wgsl"], 64),
         Kernel::Matvec(TQ1_0) => (&[P, C, "quant/tq1_0.wgsl", "matvec_ternary.wgsl"], 64),
@@ -185,12 +193,15 @@ pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32)
 
 /// Uniform structs of this family (checked against the WGSL by tests/gpu_uniforms.rs).
 pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
-    use crate::gpu::bitlinear::{FakeQuantParams, NormQuantParams, QuantizeParams};
+    use crate::gpu::bitlinear::{
+        FakeQuantParams, NormBitLinearParams, NormQuantParams, QuantizeParams,
+    };
     use crate::gpu::uniforms::UniformLayout;
     vec![
         UniformLayout::of::<QuantizeParams>(),
         UniformLayout::of::<FakeQuantParams>(),
         UniformLayout::of::<NormQuantParams>(),
+        UniformLayout::of::<NormBitLinearParams>(),
     ]
 }
 

@@ -2,7 +2,9 @@
 //! (split over the context for decode, flash-decoding style) and combining the splits. All
 //! three are modes of attention.wgsl.
 
+use super::rope::RopeTable;
 use super::{check, need, pipeline, Position};
+use crate::cpu::ops::RopeStyle;
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::{grid, Dispatch};
 use crate::gpu::{GpuContext, GpuError};
@@ -26,8 +28,10 @@ gpu_uniform! {
         pub scale: f32,
         /// Fewest keys per piece (short contexts use fewer pieces).
         pub min_split: u32,
-        pub pad0: u32,
-        pub pad1: u32,
+        /// Dimensions RoPE rotates in the new keys and the queries (0: they come rotated).
+        pub rope_dim: u32,
+        /// 1: NeoX pairs `(i, i + rope_dim / 2)`; 0: interleaved pairs `(2i, 2i + 1)`.
+        pub rope_neox: u32,
     }
 }
 
@@ -119,9 +123,9 @@ impl KvCache {
 
 /// The buffers of one attention call, all f32.
 pub struct AttentionBuffers<'a> {
-    /// `(n_tokens, n_heads, head_dim)`, RoPE applied.
+    /// `(n_tokens, n_heads, head_dim)`, RoPE applied unless [`AttentionCall::rope`] is given.
     pub q: &'a wgpu::Buffer,
-    /// New keys `(n_tokens, n_kv_heads, head_dim)`, RoPE applied.
+    /// New keys `(n_tokens, n_kv_heads, head_dim)`, the same.
     pub k: &'a wgpu::Buffer,
     /// New values `(n_tokens, n_kv_heads, head_dim)`.
     pub v: &'a wgpu::Buffer,
@@ -130,14 +134,17 @@ pub struct AttentionBuffers<'a> {
 }
 
 /// What one attention call covers.
-#[derive(Copy, Clone, Debug)]
-pub struct AttentionCall {
+#[derive(Copy, Clone)]
+pub struct AttentionCall<'a> {
     pub layer: usize,
     pub n_heads: u32,
     pub n_tokens: u32,
     /// Pieces each query's context is cut into; `None` chooses (many for decode, one when
     /// the tokens and heads alone fill the GPU).
     pub splits: Option<u32>,
+    /// Rotate q and the new keys here, with this table, instead of in RoPE ops before
+    /// (the q and k buffers are then left unrotated).
+    pub rope: Option<&'a RopeTable>,
 }
 
 /// Append the new K/V at `position`, then `out = softmax(q k^T / sqrt(head_dim)) v` causally.
@@ -155,13 +162,14 @@ impl AttentionOp {
         cache: &KvCache,
         position: &Position,
         io: AttentionBuffers<'_>,
-        call: AttentionCall,
+        call: AttentionCall<'_>,
     ) -> Result<Self, GpuError> {
         let AttentionCall {
             layer,
             n_heads,
             n_tokens,
             splits,
+            rope,
         } = call;
         let (k_cache, v_cache) = match (cache.k.get(layer), cache.v.get(layer)) {
             (Some(k), Some(v)) => (k, v),
@@ -208,6 +216,21 @@ impl AttentionOp {
             1
         };
         let partials = ctx.storage("attention.partials", partial_vec4s * 16)?;
+        if let Some(t) = rope {
+            check(t.config.head_dim as u32 == d, || {
+                format!(
+                    "RoPE over heads of {} in attention over heads of {d}",
+                    t.config.head_dim
+                )
+            })?;
+        }
+        // Without RoPE the table binding takes a buffer of its own (no other binding may
+        // alias a writable one).
+        let mut no_rope = None;
+        let freqs: &wgpu::Buffer = match rope {
+            Some(t) => &t.buffer,
+            None => no_rope.insert(ctx.storage("attention.no_rope", 16)?),
+        };
         let params = |mode| AttentionParams {
             mode,
             n_tokens,
@@ -219,8 +242,8 @@ impl AttentionOp {
             kv_f16: u32::from(cache.dtype == KvDtype::F16),
             scale: 1.0 / (d as f32).sqrt(),
             min_split: MIN_SPLIT,
-            pad0: 0,
-            pad1: 0,
+            rope_dim: rope.map_or(0, |t| t.config.rot_dim as u32),
+            rope_neox: u32::from(rope.is_some_and(|t| t.config.style == RopeStyle::NeoX)),
         };
         let max_dim = ctx.limits.max_compute_workgroups_per_dimension;
         check(n_tokens <= max_dim && n_heads <= max_dim, || {
@@ -240,6 +263,7 @@ impl AttentionOp {
                     v_cache,
                     io.out,
                     &partials,
+                    freqs,
                 ],
             );
             buffers.push(u);
@@ -260,6 +284,7 @@ impl AttentionOp {
         let combine =
             (n_splits > 1).then(|| dispatch(MODE_COMBINE, io.q, io.q, [n_heads, n_tokens, 1]));
         buffers.push(partials);
+        buffers.extend(no_rope);
         Ok(AttentionOp {
             append,
             attend,

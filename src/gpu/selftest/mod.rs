@@ -9,6 +9,7 @@
 mod harness;
 mod kquants;
 mod legacy;
+mod norm_bitlinear;
 mod ops;
 mod q8;
 mod ternary;
@@ -59,6 +60,7 @@ pub fn all_checks() -> Vec<&'static Check> {
     legacy::CHECKS
         .iter()
         .chain(ternary::CHECKS)
+        .chain(norm_bitlinear::CHECKS)
         .chain(kquants::CHECKS)
         .chain(q8::CHECKS)
         .chain(ops::CHECKS)

@@ -34,6 +34,14 @@ pub const CHECKS: &[Check] = &[
         run: |ctx| Box::pin(attention(ctx, KvDtype::F16)),
     },
     Check {
+        name: "ops/attention_rope_f32_cache",
+        run: |ctx| Box::pin(attention_rope(ctx, KvDtype::F32)),
+    },
+    Check {
+        name: "ops/attention_rope_f16_cache",
+        run: |ctx| Box::pin(attention_rope(ctx, KvDtype::F16)),
+    },
+    Check {
         name: "ops/softmax",
         run: |ctx| Box::pin(softmax(ctx)),
     },
@@ -220,6 +228,54 @@ fn rope_bound(x: &[f32], want: &[f64], cfg: &cpu::RopeConfig) -> Vec<f64> {
 /// crate does); WGSL lets `pack2x16float` round to either neighbour, so `u = 2^-10` covers one
 /// f16 ulp of difference in every K and V element. f32 cache: `u = 0`.
 async fn attention(ctx: &GpuContext, dtype: KvDtype) -> Result<Stats, String> {
+    let mut stats = Stats::default();
+    for (n_heads, n_kv, d) in [(9usize, 3usize, 64usize), (20, 5, 128)] {
+        stats.merge(attention_cases(ctx, dtype, [n_heads, n_kv, d], None).await?);
+    }
+    Ok(stats)
+}
+
+/// Attention with RoPE folded in (q and the new keys rotated by the attention kernel itself),
+/// against the CPU's `rope` then `attention`: the bound above with each score's error grown by
+/// what the rotation may differ by, `scale * sum_i (rq_i (|k_i| + rk_i) + |q_i| rk_i)` with
+/// `rq`, `rk` the per-element RoPE bounds of the rope check (the kernel rotates with rope.wgsl's
+/// arithmetic). Configurations: BitNet's (NeoX over 128 of 128), Llama 3.2's (interleaved,
+/// Llama-3 frequency scaling) and a partial NeoX rotation (32 of 64: the rest passes through).
+async fn attention_rope(ctx: &GpuContext, dtype: KvDtype) -> Result<Stats, String> {
+    use cpu::{Llama3Scaling, RopeConfig, RopeStyle};
+    let llama32 = RopeConfig {
+        llama3: Some(Llama3Scaling {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        }),
+        ..RopeConfig::new(64, 500_000.0, RopeStyle::Interleaved)
+    };
+    let partial = RopeConfig {
+        rot_dim: 32,
+        ..RopeConfig::new(64, 10_000.0, RopeStyle::NeoX)
+    };
+    let mut stats = Stats::default();
+    for (heads, cfg) in [
+        (
+            [20usize, 5, 128],
+            RopeConfig::new(128, 500_000.0, RopeStyle::NeoX),
+        ),
+        ([8, 2, 64], llama32),
+        ([4, 1, 64], partial),
+    ] {
+        stats.merge(attention_cases(ctx, dtype, heads, Some(&cfg)).await?);
+    }
+    Ok(stats)
+}
+
+async fn attention_cases(
+    ctx: &GpuContext,
+    dtype: KvDtype,
+    [n_heads, n_kv, d]: [usize; 3],
+    rope: Option<&cpu::RopeConfig>,
+) -> Result<Stats, String> {
     // (max_ctx, pos0, n_tokens, splits): splits None lets the op choose (4 or 5 pieces here,
     // 16 at 4096), Some(64) leaves most pieces empty, Some(1) streams every tile in one
     // workgroup (positions 260 and 1000 cross the 256-key tiles).
@@ -235,71 +291,97 @@ async fn attention(ctx: &GpuContext, dtype: KvDtype) -> Result<Stats, String> {
         (1100, 260, 17, None),
         (4096, 4095, 1, None),
     ];
+    let table = match rope {
+        Some(cfg) => Some(RopeTable::new(ctx, cfg).map_err(gpu_err)?),
+        None => None,
+    };
     let mut stats = Stats::default();
-    for (n_heads, n_kv, d) in [(9usize, 3usize, 64usize), (20, 5, 128)] {
-        for (ci, &(max_ctx, pos0, n_tokens, splits)) in cases.iter().enumerate() {
-            let shape = cpu::AttentionShape {
-                n_heads,
-                n_kv_heads: n_kv,
-                head_dim: d,
-            };
-            let mut rng = Rng((ci * 100 + n_heads) as u64 + 1);
-            let total = pos0 + n_tokens;
-            let k = rng.vec(total * n_kv * d, 1.5);
-            let v = rng.vec(total * n_kv * d, 1.0);
-            let q = rng.vec(n_tokens * n_heads * d, 3.0);
-            let got = run_attention(
-                ctx,
-                dtype,
-                (max_ctx, pos0, n_tokens, splits),
-                shape,
-                &q,
-                &k,
-                &v,
-            )
-            .await?;
+    for (ci, &(max_ctx, pos0, n_tokens, splits)) in cases.iter().enumerate() {
+        let shape = cpu::AttentionShape {
+            n_heads,
+            n_kv_heads: n_kv,
+            head_dim: d,
+        };
+        let mut rng = Rng((ci * 100 + n_heads) as u64 + 1);
+        let total = pos0 + n_tokens;
+        let k = rng.vec(total * n_kv * d, 1.5);
+        let v = rng.vec(total * n_kv * d, 1.0);
+        let q = rng.vec(n_tokens * n_heads * d, 3.0);
+        let got = run_attention(
+            ctx,
+            dtype,
+            (max_ctx, pos0, n_tokens, splits),
+            shape,
+            table.as_ref(),
+            [&q, &k, &v],
+        )
+        .await?;
 
-            let (k_ref, v_ref, u) = match dtype {
-                KvDtype::F16 => (to_f16(&k), to_f16(&v), 2f64.powi(-10)),
-                KvDtype::F32 => (k.clone(), v.clone(), 0.0),
-            };
-            let want = wide(&cpu::attention(&q, &k_ref, &v_ref, pos0, shape));
-            let v_abs: Vec<f32> = v_ref.iter().map(|x| x.abs()).collect();
-            let a = cpu::attention(&q, &k_ref, &v_abs, pos0, shape);
-            let scale = 1.0 / (d as f64).sqrt();
-            let mut bound = vec![0.0; want.len()];
-            for (row, qh) in q.chunks(d).enumerate() {
-                let (t, h) = (row / n_heads, row % n_heads);
-                let kvh = h / (n_heads / n_kv);
-                let keys = pos0 + t + 1;
-                let c = (0..keys)
-                    .map(|j| {
-                        let kr = &k_ref[(j * n_kv + kvh) * d..][..d];
-                        scale
-                            * qh.iter()
-                                .zip(kr)
-                                .map(|(x, y)| f64::from(x.abs() * y.abs()))
-                                .sum::<f64>()
-                    })
-                    .fold(0.0, f64::max);
-                let ds = c * (u + (d as f64 + 2.0) * EPS);
-                let rel =
-                    (2.0 * ds).exp_m1() + u + (3.0 + 6.0 * c + 2.0 * keys as f64 + 16.0) * EPS;
-                for i in 0..d {
-                    let at = row * d + i;
-                    bound[at] = f64::from(a[at]) * rel + want[at].abs() * EPS;
-                }
+        // What the reference attends with: q and k rotated by the CPU, and how far the
+        // kernel's own rotation may be from it (zero without RoPE).
+        let (q, k, rq, rk) = match rope {
+            Some(cfg) => {
+                let (mut qr, mut kr) = (q.clone(), k.clone());
+                cpu::rope(&mut qr, n_heads, pos0, cfg);
+                cpu::rope(&mut kr, n_kv, 0, cfg);
+                let rq = rope_bound(&q, &wide(&qr), cfg);
+                let rk = rope_bound(&k, &wide(&kr), cfg);
+                (qr, kr, rq, rk)
             }
-            stats.merge(compare(
-                &format!(
-                    "attention {n_heads}/{n_kv} heads of {d}, {dtype:?} cache of {max_ctx}, \
-                     {n_tokens} tokens at {pos0}, splits {splits:?}"
-                ),
-                &got,
-                &want,
-                &bound,
-            )?);
+            None => (
+                q,
+                k,
+                vec![0.0; n_tokens * n_heads * d],
+                vec![0.0; total * n_kv * d],
+            ),
+        };
+        let (k_ref, v_ref, u) = match dtype {
+            KvDtype::F16 => (to_f16(&k), to_f16(&v), 2f64.powi(-10)),
+            KvDtype::F32 => (k.clone(), v.clone(), 0.0),
+        };
+        let want = wide(&cpu::attention(&q, &k_ref, &v_ref, pos0, shape));
+        let v_abs: Vec<f32> = v_ref.iter().map(|x| x.abs()).collect();
+        let a = cpu::attention(&q, &k_ref, &v_abs, pos0, shape);
+        let scale = 1.0 / (d as f64).sqrt();
+        let mut bound = vec![0.0; want.len()];
+        for (row, qh) in q.chunks(d).enumerate() {
+            let (t, h) = (row / n_heads, row % n_heads);
+            let kvh = h / (n_heads / n_kv);
+            let keys = pos0 + t + 1;
+            let rqh = &rq[row * d..][..d];
+            let (mut c, mut rot) = (0.0f64, 0.0f64);
+            for j in 0..keys {
+                let at = (j * n_kv + kvh) * d;
+                let (kr, rkj) = (&k_ref[at..][..d], &rk[at..][..d]);
+                let mut dot = 0.0;
+                let mut moved = 0.0;
+                for i in 0..d {
+                    let (x, y) = (f64::from(qh[i].abs()), f64::from(kr[i].abs()));
+                    dot += x * y;
+                    moved += rqh[i] * (y + rkj[i]) + x * rkj[i];
+                }
+                c = c.max(scale * dot);
+                rot = rot.max(scale * moved);
+            }
+            let ds = c * (u + (d as f64 + 2.0) * EPS) + rot;
+            let rel = (2.0 * ds).exp_m1() + u + (3.0 + 6.0 * c + 2.0 * keys as f64 + 16.0) * EPS;
+            for i in 0..d {
+                let at = row * d + i;
+                bound[at] = f64::from(a[at]) * rel + want[at].abs() * EPS;
+            }
         }
+        let roped = rope.map_or(String::new(), |c| {
+            format!(", RoPE {:?} {}/{}", c.style, c.rot_dim, c.head_dim)
+        });
+        stats.merge(compare(
+            &format!(
+                "attention {n_heads}/{n_kv} heads of {d}, {dtype:?} cache of {max_ctx}, \
+                 {n_tokens} tokens at {pos0}, splits {splits:?}{roped}"
+            ),
+            &got,
+            &want,
+            &bound,
+        )?);
     }
     Ok(stats)
 }
@@ -316,9 +398,8 @@ async fn run_attention(
     dtype: KvDtype,
     (max_ctx, pos0, n_tokens, splits): (u32, usize, usize, Option<u32>),
     shape: cpu::AttentionShape,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    rope: Option<&RopeTable>,
+    [q, k, v]: [&[f32]; 3],
 ) -> Result<Vec<f32>, String> {
     let (n_heads, n_kv, d) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
     let cache = KvCache::new(ctx, 1, max_ctx, n_kv as u32, d as u32, dtype).map_err(gpu_err)?;
@@ -341,6 +422,7 @@ async fn run_attention(
             n_heads: n_heads as u32,
             n_tokens: pos0 as u32,
             splits: None,
+            rope,
         };
         let hist = AttentionOp::new(ctx, &cache, &position, io, call).map_err(gpu_err)?;
         submit(ctx, |pass| hist.record_append(pass));
@@ -361,6 +443,7 @@ async fn run_attention(
         n_heads: n_heads as u32,
         n_tokens: n_tokens as u32,
         splits,
+        rope,
     };
     let op = AttentionOp::new(ctx, &cache, &position, io, call).map_err(gpu_err)?;
     submit(ctx, |pass| op.record(pass));

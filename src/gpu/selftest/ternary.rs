@@ -70,7 +70,7 @@ pub const CHECKS: &[Check] = &[
 /// varied mantissas and exponents), with special rows: all zero (the 1e-5 epsilon), tiny
 /// (absmax below the epsilon), and absmax 127 with exact half-way values (s = 1, so
 /// `round(x * s)` meets ties: half to even).
-fn activations(rng: &mut Rng, n_tokens: usize, cols: usize) -> Vec<f32> {
+pub(super) fn activations(rng: &mut Rng, n_tokens: usize, cols: usize) -> Vec<f32> {
     let mut x = Vec::with_capacity(n_tokens * cols);
     for t in 0..n_tokens {
         let row: Vec<f32> = match t % 7 {

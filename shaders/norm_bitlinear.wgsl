@@ -1,0 +1,230 @@
+// RMSNorm, BitLinear's int8 activation quantization and I2_S products for one token, in one
+// dispatch (decode). Every workgroup normalizes and quantizes the whole input row itself, into
+// workgroup memory, with the arithmetic of rms_norm_quantize.wgsl (the same normed values, the
+// same scale from scale_for_absmax, the same int8 values), then computes its rows as
+// matvec_i2s.wgsl does, reading the int8 values from workgroup memory. The input is re-read by
+// every workgroup (from cache: 3 x 4 x dim bytes each), in exchange for the norm's own dispatch
+// and the full barrier between the two, which cost more at decode's sizes.
+//
+// MODE (a pipeline constant):
+//   0  up to three weights over consecutive ranges of rows (q, k, v): rows [0, rows0) are w0's
+//      into y0, the next rows1 are w1's into y1, the next rows2 w2's into y2. rows0 and rows1
+//      are multiples of the rows per workgroup, so each workgroup serves one weight.
+//   1  the gated FFN: y0[r] = relu(w0 x)[r]^2 * (w1 x)[r] (relu_squared.wgsl's arithmetic),
+//      rows0 rows of both weights.
+//   2  the residual: y0[r] = y0[r] + (w0 x)[r] (add.wgsl's arithmetic).
+//
+// Bindings:
+//   0        uniform NormBitLinearParams
+//   1        x: (dim) f32 as vec4, the row to normalize (named `x` for token_scale's sake)
+//   2        nw: (dim) f32 as vec4, the norm's weight
+//   3, 4, 5  w0, w1, w2: I2_S codes, (rows, dim / 64) vec4<u32> (an unused one: any buffer)
+//   6, 7, 8  y0, y1, y2: f32 outputs (an unused one: any other buffer)
+
+struct NormBitLinearParams {
+    dim: u32, // a multiple of 128, at most 16 * XQ_VEC4S
+    eps: f32,
+    rows0: u32,
+    rows1: u32,
+    rows2: u32,
+    scale0: f32, // per-tensor weight scales
+    scale1: f32,
+    scale2: f32,
+}
+
+override MODE: u32 = 0u;
+// Threads per row and rows per thread, as in matvec_i2s.wgsl (src/gpu/bitlinear.rs mirrors
+// both to size the dispatch).
+override TPR: u32 = 16u;
+override RPT: u32 = 2u;
+
+// The int8 values of the normed row (the record layout of quant/i2s.wgsl without its header):
+// at most 9600 values, which with the reduction scratch stays within WebGPU's 16 KiB of
+// workgroup memory.
+const XQ_VEC4S: u32 = 600u;
+var<workgroup> xq: array<vec4<u32>, XQ_VEC4S>;
+
+@group(0) @binding(0) var<uniform> p: NormBitLinearParams;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> nw: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> w0: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read> w1: array<vec4<u32>>;
+@group(0) @binding(5) var<storage, read> w2: array<vec4<u32>>;
+@group(0) @binding(6) var<storage, read_write> y0: array<f32>;
+@group(0) @binding(7) var<storage, read_write> y1: array<f32>;
+@group(0) @binding(8) var<storage, read_write> y2: array<f32>;
+
+// Code vec4 `i` of weight `k` (uniform across the workgroup).
+fn codes(k: u32, i: u32) -> vec4<u32> {
+    if (k == 0u) {
+        return w0[i];
+    }
+    if (k == 1u) {
+        return w1[i];
+    }
+    return w2[i];
+}
+
+// The products of two weight vec4s with their activations (the second only when `has2`).
+fn dot_pair(
+    wa: vec4<u32>,
+    wb: vec4<u32>,
+    xa: array<vec4<u32>, 4>,
+    xb: array<vec4<u32>, 4>,
+    has2: bool,
+) -> i32 {
+    let a = i2s_dot64(wa, xa[0], xa[1], xa[2], xa[3]);
+    let b = i2s_dot64(wb, xb[0], xb[1], xb[2], xb[3]);
+    return a + select(0i, b, has2);
+}
+
+// The lane-0 sums of the TPR partials of each row (every invocation calls it: barriers).
+// reduce_scratch4 (the reduction helpers' own) holds the partials, as bits.
+fn row_totals(acc: vec4<i32>, lid: u32, lane: u32) -> vec4<i32> {
+    reduce_scratch4[lid] = bitcast<vec4<f32>>(acc);
+    workgroupBarrier();
+    var total = vec4<i32>();
+    if (lane == 0u) {
+        for (var i = 0u; i < TPR; i = i + 1u) {
+            total = total + bitcast<vec4<i32>>(reduce_scratch4[lid + i]);
+        }
+    }
+    workgroupBarrier();
+    return total;
+}
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    // One pass for RMSNorm's sum of squares and the absmax of x * w: the normed row's absmax
+    // is that times 1 / rms, exactly (rounding is monotonic, so the largest fl(a * inv) is
+    // fl(max a * inv)). Sixteen values per step, their eight loads issued together.
+    let groups16 = p.dim / 16u;
+    var ss = 0.0;
+    var m = 0.0;
+    for (var j = lid; j < groups16; j = j + WG) {
+        let b = 4u * j;
+        let x0 = x[b];
+        let x1 = x[b + 1u];
+        let x2 = x[b + 2u];
+        let x3 = x[b + 3u];
+        let a0 = abs(x0 * nw[b]);
+        let a1 = abs(x1 * nw[b + 1u]);
+        let a2 = abs(x2 * nw[b + 2u]);
+        let a3 = abs(x3 * nw[b + 3u]);
+        ss = ss + ((dot(x0, x0) + dot(x1, x1)) + (dot(x2, x2) + dot(x3, x3)));
+        let a = max(max(a0, a1), max(a2, a3));
+        m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    // RMSNorm's 1 / rms and the quantization scale (activation_quant.wgsl's).
+    let inv = inverseSqrt(workgroup_sum(ss, lid) / f32(p.dim) + p.eps);
+    let s = scale_for_absmax(max(workgroup_max(m, lid) * inv, 1e-5));
+    // The int8 values, 16 per vec4 (activation_record.wgsl's packing), and their sum.
+    var qsum = 0i;
+    for (var j = lid; j < groups16; j = j + WG) {
+        let b = 4u * j;
+        let q0 = quantize4((x[b] * nw[b]) * inv, s);
+        let q1 = quantize4((x[b + 1u] * nw[b + 1u]) * inv, s);
+        let q2 = quantize4((x[b + 2u] * nw[b + 2u]) * inv, s);
+        let q3 = quantize4((x[b + 3u] * nw[b + 3u]) * inv, s);
+        let t = q0 + q1 + q2 + q3;
+        qsum = qsum + t.x + t.y + t.z + t.w;
+        xq[j] = vec4<u32>(pack4xI8(q0), pack4xI8(q1), pack4xI8(q2), pack4xI8(q3));
+    }
+    // Exact in f32 (|sum| <= 128 * dim < 2^24); its barriers also publish xq.
+    let sum_x = i32(workgroup_sum(f32(qsum), lid));
+
+    // This workgroup's rows, as matvec_i2s.wgsl maps them, within the weight it serves.
+    let groups = WG / TPR;
+    let base = flat_workgroup(wid, nwg) * groups * RPT;
+    var k = 0u;
+    var first = 0u;
+    var rows = p.rows0;
+    var scale = p.scale0;
+    if (MODE == 0u && base >= p.rows0 + p.rows1) {
+        k = 2u;
+        first = p.rows0 + p.rows1;
+        rows = p.rows2;
+        scale = p.scale2;
+    } else if (MODE == 0u && base >= p.rows0) {
+        k = 1u;
+        first = p.rows0;
+        rows = p.rows1;
+        scale = p.scale1;
+    }
+    let row0 = base - first + lid / TPR;
+    let lane = lid % TPR;
+    let per_row = p.dim / 64u;
+    // Rows past the end read the last row (in bounds) and are not written.
+    let last = rows - 1u;
+    let r0 = min(row0, last) * per_row;
+    let r1 = min(row0 + groups, last) * per_row;
+    let r2 = min(row0 + 2u * groups, last) * per_row;
+    let r3 = min(row0 + 3u * groups, last) * per_row;
+    var acc = vec4<i32>();
+    var acc_up = vec4<i32>(); // MODE 1: w1's rows
+    // Two weight vec4s per row and step (the second clamped and dropped past the row's end),
+    // so each thread has 2 * RPT (MODE 1: 4 * RPT) weight loads in flight.
+    for (var v = lane; v < per_row; v = v + 2u * TPR) {
+        let has2 = v + TPR < per_row;
+        let v2 = min(v + TPR, per_row - 1u);
+        let o = i2s_act_offset(v);
+        let o2 = i2s_act_offset(v2);
+        let xa = array<vec4<u32>, 4>(xq[o], xq[o + 2u], xq[o + 4u], xq[o + 6u]);
+        let xb = array<vec4<u32>, 4>(xq[o2], xq[o2 + 2u], xq[o2 + 4u], xq[o2 + 6u]);
+        acc.x = acc.x + dot_pair(codes(k, r0 + v), codes(k, r0 + v2), xa, xb, has2);
+        if (RPT > 1u) {
+            acc.y = acc.y + dot_pair(codes(k, r1 + v), codes(k, r1 + v2), xa, xb, has2);
+        }
+        if (RPT > 2u) {
+            acc.z = acc.z + dot_pair(codes(k, r2 + v), codes(k, r2 + v2), xa, xb, has2);
+        }
+        if (RPT > 3u) {
+            acc.w = acc.w + dot_pair(codes(k, r3 + v), codes(k, r3 + v2), xa, xb, has2);
+        }
+        if (MODE == 1u) {
+            acc_up.x = acc_up.x + dot_pair(w1[r0 + v], w1[r0 + v2], xa, xb, has2);
+            if (RPT > 1u) {
+                acc_up.y = acc_up.y + dot_pair(w1[r1 + v], w1[r1 + v2], xa, xb, has2);
+            }
+            if (RPT > 2u) {
+                acc_up.z = acc_up.z + dot_pair(w1[r2 + v], w1[r2 + v2], xa, xb, has2);
+            }
+            if (RPT > 3u) {
+                acc_up.w = acc_up.w + dot_pair(w1[r3 + v], w1[r3 + v2], xa, xb, has2);
+            }
+        }
+    }
+    let total = row_totals(acc, lid, lane);
+    var total_up = vec4<i32>();
+    if (MODE == 1u) {
+        total_up = row_totals(acc_up, lid, lane);
+    }
+    if (lane != 0u) {
+        return;
+    }
+    for (var r = 0u; r < RPT; r = r + 1u) {
+        let row = row0 + r * groups;
+        if (row >= rows) {
+            continue;
+        }
+        // i2s_output's arithmetic.
+        let a = f32(total[r] - sum_x) * scale / s;
+        if (MODE == 1u) {
+            let up = f32(total_up[r] - sum_x) * p.scale1 / s;
+            let g = max(a, 0.0);
+            y0[row] = (g * g) * up;
+        } else if (MODE == 2u) {
+            y0[row] = y0[row] + a;
+        } else if (k == 0u) {
+            y0[row] = a;
+        } else if (k == 1u) {
+            y1[row] = a;
+        } else {
+            y2[row] = a;
+        }
+    }
+}

@@ -19,6 +19,12 @@
 //            weights computed once in workgroup memory, the sum over pieces split between
 //            groups of threads so that their loads are independent.
 //
+// Decode (fused == 1, one token): attend also appends, so one dispatch does both. Its
+// workgroups take the new key and value (position pos0) from src3 and src2, packed exactly
+// as the cache would hold them, instead of from the cache, and the split-0 workgroup of the
+// first query head of each KV group writes them into the cache for later passes (nothing in
+// this dispatch reads the cache at pos0).
+//
 // RoPE (rope_dim > 0): the new keys are rotated as they are appended and each query as it is
 // loaded, with rope.wgsl's pairs and arithmetic, so the rope dispatches of q and k and their
 // barriers go; the q and k buffers themselves are left as they were.
@@ -34,7 +40,8 @@
 //   1  uniform PositionParams
 //   2  src: append: new K (n_tokens, n_kv_heads, head_dim) f32; attend: q (n_tokens, n_heads,
 //      head_dim) f32; combine: unused
-//   3  src2: append: new V (n_tokens, n_kv_heads, head_dim) f32; otherwise unused
+//   3  src2: append and fused attend: new V (n_tokens, n_kv_heads, head_dim) f32; otherwise
+//      unused
 //   4  k_cache: (max_ctx, n_kv_heads, head_dim) f16 pairs packed in u32 (kv_f16) or f32 bits,
 //      read as vec4<u32>
 //   5  v_cache: as k_cache
@@ -42,6 +49,7 @@
 //   7  partials: (n_tokens, n_heads, n_splits, head_dim / 4) vec4 acc, then
 //      (n_tokens, n_heads, n_splits) vec4 (m, l, 0, 0)
 //   8  freqs: (rope_dim / 2) vec2<u32>, rope.wgsl's table (any buffer without RoPE)
+//   9  src3: fused attend: new K (1, n_kv_heads, head_dim) f32; otherwise unused
 
 struct AttentionParams {
     mode: u32,
@@ -56,6 +64,10 @@ struct AttentionParams {
     min_split: u32,
     rope_dim: u32, // dimensions rotated (0: no RoPE here)
     rope_neox: u32, // 1: pairs (i, i + rope_dim/2); 0: pairs (2i, 2i+1)
+    fused: u32, // attend: 1 also appends the one new token's K and V (decode)
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
@@ -67,6 +79,7 @@ struct AttentionParams {
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 @group(0) @binding(7) var<storage, read_write> partials: array<vec4<f32>>;
 @group(0) @binding(8) var<storage, read> freqs: array<vec2<u32>>;
+@group(0) @binding(9) var<storage, read> src3: array<f32>;
 
 const TILE: u32 = 256u;
 const NEG_BIG: f32 = -3.0e38;
@@ -75,6 +88,8 @@ var<workgroup> q_sh: array<vec4<f32>, 64>;      // (head_dim / 4) query, pre-sca
 var<workgroup> scores: array<f32, 256>;         // (TILE) scores, then probabilities
 var<workgroup> lane_acc: array<vec4<f32>, 512>; // (lanes, head_dim / 4) partial sums of p * V
 var<workgroup> weights: array<f32, 64>;         // (n_splits) combine: l of each piece
+var<workgroup> fresh_k: array<vec4<u32>, 64>;   // fused attend: the new key's cache slots
+var<workgroup> fresh_v: array<vec4<u32>, 64>;   // and the new value's
 
 // Eight (f16) or four (f32, hi = 0) cache values from one 16-byte slot.
 struct Slot {
@@ -105,11 +120,22 @@ fn slot_dot(w: vec4<u32>, c: u32, slots: u32) -> f32 {
     return select(0.0, s, c < slots);
 }
 
-// Value j of the head row starting at src[row], rotated for position pos when RoPE is on
-// (rope.wgsl's expressions for the pair j belongs to).
-fn roped(row: u32, j: u32, pos: u32) -> f32 {
+// Value i of input `which`: 0 src, 1 src2, 2 src3 (uniform per call site).
+fn input(which: u32, i: u32) -> f32 {
+    if (which == 0u) {
+        return src[i];
+    }
+    if (which == 1u) {
+        return src2[i];
+    }
+    return src3[i];
+}
+
+// Value j of the head row starting at `row` of input `which`, rotated for position pos when
+// RoPE is on (rope.wgsl's expressions for the pair j belongs to).
+fn roped(which: u32, row: u32, j: u32, pos: u32) -> f32 {
     if (j >= p.rope_dim) {
-        return src[row + j];
+        return input(which, row + j);
     }
     let half = p.rope_dim / 2u;
     var a = j & ~1u;
@@ -121,25 +147,51 @@ fn roped(row: u32, j: u32, pos: u32) -> f32 {
         b = pair + half;
     }
     let cs = rope_cos_sin(freqs[pair], pos);
-    let va = src[row + a];
-    let vb = src[row + b];
+    let va = input(which, row + a);
+    let vb = input(which, row + b);
     if (j == a) {
         return va * cs.x - vb * cs.y;
     }
     return va * cs.y + vb * cs.x;
 }
 
-// Four values of a head row from src[row + j], rotated when RoPE is on.
-fn roped4(row: u32, j: u32, pos: u32) -> vec4<f32> {
-    if (p.rope_dim == 0u) {
-        return vec4<f32>(src[row + j], src[row + j + 1u], src[row + j + 2u], src[row + j + 3u]);
+// Four values of a head row from `row + j` of input `which`, rotated when `rotate` and RoPE
+// is on.
+fn roped4(which: u32, row: u32, j: u32, pos: u32, rotate: bool) -> vec4<f32> {
+    if (p.rope_dim == 0u || !rotate) {
+        let i = row + j;
+        return vec4<f32>(
+            input(which, i),
+            input(which, i + 1u),
+            input(which, i + 2u),
+            input(which, i + 3u),
+        );
     }
     return vec4<f32>(
-        roped(row, j, pos),
-        roped(row, j + 1u, pos),
-        roped(row, j + 2u, pos),
-        roped(row, j + 3u, pos),
+        roped(which, row, j, pos),
+        roped(which, row, j + 1u, pos),
+        roped(which, row, j + 2u, pos),
+        roped(which, row, j + 3u, pos),
     );
+}
+
+// The cache slot of new values s .. s + per_slot() - 1 of input `which` (a slot never
+// straddles two head rows), as the cache holds it: keys (`rotate`) rotated for pos, then
+// packed to f16 pairs or kept as f32 bits.
+fn new_slot(which: u32, s: u32, pos: u32, rotate: bool) -> vec4<u32> {
+    let j = s % p.head_dim;
+    let row = s - j;
+    let a = roped4(which, row, j, pos, rotate);
+    if (p.kv_f16 == 1u) {
+        let b = roped4(which, row, j + 4u, pos, rotate);
+        return vec4<u32>(
+            pack2x16float(a.xy),
+            pack2x16float(a.zw),
+            pack2x16float(b.xy),
+            pack2x16float(b.zw),
+        );
+    }
+    return bitcast<vec4<u32>>(a);
 }
 
 // Cache values per 16-byte slot.
@@ -175,29 +227,30 @@ fn append(i: u32) {
     }
     let at = pos * per_token + i % per_token;
     let s = i * e;
-    // The keys' head row and this slot's place in it (a slot never straddles two rows).
-    let j = s % p.head_dim;
-    let row = s - j;
-    let k0 = roped4(row, j, pos);
-    let v0 = vec4<f32>(src2[s], src2[s + 1u], src2[s + 2u], src2[s + 3u]);
+    k_cache[at] = new_slot(0u, s, pos, true);
+    v_cache[at] = new_slot(1u, s, pos, false);
+}
+
+// A cache slot (f16 pairs or f32 bits) of the values staged in lane_acc from vec4 `i` on.
+fn staged_slot(i: u32) -> vec4<u32> {
+    let a = lane_acc[i];
     if (p.kv_f16 == 1u) {
-        let k1 = roped4(row, j + 4u, pos);
-        k_cache[at] = vec4<u32>(
-            pack2x16float(k0.xy),
-            pack2x16float(k0.zw),
-            pack2x16float(k1.xy),
-            pack2x16float(k1.zw),
+        let b = lane_acc[i + 1u];
+        return vec4<u32>(
+            pack2x16float(a.xy),
+            pack2x16float(a.zw),
+            pack2x16float(b.xy),
+            pack2x16float(b.zw),
         );
-        v_cache[at] = vec4<u32>(
-            pack2x16float(v0.xy),
-            pack2x16float(v0.zw),
-            pack2x16float(vec2<f32>(src2[s + 4u], src2[s + 5u])),
-            pack2x16float(vec2<f32>(src2[s + 6u], src2[s + 7u])),
-        );
-    } else {
-        k_cache[at] = bitcast<vec4<u32>>(k0);
-        v_cache[at] = bitcast<vec4<u32>>(v0);
     }
+    return bitcast<vec4<u32>>(a);
+}
+
+// Value slot `at` of the cache, or the fused attend's new one (slot g) when `fresh` (then the
+// cache load goes to slot g of the `spare` row and is dropped).
+fn value_at(fresh: bool, at: u32, spare: u32, g: u32) -> Slot {
+    let w = v_cache[select(at, spare + g, fresh)];
+    return unpack_slot(select(w, fresh_v[g], fresh));
 }
 
 fn attend(wid: vec3<u32>, lid: u32) {
@@ -213,10 +266,23 @@ fn attend(wid: vec3<u32>, lid: u32) {
     let end = min(len, start + piece);
 
     let qbase = (token * p.n_heads + head) * d;
-    for (var i = lid; i < d / 4u; i = i + WG) {
-        q_sh[i] = roped4(qbase, 4u * i, position.pos0 + token) * p.scale;
+    let fused = p.fused == 1u;
+    let newest = position.pos0;
+    // One value per thread first (each RoPE value costs two loads and an angle): the query,
+    // rotated and pre-scaled, into `scores`; fused, the new key (rotated) and value into
+    // `lane_acc` (both free until the loops below).
+    for (var i = lid; i < d; i = i + WG) {
+        scores[i] = roped(0u, qbase, i, position.pos0 + token) * p.scale;
+        if (fused) {
+            lane_acc[i / 4u][i % 4u] = roped(2u, kvh * d, i, newest);
+            lane_acc[64u + i / 4u][i % 4u] = src2[kvh * d + i];
+        }
     }
     workgroupBarrier();
+    for (var i = lid; i < d / 4u; i = i + WG) {
+        q_sh[i] = vec4<f32>(scores[4u * i], scores[4u * i + 1u], scores[4u * i + 2u],
+            scores[4u * i + 3u]);
+    }
 
     let e = per_slot();
     let slots = d / e;                  // 16-byte slots per head row
@@ -226,6 +292,24 @@ fn attend(wid: vec3<u32>, lid: u32) {
     let lanes = max(WG / slots, 1u);
     let lane = lid / slots;
     let g = lid % slots;
+    // Fused decode: the new token's key and value slots into workgroup memory, where the
+    // loops below take them from, and (one workgroup per KV head) into the cache. A fresh
+    // key's cache load reads a row this dispatch does not write instead (`spare`), and is
+    // dropped.
+    let spare = select(0u, 1u, newest == 0u) * stride;
+    if (fused && lid < slots) {
+        let ks = staged_slot(lid * e / 4u);
+        let vs = staged_slot(64u + lid * e / 4u);
+        fresh_k[lid] = ks;
+        fresh_v[lid] = vs;
+        if (split == 0u && head % (p.n_heads / p.n_kv_heads) == 0u && newest < p.max_ctx) {
+            let at = newest * stride + head_off + lid;
+            k_cache[at] = ks;
+            v_cache[at] = vs;
+        }
+    }
+    // Also: `scores` and `lane_acc` are free again.
+    workgroupBarrier();
 
     var m = NEG_BIG;
     var l = 0.0;
@@ -236,15 +320,19 @@ fn attend(wid: vec3<u32>, lid: u32) {
         // Scores: one thread per key.
         var local_max = NEG_BIG;
         for (var j = lid; j < n; j = j + WG) {
-            let row = (t0 + j) * stride + head_off;
+            let fresh = fused && t0 + j == newest;
+            let row = select((t0 + j) * stride, spare, fresh) + head_off;
             // Four loads in flight before any is used (the overhang is clamped and dropped).
             let last = slots - 1u;
             var s = 0.0;
             for (var c = 0u; c < slots; c = c + 4u) {
-                let w0 = k_cache[row + c];
-                let w1 = k_cache[row + min(c + 1u, last)];
-                let w2 = k_cache[row + min(c + 2u, last)];
-                let w3 = k_cache[row + min(c + 3u, last)];
+                let c1 = min(c + 1u, last);
+                let c2 = min(c + 2u, last);
+                let c3 = min(c + 3u, last);
+                let w0 = select(k_cache[row + c], fresh_k[c], fresh);
+                let w1 = select(k_cache[row + c1], fresh_k[c1], fresh);
+                let w2 = select(k_cache[row + c2], fresh_k[c2], fresh);
+                let w3 = select(k_cache[row + c3], fresh_k[c3], fresh);
                 s = s + ((slot_dot(w0, c, slots) + slot_dot(w1, c + 1u, slots))
                     + (slot_dot(w2, c + 2u, slots) + slot_dot(w3, c + 3u, slots)));
             }
@@ -267,15 +355,16 @@ fn attend(wid: vec3<u32>, lid: u32) {
             // Four keys per step, their loads issued together (keys past the tile are
             // clamped to its last one and weighted 0).
             let base = t0 * stride + head_off + g;
+            let spare_row = spare + head_off;
             let last = n - 1u;
             for (var j = lane; j < n; j = j + 4u * lanes) {
                 let j1 = min(j + lanes, last);
                 let j2 = min(j + 2u * lanes, last);
                 let j3 = min(j + 3u * lanes, last);
-                let v0 = unpack_slot(v_cache[base + j * stride]);
-                let v1 = unpack_slot(v_cache[base + j1 * stride]);
-                let v2 = unpack_slot(v_cache[base + j2 * stride]);
-                let v3 = unpack_slot(v_cache[base + j3 * stride]);
+                let v0 = value_at(fused && t0 + j == newest, base + j * stride, spare_row, g);
+                let v1 = value_at(fused && t0 + j1 == newest, base + j1 * stride, spare_row, g);
+                let v2 = value_at(fused && t0 + j2 == newest, base + j2 * stride, spare_row, g);
+                let v3 = value_at(fused && t0 + j3 == newest, base + j3 * stride, spare_row, g);
                 let p0 = scores[j];
                 let p1 = select(0.0, scores[j1], j + lanes < n);
                 let p2 = select(0.0, scores[j2], j + 2u * lanes < n);

@@ -64,8 +64,7 @@ fn build(
     logits: &wgpu::Buffer,
     out: &wgpu::Buffer,
     shape: (u32, u32),
-    chunk: u32,
-    k: u32,
+    (chunk, k, index_only): (u32, u32, bool),
 ) -> Result<(Vec<Dispatch>, Vec<wgpu::Buffer>), GpuError> {
     let (n_rows, cols) = shape;
     check(n_rows > 0 && cols > 0, || {
@@ -101,7 +100,7 @@ fn build(
             chunk,
             k,
             level: l as u32,
-            last: u32::from(last && kernel == Kernel::Argmax),
+            last: u32::from(last && index_only),
             pad0: 0,
             pad1: 0,
         };
@@ -148,8 +147,7 @@ impl ArgmaxOp {
             logits,
             out,
             (n_rows, cols),
-            ARGMAX_CHUNK,
-            1,
+            (ARGMAX_CHUNK, 1, true),
         )?;
         Ok(ArgmaxOp {
             dispatches,
@@ -186,15 +184,15 @@ impl TopKOp {
             format!("top-k with k = {k} (1 ..= {MAX_TOP_K})")
         })?;
         need("top_k out", out, u64::from(n_rows) * u64::from(k) * 8)?;
-        let (dispatches, buffers) = build(
-            ctx,
-            Kernel::TopK,
-            logits,
-            out,
-            (n_rows, cols),
-            TOP_K_CHUNK,
-            k,
-        )?;
+        // k = 1 (greedy decoding) takes the argmax reduction, which writes the same pairs at
+        // its last level: a strided scan and one tree per workgroup instead of a bitonic sort
+        // of every chunk (the same order: select_common.wgsl's `before`).
+        let (kernel, chunk) = match k {
+            1 => (Kernel::Argmax, ARGMAX_CHUNK),
+            _ => (Kernel::TopK, TOP_K_CHUNK),
+        };
+        let (dispatches, buffers) =
+            build(ctx, kernel, logits, out, (n_rows, cols), (chunk, k, false))?;
         Ok(TopKOp {
             dispatches,
             _buffers: buffers,

@@ -276,8 +276,8 @@ async fn attention_cases(
     [n_heads, n_kv, d]: [usize; 3],
     rope: Option<&cpu::RopeConfig>,
 ) -> Result<Stats, String> {
-    // (max_ctx, pos0, n_tokens, splits): splits None lets the op choose (4 or 5 pieces here,
-    // 16 at 4096), Some(64) leaves most pieces empty, Some(1) streams every tile in one
+    // (max_ctx, pos0, n_tokens, splits): splits None lets the op choose (14 pieces here, 26
+    // or 52 at 4096), Some(64) leaves most pieces empty, Some(1) streams every tile in one
     // workgroup (positions 260 and 1000 cross the 256-key tiles).
     let cases: [(u32, usize, usize, Option<u32>); 10] = [
         (1100, 0, 17, None),
@@ -625,6 +625,8 @@ async fn top_k(ctx: &GpuContext) -> Result<Stats, String> {
         (1usize, 128_256usize, 64usize),
         (2, 128_256, 40),
         (1, 128_256, 1),
+        (4, 5000, 1),
+        (3, 7, 1),
         (3, 7, 5),
         (2, 7, 64),
         (2, 3000, 17),

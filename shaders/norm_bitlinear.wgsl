@@ -78,6 +78,52 @@ fn dot_pair(
     return a + select(0i, b, has2);
 }
 
+// One step's weight vec4s: columns v and v + TPR (each clamped to the row) of the thread's
+// RPT rows (`rs`: their first vec4s), of weight k and, in MODE 1, of w1.
+struct Fetch {
+    a: array<vec4<u32>, 4>,
+    b: array<vec4<u32>, 4>,
+    ua: array<vec4<u32>, 4>,
+    ub: array<vec4<u32>, 4>,
+}
+
+fn fetch(k: u32, rs: vec4<u32>, v: u32, per_row: u32) -> Fetch {
+    let va = min(v, per_row - 1u);
+    let vb = min(v + TPR, per_row - 1u);
+    var f: Fetch;
+    f.a[0] = codes(k, rs.x + va);
+    f.b[0] = codes(k, rs.x + vb);
+    if (RPT > 1u) {
+        f.a[1] = codes(k, rs.y + va);
+        f.b[1] = codes(k, rs.y + vb);
+    }
+    if (RPT > 2u) {
+        f.a[2] = codes(k, rs.z + va);
+        f.b[2] = codes(k, rs.z + vb);
+    }
+    if (RPT > 3u) {
+        f.a[3] = codes(k, rs.w + va);
+        f.b[3] = codes(k, rs.w + vb);
+    }
+    if (MODE == 1u) {
+        f.ua[0] = w1[rs.x + va];
+        f.ub[0] = w1[rs.x + vb];
+        if (RPT > 1u) {
+            f.ua[1] = w1[rs.y + va];
+            f.ub[1] = w1[rs.y + vb];
+        }
+        if (RPT > 2u) {
+            f.ua[2] = w1[rs.z + va];
+            f.ub[2] = w1[rs.z + vb];
+        }
+        if (RPT > 3u) {
+            f.ua[3] = w1[rs.w + va];
+            f.ub[3] = w1[rs.w + vb];
+        }
+    }
+    return f;
+}
+
 // The lane-0 sums of the TPR partials of each row (every invocation calls it: barriers).
 // reduce_scratch4 (the reduction helpers' own) holds the partials, as bits.
 fn row_totals(acc: vec4<i32>, lid: u32, lane: u32) -> vec4<i32> {
@@ -99,6 +145,39 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
+    // This workgroup's rows, as matvec_i2s.wgsl maps them, within the weight it serves.
+    let groups = WG / TPR;
+    let base = flat_workgroup(wid, nwg) * groups * RPT;
+    var k = 0u;
+    var first = 0u;
+    var rows = p.rows0;
+    var scale = p.scale0;
+    if (MODE == 0u && base >= p.rows0 + p.rows1) {
+        k = 2u;
+        first = p.rows0 + p.rows1;
+        rows = p.rows2;
+        scale = p.scale2;
+    } else if (MODE == 0u && base >= p.rows0) {
+        k = 1u;
+        first = p.rows0;
+        rows = p.rows1;
+        scale = p.scale1;
+    }
+    let row0 = base - first + lid / TPR;
+    let lane = lid % TPR;
+    let per_row = p.dim / 64u;
+    // Rows past the end read the last row (in bounds) and are not written.
+    let last = rows - 1u;
+    let rs = vec4<u32>(
+        min(row0, last),
+        min(row0 + groups, last),
+        min(row0 + 2u * groups, last),
+        min(row0 + 3u * groups, last),
+    ) * per_row;
+    // The first step's weights are fetched now: they do not depend on x, so their latency
+    // runs under the norm and the quantization below.
+    var next = fetch(k, rs, lane, per_row);
+
     // One pass for RMSNorm's sum of squares and the absmax of x * w: the normed row's absmax
     // is that times 1 / rms, exactly (rounding is monotonic, so the largest fl(a * inv) is
     // fl(max a * inv)). Sixteen values per step, their eight loads issued together.
@@ -137,64 +216,40 @@ fn main(
     // Exact in f32 (|sum| <= 128 * dim < 2^24); its barriers also publish xq.
     let sum_x = i32(workgroup_sum(f32(qsum), lid));
 
-    // This workgroup's rows, as matvec_i2s.wgsl maps them, within the weight it serves.
-    let groups = WG / TPR;
-    let base = flat_workgroup(wid, nwg) * groups * RPT;
-    var k = 0u;
-    var first = 0u;
-    var rows = p.rows0;
-    var scale = p.scale0;
-    if (MODE == 0u && base >= p.rows0 + p.rows1) {
-        k = 2u;
-        first = p.rows0 + p.rows1;
-        rows = p.rows2;
-        scale = p.scale2;
-    } else if (MODE == 0u && base >= p.rows0) {
-        k = 1u;
-        first = p.rows0;
-        rows = p.rows1;
-        scale = p.scale1;
-    }
-    let row0 = base - first + lid / TPR;
-    let lane = lid % TPR;
-    let per_row = p.dim / 64u;
-    // Rows past the end read the last row (in bounds) and are not written.
-    let last = rows - 1u;
-    let r0 = min(row0, last) * per_row;
-    let r1 = min(row0 + groups, last) * per_row;
-    let r2 = min(row0 + 2u * groups, last) * per_row;
-    let r3 = min(row0 + 3u * groups, last) * per_row;
     var acc = vec4<i32>();
     var acc_up = vec4<i32>(); // MODE 1: w1's rows
     // Two weight vec4s per row and step (the second clamped and dropped past the row's end),
-    // so each thread has 2 * RPT (MODE 1: 4 * RPT) weight loads in flight.
+    // the next step's fetched before this one's products: 2 * RPT (MODE 1: 4 * RPT) loads
+    // always in flight.
     for (var v = lane; v < per_row; v = v + 2u * TPR) {
+        let cur = next;
+        next = fetch(k, rs, v + 2u * TPR, per_row);
         let has2 = v + TPR < per_row;
         let v2 = min(v + TPR, per_row - 1u);
         let o = i2s_act_offset(v);
         let o2 = i2s_act_offset(v2);
         let xa = array<vec4<u32>, 4>(xq[o], xq[o + 2u], xq[o + 4u], xq[o + 6u]);
         let xb = array<vec4<u32>, 4>(xq[o2], xq[o2 + 2u], xq[o2 + 4u], xq[o2 + 6u]);
-        acc.x = acc.x + dot_pair(codes(k, r0 + v), codes(k, r0 + v2), xa, xb, has2);
+        acc.x = acc.x + dot_pair(cur.a[0], cur.b[0], xa, xb, has2);
         if (RPT > 1u) {
-            acc.y = acc.y + dot_pair(codes(k, r1 + v), codes(k, r1 + v2), xa, xb, has2);
+            acc.y = acc.y + dot_pair(cur.a[1], cur.b[1], xa, xb, has2);
         }
         if (RPT > 2u) {
-            acc.z = acc.z + dot_pair(codes(k, r2 + v), codes(k, r2 + v2), xa, xb, has2);
+            acc.z = acc.z + dot_pair(cur.a[2], cur.b[2], xa, xb, has2);
         }
         if (RPT > 3u) {
-            acc.w = acc.w + dot_pair(codes(k, r3 + v), codes(k, r3 + v2), xa, xb, has2);
+            acc.w = acc.w + dot_pair(cur.a[3], cur.b[3], xa, xb, has2);
         }
         if (MODE == 1u) {
-            acc_up.x = acc_up.x + dot_pair(w1[r0 + v], w1[r0 + v2], xa, xb, has2);
+            acc_up.x = acc_up.x + dot_pair(cur.ua[0], cur.ub[0], xa, xb, has2);
             if (RPT > 1u) {
-                acc_up.y = acc_up.y + dot_pair(w1[r1 + v], w1[r1 + v2], xa, xb, has2);
+                acc_up.y = acc_up.y + dot_pair(cur.ua[1], cur.ub[1], xa, xb, has2);
             }
             if (RPT > 2u) {
-                acc_up.z = acc_up.z + dot_pair(w1[r2 + v], w1[r2 + v2], xa, xb, has2);
+                acc_up.z = acc_up.z + dot_pair(cur.ua[2], cur.ub[2], xa, xb, has2);
             }
             if (RPT > 3u) {
-                acc_up.w = acc_up.w + dot_pair(w1[r3 + v], w1[r3 + v2], xa, xb, has2);
+                acc_up.w = acc_up.w + dot_pair(cur.ua[3], cur.ub[3], xa, xb, has2);
             }
         }
     }

@@ -218,7 +218,14 @@ impl Kernel {
     /// Pipeline constants besides the workgroup size (`override`s the kernel's WGSL declares).
     fn constants(self) -> Vec<(&'static str, f64)> {
         match self {
-            Kernel::NormBitLinear(mode) => vec![("MODE", f64::from(mode))],
+            Kernel::NormBitLinear(mode) => {
+                let (tpr, rpt) = crate::gpu::bitlinear::norm_bitlinear_mapping();
+                vec![
+                    ("MODE", f64::from(mode)),
+                    ("TPR", f64::from(tpr)),
+                    ("RPT", f64::from(rpt)),
+                ]
+            }
             _ => Vec::new(),
         }
     }

@@ -182,8 +182,16 @@ fn new_slot(which: u32, s: u32, pos: u32, rotate: bool) -> vec4<u32> {
     let j = s % p.head_dim;
     let row = s - j;
     let a = roped4(which, row, j, pos, rotate);
+    var b = a;
     if (p.kv_f16 == 1u) {
-        let b = roped4(which, row, j + 4u, pos, rotate);
+        b = roped4(which, row, j + 4u, pos, rotate);
+    }
+    return pack_slot(a, b);
+}
+
+// A cache slot of values a (then b, f16 only): f16 pairs or f32 bits.
+fn pack_slot(a: vec4<f32>, b: vec4<f32>) -> vec4<u32> {
+    if (p.kv_f16 == 1u) {
         return vec4<u32>(
             pack2x16float(a.xy),
             pack2x16float(a.zw),
@@ -233,17 +241,7 @@ fn append(i: u32) {
 
 // A cache slot (f16 pairs or f32 bits) of the values staged in lane_acc from vec4 `i` on.
 fn staged_slot(i: u32) -> vec4<u32> {
-    let a = lane_acc[i];
-    if (p.kv_f16 == 1u) {
-        let b = lane_acc[i + 1u];
-        return vec4<u32>(
-            pack2x16float(a.xy),
-            pack2x16float(a.zw),
-            pack2x16float(b.xy),
-            pack2x16float(b.zw),
-        );
-    }
-    return bitcast<vec4<u32>>(a);
+    return pack_slot(lane_acc[i], lane_acc[i + 1u]);
 }
 
 // Value slot `at` of the cache, or the fused attend's new one (slot g) when `fresh` (then the

@@ -199,8 +199,9 @@ fn main(
         m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
     }
     // RMSNorm's 1 / rms and the quantization scale (activation_quant.wgsl's).
-    let inv = inverseSqrt(workgroup_sum(ss, lid) / f32(p.dim) + p.eps);
-    let s = scale_for_absmax(max(workgroup_max(m, lid) * inv, 1e-5));
+    let sm = workgroup_sum_max(vec2<f32>(ss, m), lid);
+    let inv = inverseSqrt(sm.x / f32(p.dim) + p.eps);
+    let s = scale_for_absmax(max(sm.y * inv, 1e-5));
     // The int8 values, 16 per vec4 (activation_record.wgsl's packing), and their sum.
     var qsum = 0i;
     for (var j = lid; j < groups16; j = j + WG) {

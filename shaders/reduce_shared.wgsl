@@ -47,3 +47,20 @@ fn workgroup_sum4(v: vec4<f32>, lid: u32) -> vec4<f32> {
     workgroupBarrier();
     return r;
 }
+
+// workgroup_sum of v.x and workgroup_max of v.y in one tree.
+fn workgroup_sum_max(v: vec2<f32>, lid: u32) -> vec2<f32> {
+    reduce_scratch4[lid] = vec4<f32>(v, 0.0, 0.0);
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            let a = reduce_scratch4[lid];
+            let b = reduce_scratch4[lid + s];
+            reduce_scratch4[lid] = vec4<f32>(a.x + b.x, max(a.y, b.y), 0.0, 0.0);
+        }
+        workgroupBarrier();
+    }
+    let r = reduce_scratch4[0].xy;
+    workgroupBarrier();
+    return r;
+}

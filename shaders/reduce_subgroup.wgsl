@@ -57,3 +57,22 @@ fn workgroup_sum4(v: vec4<f32>, lid: u32) -> vec4<f32> {
     workgroupBarrier();
     return total;
 }
+
+// workgroup_sum of v.x and workgroup_max of v.y in one round (one barrier for the partials).
+fn workgroup_sum_max(v: vec2<f32>, lid: u32) -> vec2<f32> {
+    let s = vec2<f32>(subgroupAdd(v.x), subgroupMax(v.y));
+    let size = subgroupAdd(1u);
+    let first = subgroupBroadcastFirst(lid);
+    if (lid == first) {
+        reduce_scratch4[first / size] = vec4<f32>(s, 0.0, 0.0);
+    }
+    workgroupBarrier();
+    var r = reduce_scratch4[0].xy;
+    let n = (WG + size - 1u) / size;
+    for (var i = 1u; i < n; i = i + 1u) {
+        let q = reduce_scratch4[i].xy;
+        r = vec2<f32>(r.x + q.x, max(r.y, q.y));
+    }
+    workgroupBarrier();
+    return r;
+}

@@ -2,9 +2,10 @@
 // dispatch (decode). Every workgroup normalizes and quantizes the whole input row itself, into
 // workgroup memory, with the arithmetic of rms_norm_quantize.wgsl (the same normed values, the
 // same scale from scale_for_absmax, the same int8 values), then computes its rows as
-// matvec_i2s.wgsl does, reading the int8 values from workgroup memory. The input is re-read by
-// every workgroup (from cache: 3 x 4 x dim bytes each), in exchange for the norm's own dispatch
-// and the full barrier between the two, which cost more at decode's sizes.
+// matvec_i2s.wgsl does, reading the int8 values from workgroup memory. The input and the norm's
+// weight are read twice by every workgroup (from cache: 16 x dim bytes each), in exchange for
+// the norm's own dispatch and the full barrier between the two, which cost more at decode's
+// sizes.
 //
 // MODE (a pipeline constant):
 //   0  up to three weights over consecutive ranges of rows (q, k, v): rows [0, rows0) are w0's

@@ -137,12 +137,13 @@ impl GpuBackend {
         self.tapes.clear();
     }
 
-    /// The fused kernel's mode for `c`, or `None` where `c` must run as separate ops: more
-    /// than one token, weights the kernel does not take, or outputs that alias the inputs.
+    /// The fused kernel's mode for `c` and the tensors it writes, or `None` where `c` must run
+    /// as separate ops: more than one token, weights the kernel does not take, or outputs that
+    /// alias the inputs.
     pub(super) fn fused_norm_bitlinear_mode(
         &self,
         c: &NormBitLinear<'_>,
-    ) -> Option<NormBitLinearMode> {
+    ) -> Option<(NormBitLinearMode, Vec<Tensor>)> {
         if !self.fuse_bitlinear || self.n_tokens != 1 || c.n != 1 {
             return None;
         }
@@ -177,21 +178,16 @@ impl GpuBackend {
             .iter()
             .enumerate()
             .all(|(i, t)| *t != c.x && *t != c.norm && !written[..i].contains(t));
-        distinct.then_some(mode)
+        distinct.then_some((mode, written))
     }
 
     /// Record `c` as one [`NormBitLinearOp`] (after [`Self::fused_norm_bitlinear_mode`]).
     pub(super) fn norm_bitlinear_fused(
         &mut self,
         c: &NormBitLinear<'_>,
-        mode: NormBitLinearMode,
+        (mode, written): (NormBitLinearMode, Vec<Tensor>),
     ) -> Result<(), Error> {
         self.flush_pending()?;
-        let written: Vec<Tensor> = match c.combine {
-            Combine::AddTo { residual, .. } => vec![residual],
-            Combine::ReluSquaredMul { .. } => vec![c.outs[0]],
-            Combine::Separate => c.outs.to_vec(),
-        };
         if self.spare.is_none() {
             let a = self.ctx.storage("norm_bitlinear.spare", 16)?;
             let b = self.ctx.storage("norm_bitlinear.spare", 16)?;

@@ -422,7 +422,7 @@ impl Backend for GpuBackend {
 
     fn norm_bitlinear(&mut self, c: NormBitLinear<'_>) -> Result<(), Error> {
         match self.fused_norm_bitlinear_mode(&c) {
-            Some(mode) => self.norm_bitlinear_fused(&c, mode),
+            Some(fused) => self.norm_bitlinear_fused(&c, fused),
             None => super::norm_bitlinear_steps(self, &c),
         }
     }

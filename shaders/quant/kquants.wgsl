@@ -7,9 +7,10 @@
 //   kq_unit_offsets(u) -> vec2<u32>   first element of group A and of group B in the block
 //   kq_load(b, u) -> KqRaw            the raw words unit u of chunk block b needs (one set of
 //                                     loads, so callers can issue several rows' loads at once)
-//   kq_unit(b, u) -> KqUnit           the unit's 32 weights, dequantized with the f32
-//                                     operations of crate::quant in the same order, so
-//                                     bit-identical to the CPU (matmul, embedding)
+//   kq_decode(raw, u) -> KqUnit       the unit's 32 weights from its raw words, dequantized
+//                                     with the f32 operations of crate::quant in the same
+//                                     order, so bit-identical to the CPU (matmul, embedding)
+//   kq_unit(b, u) -> KqUnit           kq_decode(kq_load(b, u), u)
 //   kq_dot(raw, u, xa, xb, sx) -> f32 the unit's dot product with x (matvec), xa and xb
 //                                     pre-scaled by KQ_XS: the per-group scale and min are
 //                                     applied once per 16 products (sx = the sums of the

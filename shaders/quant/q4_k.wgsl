@@ -24,11 +24,14 @@ fn q4k_codes(w: KqRaw) -> KqCodes {
     return KqCodes(w.q & vec4<u32>(0x0f0f0f0fu), (w.q >> vec4<u32>(4u)) & vec4<u32>(0x0f0f0f0fu));
 }
 
-fn kq_unit(b: u32, u: u32) -> KqUnit {
-    let w = kq_load(b, u);
+fn kq_decode(w: KqRaw, u: u32) -> KqUnit {
     let s = k4_unit_scales(w.h, u);
     let c = q4k_codes(w);
     return KqUnit(kq_affine16(c.lo, s.x, s.y), kq_affine16(c.hi, s.z, s.w));
+}
+
+fn kq_unit(b: u32, u: u32) -> KqUnit {
+    return kq_decode(kq_load(b, u), u);
 }
 
 fn kq_dot(w: KqRaw, u: u32, xa: V16, xb: V16, sx: vec2<f32>) -> f32 {

@@ -52,11 +52,14 @@ fn q6k_unit_scales(w: KqRaw, u: u32) -> vec2<f32> {
     return d * (bitcast<vec2<f32>>(b | vec2<u32>(0x4b000000u)) - vec2<f32>(8388736.0));
 }
 
-fn kq_unit(b: u32, u: u32) -> KqUnit {
-    let w = kq_load(b, u);
+fn kq_decode(w: KqRaw, u: u32) -> KqUnit {
     let s = q6k_unit_scales(w, u);
     let c = q6k_codes(w, u);
     return KqUnit(kq_scaled16(c.lo, s.x, 32.0), kq_scaled16(c.hi, s.y, 32.0));
+}
+
+fn kq_unit(b: u32, u: u32) -> KqUnit {
+    return kq_decode(kq_load(b, u), u);
 }
 
 fn kq_dot(w: KqRaw, u: u32, xa: V16, xb: V16, sx: vec2<f32>) -> f32 {

@@ -59,6 +59,8 @@ pub struct GenerateBenchReport {
     pub host: HostTimes,
     /// GPU time per op of a decode pass (`--profile`), largest first.
     pub profile: Option<Vec<ProfileRow>>,
+    /// GPU time per op of the prefill (`--profile`), per prompt token, largest first.
+    pub prefill_profile: Option<Vec<ProfileRow>>,
 }
 
 /// One op label of the decode profile.
@@ -158,26 +160,34 @@ pub fn run(
     let unfused_tps = other(&mut engine, true, false)?;
     let f32_tps = other(&mut engine, false, true)?;
     engine.model.backend.set_int_dot(true);
-    let profile = if opts.profile && engine.model.backend.enable_profile() {
-        // Prefill alone, then the same prompt again: one pass for its last token (the rest is
-        // cached) and the decode passes, each op timed.
-        engine.reset();
-        generate(&mut engine, 0)?;
-        engine.model.backend.clear_profile();
-        generate(&mut engine, opts.decode_tokens + 1)?;
-        let passes = (opts.decode_tokens + 1) as f64;
-        engine.model.backend.profile().map(|rows| {
+    let per_token =
+        |rows: Vec<(String, crate::backend::profile::OpTime)>, tokens: usize| -> Vec<ProfileRow> {
+            let tokens = tokens.max(1) as f64;
             rows.into_iter()
                 .map(|(op, t)| ProfileRow {
                     op,
-                    calls_per_token: t.calls as f64 / passes,
+                    calls_per_token: t.calls as f64 / tokens,
                     us_per_call: t.seconds / t.calls.max(1) as f64 * 1e6,
-                    us_per_token: t.seconds / passes * 1e6,
+                    us_per_token: t.seconds / tokens * 1e6,
                 })
                 .collect()
-        })
+        };
+    let (profile, prefill_profile) = if opts.profile && engine.model.backend.enable_profile() {
+        // The prefill alone (its pass gives the first token), then the same prompt again: one
+        // pass for its last token (the rest is cached) and the decode passes, each op timed.
+        engine.reset();
+        engine.model.backend.clear_profile();
+        generate(&mut engine, 1)?;
+        let prefill = engine.model.backend.profile();
+        engine.model.backend.clear_profile();
+        generate(&mut engine, opts.decode_tokens + 1)?;
+        let decode = engine.model.backend.profile();
+        (
+            decode.map(|rows| per_token(rows, opts.decode_tokens + 1)),
+            prefill.map(|rows| per_token(rows, opts.prompt_tokens)),
+        )
     } else {
-        None
+        (None, None)
     };
     let model = &engine.model;
     let bpt = bytes_per_token(file);
@@ -202,5 +212,6 @@ pub fn run(
         fraction_of_limit: decode_tps / limit,
         host,
         profile,
+        prefill_profile,
     })
 }

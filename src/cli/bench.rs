@@ -81,16 +81,16 @@ pub fn generate(
             "host per pass: record {:.0} us, submit {:.0} us, wait {:.0} us",
             r.host.record_us_per_pass, r.host.submit_us_per_pass, r.host.wait_us_per_pass
         );
-        if let Some(rows) = &r.profile {
+        let print = |what: &str, rows: &[crate::bench::generate::ProfileRow]| {
             let total: f64 = rows.iter().map(|p| p.us_per_token).sum();
-            println!("GPU time per decoded token by op (timestamp queries, {total:.0} us in all):");
+            println!("GPU time per {what} by op (timestamp queries, {total:.1} us in all):");
             println!(
                 "  {:<44} {:>8} {:>10} {:>10} {:>6}",
                 "op", "calls", "us/call", "us/token", "share"
             );
             for p in rows {
                 println!(
-                    "  {:<44} {:>8.1} {:>10.2} {:>10.1} {:>5.1}%",
+                    "  {:<44} {:>8.3} {:>10.2} {:>10.2} {:>5.1}%",
                     p.op,
                     p.calls_per_token,
                     p.us_per_call,
@@ -98,6 +98,12 @@ pub fn generate(
                     100.0 * p.us_per_token / total
                 );
             }
+        };
+        if let Some(rows) = &r.prefill_profile {
+            print("prompt token of the prefill", rows);
+        }
+        if let Some(rows) = &r.profile {
+            print("decoded token", rows);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -109,6 +109,10 @@ impl MatmulOp {
             Kernel::Matmul(w.dtype)
         };
         let mut wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
+        if let Kernel::Matmul(GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) = kernel {
+            let bytes = ctx.limits.max_compute_workgroup_storage_size;
+            wg = kquants::matmul_workgroup_size(bytes, w.rows, n_tokens);
+        }
         if ctx.is_software() {
             wg = software_workgroup_size(kernel).unwrap_or(wg);
         }

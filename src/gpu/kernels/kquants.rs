@@ -23,9 +23,9 @@
 //! by powers of two so every code is decoded in place in the mantissa of 2^23: one AND-OR and
 //! one subtraction per weight) to every row, and the rows are reduced together by one
 //! `workgroup_sum4` (a vec4 `subgroupAdd` and one barrier); short rows split the workgroup into
-//! thread groups. Matmul runs tiles of [`MATMUL_ROWS`] rows by `workgroup_size / 8` tokens,
-//! each weight dequantized once per tile into workgroup memory; embedding one workgroup per
-//! token.
+//! thread groups. Matmul runs tiles of `workgroup_size / 2` rows by [`MATMUL_TOKENS`] tokens,
+//! each weight dequantized once per tile into workgroup memory and every thread accumulating
+//! an 8-row by 4-token block; embedding one workgroup per token.
 //!
 //! Matvec speed on an H200 through Vulkan (default 64 threads; the copy kernel reaches 4.2 TB/s
 //! there): 1.60 TB/s on 256 MB of Q4_K, 1.72 Q5_K, 2.21 Q6_K; 2.07 TB/s on the 128256 x 2048
@@ -89,8 +89,9 @@ pub const FILES: &[(&str, &str)] = &[
 
 /// Rows per matvec workgroup (`ROWS` in matvec_kquants.wgsl).
 pub const MATVEC_ROWS: u32 = 4;
-/// Weight rows per matmul tile (`BM` in matmul_kquants.wgsl).
-pub const MATMUL_ROWS: u32 = 64;
+/// Tokens per matmul tile (`BN` in matmul_kquants.wgsl); rows per tile are half the
+/// workgroup size.
+pub const MATMUL_TOKENS: u32 = 64;
 
 /// Matvec: 64 threads (two 32-wide subgroups on NVIDIA, one wave on AMD). A Llama-3.2-1B row
 /// of 2048 weights is 64 units, so every thread has one unit of each of the workgroup's 4 rows
@@ -98,8 +99,25 @@ pub const MATMUL_ROWS: u32 = 64;
 /// against 32, 128 and 256: 64 was best or within 8% on every Llama-3.2-1B shape (32 wins on
 /// the head by 8%, 128 on 8192-wide rows by 5-12%).
 const MATVEC_WG: u32 = 64;
-/// Matmul: 256 threads, a 64 x 32 output tile.
-const MATMUL_WG: u32 = 256;
+/// Matmul: 128 threads, a 64 x 64 output tile (its two staged tiles fill the 16 KiB of
+/// workgroup memory WebGPU guarantees); see [`matmul_workgroup_size`].
+const MATMUL_WG: u32 = 128;
+
+/// The matmul's workgroup size for `rows` x `n_tokens` on a device with `workgroup_bytes` of
+/// workgroup memory: 256 (128 x 64 tiles, 24 KiB) where it fits and still makes at least
+/// [`MATMUL_MIN_TILES`] tiles, else 128 (64 x 64 tiles: twice the workgroups for matrices
+/// too small to fill the GPU with large tiles).
+pub fn matmul_workgroup_size(workgroup_bytes: u32, rows: u32, n_tokens: u32) -> u32 {
+    let big_tiles = rows.div_ceil(128) * n_tokens.div_ceil(MATMUL_TOKENS);
+    if workgroup_bytes >= 24 * 1024 && big_tiles >= MATMUL_MIN_TILES {
+        256
+    } else {
+        MATMUL_WG
+    }
+}
+
+/// Tiles below which the matmul takes the smaller tile (see [`matmul_workgroup_size`]).
+pub const MATMUL_MIN_TILES: u32 = 256;
 const EMBEDDING_WG: u32 = 64;
 
 /// The files of one kernel kind for Q4_K, Q5_K and Q6_K (indexed by [`format_index`]):
@@ -182,8 +200,8 @@ pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32)
     match kernel {
         Kernel::Matvec(_) | Kernel::MatvecQ8(_) => rows.div_ceil(MATVEC_ROWS),
         Kernel::Matmul(_) => {
-            let tokens_per_tile = (workgroup_size / 8).max(1);
-            rows.div_ceil(MATMUL_ROWS) * n_tokens.div_ceil(tokens_per_tile)
+            let rows_per_tile = (workgroup_size / 2).max(1);
+            rows.div_ceil(rows_per_tile) * n_tokens.div_ceil(MATMUL_TOKENS)
         }
         _ => n_tokens,
     }
@@ -208,7 +226,7 @@ mod tests {
         let matmul = Kernel::Matmul(GgmlType::Q6_K)
             .wgsl(Default::default())
             .unwrap();
-        assert!(matmul.contains(&format!("const BM: u32 = {MATMUL_ROWS}u;")));
+        assert!(matmul.contains(&format!("const BN: u32 = {MATMUL_TOKENS}u;")));
     }
 
     #[test]

@@ -33,7 +33,7 @@ use super::{
     Rng, Stats, POISON,
 };
 use crate::gpu::embedding::EmbeddingOp;
-use crate::gpu::kernels::Kernel;
+use crate::gpu::kernels::{kquants, Kernel};
 use crate::gpu::matmul::MatmulOp;
 use crate::gpu::weights::{row_bytes, GpuWeight};
 use crate::gpu::GpuContext;
@@ -209,17 +209,20 @@ async fn matvec(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
     Ok(stats)
 }
 
-/// 1, 3 and 17 tokens: the whole weight at workgroup size 256 (32-token tiles), the split
-/// weight at 64 (8-token tiles, so 17 tokens span three tiles) with its chunks reversed.
+/// 1, 3, 17 and 70 tokens (70: two 64-token tiles, the second partial): the whole weight at
+/// workgroup size 128 (64-row tiles), the split weight at 256 (128-row tiles) where the device
+/// has the workgroup memory for it, else at 128, with its chunks reversed.
 async fn matmul(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
     let mut stats = Stats::default();
     for (rows, cols) in SHAPES {
         let mut rng = Rng(seed(dtype, rows, cols) ^ 1);
         let data = weight_data(dtype, rows, cols, &mut rng)?;
         let w = quant::dequantize(dtype, &data, rows * cols).map_err(|e| e.to_string())?;
-        for (split, wg) in [(false, 256), (true, 64)] {
+        let bytes = ctx.limits.max_compute_workgroup_storage_size;
+        let big = kquants::matmul_workgroup_size(bytes, u32::MAX / 2, 64);
+        for (split, wg) in [(false, 128), (true, big)] {
             let gw = upload(ctx, dtype, rows, cols, &data, split)?;
-            for n_tokens in [1usize, 3, 17] {
+            for n_tokens in [1usize, 3, 17, 70] {
                 let x = rng.vec(cols * n_tokens, 1.0);
                 let xb = upload_f32(ctx, "x", &x)?;
                 let (want, bound) = reference_matmul(&w, &x, rows, cols, n_tokens);

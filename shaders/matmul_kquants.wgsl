@@ -25,7 +25,8 @@
 // are WG / 2.
 const BN: u32 = 64u;
 
-// The unit's weights, [32 columns][BM / 4] vec4 of rows.
+// The unit's weights, [32 columns][BM / 4] vec4 of rows (sizes mirrored by
+// matmul_workgroup_bytes in src/gpu/kernels/kquants.rs).
 var<workgroup> ws: array<vec4<f32>, 4u * WG>;
 // The unit's inputs, [32 columns][BN / 4] vec4 of tokens.
 var<workgroup> xs: array<vec4<f32>, 512>;
@@ -133,14 +134,14 @@ fn main(
         }
     }
 
-    let rows = array<vec4<f32>, 8>(a00, a01, a10, a11, a20, a21, a30, a31);
+    let blocks = array<vec4<f32>, 8>(a00, a01, a10, a11, a20, a21, a30, a31);
     for (var j = 0u; j < 4u; j = j + 1u) {
         let t = tok0 + 4u * tc + j;
         if (t >= p.n_tokens) {
             break;
         }
         for (var h = 0u; h < 2u; h = h + 1u) {
-            let acc = rows[2u * j + h];
+            let acc = blocks[2u * j + h];
             let r0 = row0 + h * (bm / 2u) + 4u * tr;
             for (var i = 0u; i < 4u; i = i + 1u) {
                 if (r0 + i < p.rows) {

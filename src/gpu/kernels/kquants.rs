@@ -102,15 +102,33 @@ const MATVEC_WG: u32 = 64;
 /// Matmul: 128 threads, a 64 x 64 output tile (its two staged tiles fill the 16 KiB of
 /// workgroup memory WebGPU guarantees); see [`matmul_workgroup_size`].
 const MATMUL_WG: u32 = 128;
+/// The matmul's large tile: 256 threads, 128 x 64 outputs, 24 KiB of workgroup memory.
+const MATMUL_WG_LARGE: u32 = 256;
+
+/// Workgroup memory matmul_kquants.wgsl declares at workgroup size `wg`: the staged weights
+/// (`4 WG` vec4) and inputs (512 vec4).
+fn matmul_workgroup_bytes(wg: u32) -> u32 {
+    (4 * wg + 512) * 16
+}
+
+/// The largest matmul workgroup size a device with `workgroup_bytes` of workgroup memory runs.
+pub fn largest_matmul_workgroup(workgroup_bytes: u32) -> u32 {
+    if workgroup_bytes >= matmul_workgroup_bytes(MATMUL_WG_LARGE) {
+        MATMUL_WG_LARGE
+    } else {
+        MATMUL_WG
+    }
+}
 
 /// The matmul's workgroup size for `rows` x `n_tokens` on a device with `workgroup_bytes` of
-/// workgroup memory: 256 (128 x 64 tiles, 24 KiB) where it fits and still makes at least
-/// [`MATMUL_MIN_TILES`] tiles, else 128 (64 x 64 tiles: twice the workgroups for matrices
-/// too small to fill the GPU with large tiles).
+/// workgroup memory: the large tile where it fits and still makes at least
+/// [`MATMUL_MIN_TILES`] tiles, else 128 (64 x 64 tiles: twice the workgroups for matrices too
+/// small to fill the GPU with large tiles).
 pub fn matmul_workgroup_size(workgroup_bytes: u32, rows: u32, n_tokens: u32) -> u32 {
-    let big_tiles = rows.div_ceil(128) * n_tokens.div_ceil(MATMUL_TOKENS);
-    if workgroup_bytes >= 24 * 1024 && big_tiles >= MATMUL_MIN_TILES {
-        256
+    let wg = largest_matmul_workgroup(workgroup_bytes);
+    let tiles = rows.div_ceil(wg / 2) * n_tokens.div_ceil(MATMUL_TOKENS);
+    if tiles >= MATMUL_MIN_TILES {
+        wg
     } else {
         MATMUL_WG
     }
@@ -227,6 +245,10 @@ mod tests {
             .wgsl(Default::default())
             .unwrap();
         assert!(matmul.contains(&format!("const BN: u32 = {MATMUL_TOKENS}u;")));
+        assert!(matmul.contains("var<workgroup> ws: array<vec4<f32>, 4u * WG>;"));
+        assert!(matmul.contains("var<workgroup> xs: array<vec4<f32>, 512>;"));
+        // The small tile fits the 16 KiB every WebGPU device has.
+        assert_eq!(matmul_workgroup_bytes(MATMUL_WG), 16 * 1024);
     }
 
     #[test]

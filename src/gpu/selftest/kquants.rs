@@ -218,8 +218,7 @@ async fn matmul(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
         let mut rng = Rng(seed(dtype, rows, cols) ^ 1);
         let data = weight_data(dtype, rows, cols, &mut rng)?;
         let w = quant::dequantize(dtype, &data, rows * cols).map_err(|e| e.to_string())?;
-        let bytes = ctx.limits.max_compute_workgroup_storage_size;
-        let big = kquants::matmul_workgroup_size(bytes, u32::MAX / 2, 64);
+        let big = kquants::largest_matmul_workgroup(ctx.limits.max_compute_workgroup_storage_size);
         for (split, wg) in [(false, 128), (true, big)] {
             let gw = upload(ctx, dtype, rows, cols, &data, split)?;
             for n_tokens in [1usize, 3, 17, 70] {

@@ -12,7 +12,8 @@
 // Bindings:
 //   0  uniform MatmulParams (cols a multiple of 256)
 //   1  x: (n_tokens, cols/16 + ceil(cols/128)) vec4<u32> activation records; token 0 used
-//   2  y: (n_tokens, y_stride) f32, rows row_offset .. row_offset + rows written
+//   2  y: (n_tokens, y_stride) f32, rows row_offset .. row_offset + rows written (or added
+//      to: ACCUMULATE)
 //   3.. weight planes, declared by the format file
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
@@ -109,16 +110,16 @@ fn main(
     if (lid == 0u) {
         let out = p.row_offset + row0;
         if (row0 < p.rows) {
-            y[out] = total.x;
+            q8_write_row(out, total.x);
         }
         if (row0 + 1u < p.rows) {
-            y[out + 1u] = total.y;
+            q8_write_row(out + 1u, total.y);
         }
         if (row0 + 2u < p.rows) {
-            y[out + 2u] = total.z;
+            q8_write_row(out + 2u, total.z);
         }
         if (row0 + 3u < p.rows) {
-            y[out + 3u] = total.w;
+            q8_write_row(out + 3u, total.w);
         }
     }
 }

@@ -14,7 +14,8 @@
 // Bindings:
 //   0  uniform MatmulParams (cols a multiple of 32)
 //   1  x: (n_tokens, cols/16 + ceil(cols/128)) vec4<u32> activation records; token 0 used
-//   2  y: (n_tokens, y_stride) f32; y[row_offset + row] written for this chunk's rows
+//   2  y: (n_tokens, y_stride) f32; y[row_offset + row] written (or added to: ACCUMULATE)
+//      for this chunk's rows
 //   3.. the weight planes of this chunk's rows (see the format file)
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
@@ -77,6 +78,6 @@ fn main(
         for (var s = 0u; s < slices; s = s + 1u) {
             total = total + partial[s * ROW_LANES + lane];
         }
-        y[p.row_offset + row] = total;
+        q8_write_row(p.row_offset + row, total);
     }
 }

@@ -125,19 +125,10 @@ fn fetch(k: u32, rs: vec4<u32>, v: u32, per_row: u32) -> Fetch {
     return f;
 }
 
-// The lane-0 sums of the TPR partials of each row (every invocation calls it: barriers).
-// reduce_scratch4 (the reduction helpers' own) holds the partials, as bits.
-fn row_totals(acc: vec4<i32>, lid: u32, lane: u32) -> vec4<i32> {
-    reduce_scratch4[lid] = bitcast<vec4<f32>>(acc);
-    workgroupBarrier();
-    var total = vec4<i32>();
-    if (lane == 0u) {
-        for (var i = 0u; i < TPR; i = i + 1u) {
-            total = total + bitcast<vec4<i32>>(reduce_scratch4[lid + i]);
-        }
-    }
-    workgroupBarrier();
-    return total;
+// The sum of the 64 int8 activations of four packed vec4s.
+fn act_sum64(a: array<vec4<u32>, 4>) -> i32 {
+    let ones = vec4<u32>(0x01010101u);
+    return (dot4x4(a[0], ones) + dot4x4(a[1], ones)) + (dot4x4(a[2], ones) + dot4x4(a[3], ones));
 }
 
 @compute @workgroup_size(WG)
@@ -164,8 +155,11 @@ fn main(
         rows = p.rows1;
         scale = p.scale1;
     }
-    let row0 = base - first + lid / TPR;
-    let lane = lid % TPR;
+    // The TPR threads of a row are consecutive segment indices (one subgroup where the
+    // variant reduces with subgroup operations).
+    let t = segment_index(lid);
+    let row0 = base - first + t / TPR;
+    let lane = t % TPR;
     let per_row = p.dim / 64u;
     // Rows past the end read the last row (in bounds) and are not written.
     let last = rows - 1u;
@@ -203,23 +197,23 @@ fn main(
     let sm = workgroup_sum_max(vec2<f32>(ss, m), lid);
     let inv = inverseSqrt(sm.x / f32(p.dim) + p.eps);
     let s = scale_for_absmax(max(sm.y * inv, 1e-5));
-    // The int8 values, 16 per vec4 (activation_record.wgsl's packing), and their sum.
-    var qsum = 0i;
+    // The int8 values, 16 per vec4 (activation_record.wgsl's packing).
     for (var j = lid; j < groups16; j = j + WG) {
         let b = 4u * j;
         let q0 = quantize4((x[b] * nw[b]) * inv, s);
         let q1 = quantize4((x[b + 1u] * nw[b + 1u]) * inv, s);
         let q2 = quantize4((x[b + 2u] * nw[b + 2u]) * inv, s);
         let q3 = quantize4((x[b + 3u] * nw[b + 3u]) * inv, s);
-        let t = q0 + q1 + q2 + q3;
-        qsum = qsum + t.x + t.y + t.z + t.w;
         xq[j] = vec4<u32>(pack4xI8(q0), pack4xI8(q1), pack4xI8(q2), pack4xI8(q3));
     }
-    // Exact in f32 (|sum| <= 128 * dim < 2^24); its barriers also publish xq.
-    let sum_x = i32(workgroup_sum(f32(qsum), lid));
+    workgroupBarrier();
 
     var acc = vec4<i32>();
     var acc_up = vec4<i32>(); // MODE 1: w1's rows
+    // The codes are w + 1, so each row's sum(c x) exceeds sum(w x) by sum(x): every thread
+    // adds up the activations of its own columns (the same for all its rows) and subtracts
+    // them before the row's threads are summed, which gives sum(x) over the row once.
+    var xsum = 0i;
     // Two weight vec4s per row and step (the second clamped and dropped past the row's end),
     // the next step's fetched before this one's products: 2 * RPT (MODE 1: 4 * RPT) loads
     // always in flight.
@@ -232,6 +226,7 @@ fn main(
         let o2 = i2s_act_offset(v2);
         let xa = array<vec4<u32>, 4>(xq[o], xq[o + 2u], xq[o + 4u], xq[o + 6u]);
         let xb = array<vec4<u32>, 4>(xq[o2], xq[o2 + 2u], xq[o2 + 4u], xq[o2 + 6u]);
+        xsum = xsum + act_sum64(xa) + select(0i, act_sum64(xb), has2);
         acc.x = acc.x + dot_pair(cur.a[0], cur.b[0], xa, xb, has2);
         if (RPT > 1u) {
             acc.y = acc.y + dot_pair(cur.a[1], cur.b[1], xa, xb, has2);
@@ -255,10 +250,10 @@ fn main(
             }
         }
     }
-    let total = row_totals(acc, lid, lane);
+    let total = segment_sum4i(acc - vec4<i32>(xsum), t, TPR);
     var total_up = vec4<i32>();
     if (MODE == 1u) {
-        total_up = row_totals(acc_up, lid, lane);
+        total_up = segment_sum4i(acc_up - vec4<i32>(xsum), t, TPR);
     }
     if (lane != 0u) {
         return;
@@ -269,9 +264,9 @@ fn main(
             continue;
         }
         // i2s_output's arithmetic.
-        let a = f32(total[r] - sum_x) * scale / s;
+        let a = f32(total[r]) * scale / s;
         if (MODE == 1u) {
-            let up = f32(total_up[r] - sum_x) * p.scale1 / s;
+            let up = f32(total_up[r]) * p.scale1 / s;
             let g = max(a, 0.0);
             y0[row] = (g * g) * up;
         } else if (MODE == 2u) {

@@ -3,13 +3,22 @@
 // activation_quant.wgsl, prepended: bit-equal to the CPU's f32 division), q = clamp(round(x *
 // iscale), -127, 127) (`round` is half to even, one correctly rounded multiply, as on the CPU),
 // d = 1 / iscale; a block with amax < 1e-30 (or not finite) is all zeros with d = 0.
-// One invocation per block: it reads its 8 vec4 of x, writes 2 vec4 of values and one scale.
-// Record layout: quant/q8.wgsl.
+// Four invocations per block, each reading 8 values (2 vec4) and writing their 2 words; the
+// block's absmax goes through workgroup memory (one barrier; max is exact in any order, so the
+// records are those of one invocation per block, bit for bit). Record layout: quant/q8.wgsl.
+// WG: a multiple of 4, at most 256.
+//
+// Entry points: `main` quantizes x; `main_silu` first replaces x by silu(x) * up
+// (silu_mul.wgsl's `apply`, prepended: the SiluMul elementwise op's arithmetic, bit for bit)
+// and quantizes that (Llama's FFN: the gated product and the input records of ffn_down in
+// one dispatch).
 //
 // Bindings:
 //   0  uniform Q8Params
-//   1  x: (n_tokens, x_stride) f32 as vec4, cols values used per token
+//   1  x: (n_tokens, x_stride) f32 as vec4, cols values used per token (main_silu: the gate,
+//      overwritten with the product)
 //   2  out: (n_tokens, record_words) u32 records
+//   3  up: like x (main_silu only)
 
 struct Q8Params {
     n_tokens: u32,     // tokens
@@ -19,11 +28,48 @@ struct Q8Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Q8Params;
-@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> out: array<u32>;
+@group(0) @binding(3) var<storage, read> up: array<vec4<f32>>;
 
 fn q8_quantize4(v: vec4<f32>, s: f32) -> u32 {
     return pack4xI8(vec4<i32>(clamp(round(v * s), vec4<f32>(-127.0), vec4<f32>(127.0))));
+}
+
+// Each invocation's absmax, for the others of its block.
+var<workgroup> q8_amax: array<f32, 256>;
+
+// Token, block, quarter (8 values) and first vec4 of x of invocation i (token n_tokens and
+// past: nothing to do).
+fn q8_quarter_of(i: u32) -> vec4<u32> {
+    let blocks = p.cols / 32u;
+    let t = (i / 4u) / blocks;
+    let b = (i / 4u) % blocks;
+    let k = i % 4u;
+    return vec4<u32>(t, b, k, t * (p.x_stride / 4u) + 8u * b + 2u * k);
+}
+
+// Quarter `at` of a block's record from its 8 values (every invocation calls it: a barrier).
+fn q8_store_quarter(at: vec4<u32>, lid: u32, v0: vec4<f32>, v1: vec4<f32>) {
+    let a = max(abs(v0), abs(v1));
+    q8_amax[lid] = max(max(a.x, a.y), max(a.z, a.w));
+    workgroupBarrier();
+    let first = lid & ~3u;
+    let m = max(max(q8_amax[first], q8_amax[first + 1u]), max(q8_amax[first + 2u], q8_amax[first + 3u]));
+    if (at.x >= p.n_tokens) {
+        return;
+    }
+    // `m >= 1e-30` is false for NaN; infinity gives iscale 0 from scale_for_absmax.
+    var s = 0.0;
+    if (m >= 1e-30) {
+        s = scale_for_absmax(m);
+    }
+    let ob = at.x * p.record_words + 8u * at.y + 2u * at.z;
+    out[ob] = select(0u, q8_quantize4(v0, s), s != 0.0);
+    out[ob + 1u] = select(0u, q8_quantize4(v1, s), s != 0.0);
+    if (at.z == 0u) {
+        out[at.x * p.record_words + p.cols / 4u + at.y] = bitcast<u32>(select(0.0, 1.0 / s, s != 0.0));
+    }
 }
 
 @compute @workgroup_size(WG)
@@ -32,29 +78,35 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let blocks = p.cols / 32u;
-    let i = flat_workgroup(wid, nwg) * WG + lid;
-    let t = i / blocks;
-    let b = i % blocks;
-    if (t >= p.n_tokens) {
-        return;
+    let at = q8_quarter_of(flat_workgroup(wid, nwg) * WG + lid);
+    var v0 = vec4<f32>(0.0);
+    var v1 = vec4<f32>(0.0);
+    if (at.x < p.n_tokens) {
+        v0 = x[at.w];
+        v1 = x[at.w + 1u];
     }
-    let xb = t * (p.x_stride / 4u) + 8u * b;
-    var v: array<vec4<f32>, 8>;
-    var m = 0.0;
-    for (var k = 0u; k < 8u; k = k + 1u) {
-        v[k] = x[xb + k];
-        let a = abs(v[k]);
-        m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
+    q8_store_quarter(at, lid, v0, v1);
+}
+
+// silu(g) * u of four values (silu_mul.wgsl's `apply` on each).
+fn silu_mul4(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(apply(g.x, u.x), apply(g.y, u.y), apply(g.z, u.z), apply(g.w, u.w));
+}
+
+@compute @workgroup_size(WG)
+fn main_silu(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let at = q8_quarter_of(flat_workgroup(wid, nwg) * WG + lid);
+    var v0 = vec4<f32>(0.0);
+    var v1 = vec4<f32>(0.0);
+    if (at.x < p.n_tokens) {
+        v0 = silu_mul4(x[at.w], up[at.w]);
+        v1 = silu_mul4(x[at.w + 1u], up[at.w + 1u]);
+        x[at.w] = v0;
+        x[at.w + 1u] = v1;
     }
-    // `m >= 1e-30` is false for NaN; infinity gives iscale 0 from scale_for_absmax.
-    var s = 0.0;
-    if (m >= 1e-30) {
-        s = scale_for_absmax(m);
-    }
-    let ob = t * p.record_words + 8u * b;
-    for (var k = 0u; k < 8u; k = k + 1u) {
-        out[ob + k] = select(0u, q8_quantize4(v[k], s), s != 0.0);
-    }
-    out[t * p.record_words + p.cols / 4u + b] = bitcast<u32>(select(0.0, 1.0 / s, s != 0.0));
+    q8_store_quarter(at, lid, v0, v1);
 }

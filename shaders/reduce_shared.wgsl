@@ -64,3 +64,24 @@ fn workgroup_sum_max(v: vec2<f32>, lid: u32) -> vec2<f32> {
     workgroupBarrier();
     return r;
 }
+
+// Segmented sums, for kernels where runs of `seg` invocations (a power of two) share one
+// result (the threads of one matrix row). segment_index numbers the invocations 0..WG: here
+// the local index itself. segment_sum4i sums v over the aligned run of `seg` indices that `t`
+// lies in, valid on the run's first index; every invocation calls it (barriers).
+fn segment_index(lid: u32) -> u32 {
+    return lid;
+}
+
+fn segment_sum4i(v: vec4<i32>, t: u32, seg: u32) -> vec4<i32> {
+    reduce_scratch4[t] = bitcast<vec4<f32>>(v);
+    workgroupBarrier();
+    var total = vec4<i32>();
+    if (t % seg == 0u) {
+        for (var i = 0u; i < seg; i = i + 1u) {
+            total = total + bitcast<vec4<i32>>(reduce_scratch4[t + i]);
+        }
+    }
+    workgroupBarrier();
+    return total;
+}

@@ -76,3 +76,35 @@ fn workgroup_sum_max(v: vec2<f32>, lid: u32) -> vec2<f32> {
     workgroupBarrier();
     return r;
 }
+
+// Segmented sums, for kernels where runs of `seg` invocations (a power of two) share one
+// result (the threads of one matrix row), without workgroup memory or barriers. Each subgroup
+// takes `size` consecutive indices from a counter, its invocations in the order of their
+// subgroup invocation ids (one barrier first, for the counter), so an aligned run of `seg` indices lies within one subgroup
+// whenever every subgroup has the same size, at least `seg` (the host compiles this variant
+// only when the adapter's smallest subgroup size is; WG is a multiple of it).
+var<workgroup> segment_next: atomic<u32>;
+
+fn segment_index(lid: u32) -> u32 {
+    // Native pipelines skip WebGPU's zeroing of workgroup memory (src/gpu/kernels/mod.rs).
+    if (lid == 0u) {
+        atomicStore(&segment_next, 0u);
+    }
+    workgroupBarrier();
+    let size = subgroupAdd(1u);
+    let inv = subgroupExclusiveAdd(1u);
+    var first = 0u;
+    if (inv == 0u) {
+        first = atomicAdd(&segment_next, size);
+    }
+    return subgroupBroadcastFirst(first) + inv;
+}
+
+// The sum over the run, on every index of it (a butterfly of shuffles).
+fn segment_sum4i(v: vec4<i32>, t: u32, seg: u32) -> vec4<i32> {
+    var total = v;
+    for (var o = seg / 2u; o > 0u; o = o >> 1u) {
+        total = total + subgroupShuffleXor(total, o);
+    }
+    return total;
+}

@@ -5,7 +5,20 @@
 //   vec4 cols/16 ..          one f32 scale d per block of 32 values (block i in component
 //                            i % 4 of vec4 cols/16 + i / 4), zero padded to a whole vec4
 // A value is x ~ d * q with q in -127..127 (crate::quant::q8dot). The including kernel declares
-// `x: array<vec4<u32>>` (binding 1) and uses token 0.
+// `x: array<vec4<u32>>` (binding 1) and uses token 0, and `y: array<f32>` (binding 2) for
+// q8_write_row.
+
+// 1: the products are added to what y holds (Kernel::MatvecQ8Add: a residual add in the
+// product's dispatch, the Add kernel's one f32 sum), 0: they replace it.
+override ACCUMULATE: u32 = 0u;
+
+fn q8_write_row(i: u32, v: f32) {
+    if (ACCUMULATE == 1u) {
+        y[i] = y[i] + v;
+    } else {
+        y[i] = v;
+    }
+}
 
 // All ones bytes: dot4I8Packed(Q8_ONES, a) is the sum of a's four int8 values.
 const Q8_ONES: u32 = 0x01010101u;

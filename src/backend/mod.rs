@@ -233,6 +233,22 @@ pub trait Backend {
         rows: usize,
     ) -> Result<(), crate::Error>;
 
+    /// `residual[t, :] += W x[t, :]` for `rows` rows: [`Self::matmul`] into `scratch` (what it
+    /// holds afterwards is unspecified), then [`Elementwise::Add`] over `len` values. The GPU
+    /// adds a one-token integer-dot product to the residual in the product's own dispatch.
+    fn matmul_add(
+        &mut self,
+        w: Weight,
+        x: Tensor,
+        scratch: Tensor,
+        residual: Tensor,
+        rows: usize,
+        len: usize,
+    ) -> Result<(), crate::Error> {
+        self.matmul(w, x, scratch, rows)?;
+        self.elementwise(Elementwise::Add, residual, None, Some(scratch), len)
+    }
+
     /// BitLinear: `out[t, :] = (W_ternary . q(x[t, :])) * weight_scale / s_t` with `q` the
     /// per-token int8 absmax quantization (transformers' BitNet).
     fn bitlinear(

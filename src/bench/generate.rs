@@ -150,6 +150,7 @@ pub fn run(
     let other = |engine: &mut Engine<GpuBackend>, int_dot, fuse| {
         engine.model.backend.set_int_dot(int_dot);
         engine.model.backend.set_fuse_norm_q8(fuse);
+        engine.model.backend.set_fuse_residual(fuse);
         engine.model.backend.set_fuse_bitlinear(fuse);
         engine.model.backend.set_fold_rope(fuse);
         if opts.warmup {

@@ -317,7 +317,7 @@ fn prepare(ctx: &GpuContext, w: &GpuWeight, f32: bool) -> Result<Prepared, GpuEr
         let mut enc = ctx.device.create_command_encoder(&Default::default());
         quant.record(&mut enc.begin_compute_pass(&Default::default()));
         ctx.queue.submit([enc.finish()]);
-        let op = q8_matvec(ctx, w, &xq, &y)?;
+        let op = q8_matvec(ctx, w, &xq, &y, false)?;
         return Ok(Prepared {
             op,
             x,

@@ -24,11 +24,13 @@ pub fn run(prefix: &str, json: bool, no_f16: bool, no_subgroups: bool) -> Result
     } else {
         let a = &ctx.adapter;
         println!(
-            "device: {} ({}, {}), {:?}",
+            "device: {} ({}, {}), {:?}, subgroup sizes {}..{}",
             a.name,
             a.backend,
             a.driver,
-            ctx.variant()
+            ctx.variant(),
+            ctx.features.subgroup_min_size,
+            ctx.features.subgroup_max_size
         );
         for r in &results {
             match &r.error {

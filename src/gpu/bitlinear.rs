@@ -33,7 +33,7 @@ use std::sync::Arc;
 use super::kernels::{ternary, Kernel};
 use super::matmul::{grid, Dispatch, MatmulOp};
 use super::weights::GpuWeight;
-use super::{GpuContext, GpuError};
+use super::{GpuContext, GpuError, GpuFeatures};
 use crate::gpu_uniform;
 use crate::quant::GgmlType;
 
@@ -376,31 +376,50 @@ pub struct NormBitLinearOp {
 /// Invocations per workgroup of the NormBitLinear kernel.
 pub const NORM_BITLINEAR_WORKGROUP: u32 = 256;
 
-/// Rows one NormBitLinear workgroup computes (`WG / TPR * RPT`, as for the I2_S matvec).
-pub fn norm_bitlinear_rows_per_workgroup() -> u32 {
-    let (tpr, rpt) = norm_bitlinear_mapping();
-    NORM_BITLINEAR_WORKGROUP / tpr * rpt
+/// Rows per invocation of the NormBitLinear kernel (its `RPT`).
+const NORM_BITLINEAR_ROWS_PER_THREAD: u32 = 2;
+
+/// Invocations per row of the NormBitLinear kernel on this device (its `TPR`): 16, or 8 where
+/// the subgroups are 8 wide, so that a row's invocations always fit one subgroup and their
+/// sums take subgroup shuffles rather than workgroup memory and barriers.
+///
+/// Measured on the H200 (BitNet 2B4T decode, tok/s; threads per row x rows per thread, row
+/// sums through workgroup memory): 16 x 2 464.7, 8 x 2 463.3, 16 x 4 442.1, 8 x 4 416.3,
+/// 16 x 1 407.9, 32 x 2 385.7, 32 x 1 323.8. With the row sums as subgroup shuffles (32-wide
+/// subgroups): 16 x 2 515.6, 8 x 2 501.5.
+pub fn norm_bitlinear_threads_per_row(features: &GpuFeatures) -> u32 {
+    if features.subgroups && (8..16).contains(&features.subgroup_min_size) {
+        8
+    } else {
+        16
+    }
 }
 
-/// Threads per row and rows per thread of the NormBitLinear kernel (its `TPR`, `RPT`): the
-/// I2_S matvec's. Measured on the H200 (BitNet 2B4T decode, tok/s): 16 x 2 464.7, 8 x 2 463.3,
-/// 16 x 4 442.1, 8 x 4 416.3, 16 x 1 407.9, 32 x 2 385.7, 32 x 1 323.8.
-pub fn norm_bitlinear_mapping() -> (u32, u32) {
-    (
-        ternary::I2S_MATVEC_THREADS_PER_ROW,
-        ternary::I2S_MATVEC_ROWS_PER_THREAD,
-    )
+/// Rows one NormBitLinear workgroup computes (`WG / TPR * RPT`) with `tpr` invocations per row.
+pub fn norm_bitlinear_rows_per_workgroup(tpr: u32) -> u32 {
+    NORM_BITLINEAR_WORKGROUP / tpr * NORM_BITLINEAR_ROWS_PER_THREAD
+}
+
+/// The pipeline constants of the NormBitLinear kernel with `tpr` invocations per row.
+pub(crate) fn norm_bitlinear_constants(mode: u32, tpr: u32) -> Vec<(&'static str, f64)> {
+    vec![
+        ("MODE", f64::from(mode)),
+        ("TPR", f64::from(tpr)),
+        ("RPT", f64::from(NORM_BITLINEAR_ROWS_PER_THREAD)),
+    ]
 }
 
 impl NormBitLinearOp {
     /// Why the fused kernel cannot take these weights (the caller then records the norm, the
     /// quantization and the products separately), or `None` when it can.
     pub fn unsupported(
+        ctx: &GpuContext,
         weights: &[&GpuWeight],
         dim: u32,
         mode: NormBitLinearMode,
     ) -> Option<String> {
-        let per_wg = norm_bitlinear_rows_per_workgroup();
+        let per_wg =
+            norm_bitlinear_rows_per_workgroup(norm_bitlinear_threads_per_row(&ctx.features));
         if weights.is_empty() || weights.len() > 3 {
             return Some(format!("{} weights (1 to 3)", weights.len()));
         }
@@ -448,7 +467,7 @@ impl NormBitLinearOp {
         spare: [&wgpu::Buffer; 2],
     ) -> Result<Self, GpuError> {
         let dim = weights.first().map_or(0, |w| w.cols);
-        if let Some(why) = Self::unsupported(weights, dim, mode) {
+        if let Some(why) = Self::unsupported(ctx, weights, dim, mode) {
             return Err(GpuError::Unsupported(format!(
                 "fused norm and BitLinear: {why}"
             )));
@@ -489,15 +508,19 @@ impl NormBitLinearOp {
             NormBitLinearMode::Separate => (y1.unwrap_or(spare[0]), y2.unwrap_or(spare[1])),
             _ => (spare[0], spare[1]),
         };
-        let kernel = Kernel::NormBitLinear(match mode {
-            NormBitLinearMode::Separate => 0,
-            NormBitLinearMode::ReluSquaredGate => 1,
-            NormBitLinearMode::Residual => 2,
-        });
+        let tpr = norm_bitlinear_threads_per_row(&ctx.features);
+        let kernel = Kernel::NormBitLinear(
+            match mode {
+                NormBitLinearMode::Separate => 0,
+                NormBitLinearMode::ReluSquaredGate => 1,
+                NormBitLinearMode::Residual => 2,
+            },
+            tpr,
+        );
         let pipeline = ctx.kernel(kernel, Some(NORM_BITLINEAR_WORKGROUP))?;
         let u = ctx.uniform("norm_bitlinear.params", &params);
         let bind_group = ctx.bind(&pipeline, &[&u, x, norm, &w0, &w1, &w2, y0, y1, y2]);
-        let per_wg = norm_bitlinear_rows_per_workgroup();
+        let per_wg = norm_bitlinear_rows_per_workgroup(tpr);
         let n = match mode {
             NormBitLinearMode::Separate => weights.iter().map(|w| w.rows.div_ceil(per_wg)).sum(),
             _ => rows(0).div_ceil(per_wg),

@@ -83,11 +83,13 @@ fn software_workgroup_size(kernel: Kernel) -> Option<u32> {
 fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
     use GgmlType::*;
     match kernel {
-        Kernel::Matvec(t) | Kernel::MatvecQ8(t) | Kernel::Matmul(t) => match t {
-            Q4_K | Q5_K | Q6_K => kquants::workgroups(kernel, rows, n_tokens, workgroup_size),
-            I2_S | TQ1_0 | TQ2_0 => ternary::workgroups(kernel, rows, n_tokens, workgroup_size),
-            _ => legacy::workgroups(kernel, rows, n_tokens, workgroup_size),
-        },
+        Kernel::Matvec(t) | Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) | Kernel::Matmul(t) => {
+            match t {
+                Q4_K | Q5_K | Q6_K => kquants::workgroups(kernel, rows, n_tokens, workgroup_size),
+                I2_S | TQ1_0 | TQ2_0 => ternary::workgroups(kernel, rows, n_tokens, workgroup_size),
+                _ => legacy::workgroups(kernel, rows, n_tokens, workgroup_size),
+            }
+        }
         _ => 1,
     }
 }

@@ -82,6 +82,30 @@ impl QuantizeQ8Op {
         cols: u32,
         n_tokens: u32,
     ) -> Result<Self, GpuError> {
+        Self::build(ctx, x, None, xq, cols, n_tokens)
+    }
+
+    /// `gate = silu(gate) * up` (the SiluMul elementwise op, bit for bit), then the records
+    /// of the product into `xq`, in one dispatch.
+    pub fn silu_mul(
+        ctx: &GpuContext,
+        gate: &wgpu::Buffer,
+        up: &wgpu::Buffer,
+        xq: &wgpu::Buffer,
+        cols: u32,
+        n_tokens: u32,
+    ) -> Result<Self, GpuError> {
+        Self::build(ctx, gate, Some(up), xq, cols, n_tokens)
+    }
+
+    fn build(
+        ctx: &GpuContext,
+        x: &wgpu::Buffer,
+        up: Option<&wgpu::Buffer>,
+        xq: &wgpu::Buffer,
+        cols: u32,
+        n_tokens: u32,
+    ) -> Result<Self, GpuError> {
         if cols == 0 || cols % 32 != 0 {
             return Err(GpuError::Unsupported(format!(
                 "int8 activations of rows of {cols} values (needs a multiple of 32)"
@@ -89,7 +113,9 @@ impl QuantizeQ8Op {
         }
         let need = record_bytes(cols) * u64::from(n_tokens);
         let have = u64::from(cols) * 4 * u64::from(n_tokens);
-        for (what, b, n) in [("records", xq, need), ("input", x, have)] {
+        let inputs = [("records", xq, need), ("input", x, have)];
+        let gated = up.map(|u| ("up", u, have));
+        for (what, b, n) in inputs.into_iter().chain(gated) {
             if b.size() < n {
                 return Err(GpuError::TooLarge {
                     what: format!("quantize_q8 {what}"),
@@ -106,8 +132,18 @@ impl QuantizeQ8Op {
         };
         let u = ctx.uniform("quantize_q8.params", &params);
         let wg = q8::QUANTIZE_WG;
-        let pipeline = ctx.kernel(Kernel::QuantizeQ8, Some(wg))?;
-        let bind_group = ctx.bind(&pipeline, &[&u, x, xq]);
+        let (pipeline, bind_group) = match up {
+            None => {
+                let pipeline = ctx.kernel(Kernel::QuantizeQ8, Some(wg))?;
+                let bind_group = ctx.bind(&pipeline, &[&u, x, xq]);
+                (pipeline, bind_group)
+            }
+            Some(up) => {
+                let pipeline = ctx.kernel(Kernel::SiluMulQuantizeQ8, Some(wg))?;
+                let bind_group = ctx.bind(&pipeline, &[&u, x, xq, up]);
+                (pipeline, bind_group)
+            }
+        };
         let n = q8::workgroups(cols, n_tokens, wg);
         Ok(QuantizeQ8Op {
             dispatch: Dispatch {
@@ -190,12 +226,14 @@ impl RmsNormQuantizeQ8Op {
     }
 }
 
-/// `y = W x` for one token from the records `xq` of `x` (see [`has_q8_matvec`]).
+/// `y = W x` for one token from the records `xq` of `x` (see [`has_q8_matvec`]), or with
+/// `accumulate` `y += W x` (a residual add in the same dispatch).
 pub fn q8_matvec(
     ctx: &GpuContext,
     w: &GpuWeight,
     xq: &wgpu::Buffer,
     y: &wgpu::Buffer,
+    accumulate: bool,
 ) -> Result<MatmulOp, GpuError> {
     if !has_q8_matvec(w.dtype, w.cols) {
         return Err(GpuError::Unsupported(format!(
@@ -203,7 +241,11 @@ pub fn q8_matvec(
             w.dtype, w.cols
         )));
     }
-    let kernel = Kernel::MatvecQ8(w.dtype);
+    let kernel = if accumulate {
+        Kernel::MatvecQ8Add(w.dtype)
+    } else {
+        Kernel::MatvecQ8(w.dtype)
+    };
     let wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
     MatmulOp::with_kernel(ctx, kernel, wg, w, xq, y, 1)
 }

@@ -21,6 +21,7 @@ impl GpuBackend {
 
     /// Note a RoPE of `x` (recorded by [`Self::flush_pending`] or folded into attention).
     pub(super) fn note_rope(&mut self, x: Tensor, n_heads: usize) -> Result<(), Error> {
+        self.flush_silu()?;
         self.flush_norm()?;
         self.wrote(x);
         if self.fold_rope && self.pending_rope.len() < 2 {
@@ -39,9 +40,10 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// Record everything noted but not yet recorded (RoPEs, then an RMSNorm).
+    /// Record everything noted but not yet recorded (RoPEs, a SiluMul, then an RMSNorm).
     pub(super) fn flush_pending(&mut self) -> Result<(), Error> {
         self.flush_ropes()?;
+        self.flush_silu()?;
         self.flush_norm()
     }
 

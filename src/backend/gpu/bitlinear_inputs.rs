@@ -170,7 +170,7 @@ impl GpuBackend {
                 (NormBitLinearMode::Residual, vec![residual])
             }
         };
-        if NormBitLinearOp::unsupported(&ws, c.dim as u32, mode).is_some() {
+        if NormBitLinearOp::unsupported(&self.ctx, &ws, c.dim as u32, mode).is_some() {
             return None;
         }
         // Every workgroup reads the input while others write the outputs.

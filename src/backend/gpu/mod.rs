@@ -25,7 +25,7 @@ use crate::cpu::ops::RopeConfig;
 use crate::gpu::bitlinear::BitLinearOp;
 use crate::gpu::embedding::EmbeddingOp;
 use crate::gpu::matmul::MatmulOp;
-use crate::gpu::ops::{ElementwiseOp, KvCache, KvDtype, Position, RopeTable, TopKOp};
+use crate::gpu::ops::{KvCache, KvDtype, Position, RopeTable, TopKOp};
 use crate::gpu::weights::GpuWeight;
 use crate::gpu::{GpuContext, GpuError};
 use crate::quant::GgmlType;
@@ -81,6 +81,9 @@ pub struct GpuBackend {
     pending_norm: Option<PendingNorm>,
     /// RoPE calls not recorded yet (tensor, heads): folded into the attention that reads them.
     pending_rope: Vec<(Tensor, usize)>,
+    /// A one-token SiluMul not recorded yet (gate, up, values): fused into the quantization
+    /// of the gate when the next op is an integer-dot product of it.
+    pending_silu: Option<(Tensor, Tensor, usize)>,
     /// Fold the RoPE of q and k into attention.
     fold_rope: bool,
     /// Int8 records (blocks of 32, one token) of the inputs of integer-dot decode products,
@@ -92,6 +95,8 @@ pub struct GpuBackend {
     int_dot: bool,
     /// Quantize the input of those kernels inside the RMSNorm that makes it, where one does.
     fuse_norm_q8: bool,
+    /// Add one-token integer-dot products to their residual in the same dispatch.
+    fuse_residual: bool,
     /// Run one-token [`Backend::norm_bitlinear`] calls as one dispatch where the weights allow.
     fuse_bitlinear: bool,
     /// Two small buffers bound where the fused BitLinear kernel has no weight or output.
@@ -129,11 +134,13 @@ impl GpuBackend {
             quantized: Vec::new(),
             pending_norm: None,
             pending_rope: Vec::new(),
+            pending_silu: None,
             fold_rope: true,
             q8_records: HashMap::new(),
             q8_quantized: Vec::new(),
             int_dot: true,
             fuse_norm_q8: true,
+            fuse_residual: true,
             fuse_bitlinear: true,
             spare: None,
             tapes: HashMap::new(),
@@ -171,6 +178,7 @@ impl GpuBackend {
         self.q8_quantized.clear();
         self.pending_norm = None;
         self.pending_rope.clear();
+        self.pending_silu = None;
         Ok(())
     }
 
@@ -395,6 +403,23 @@ impl Backend for GpuBackend {
         })
     }
 
+    fn matmul_add(
+        &mut self,
+        w: Weight,
+        x: Tensor,
+        scratch: Tensor,
+        residual: Tensor,
+        rows: usize,
+        len: usize,
+    ) -> Result<(), Error> {
+        let gw = &self.weights[w.0 as usize];
+        if self.fuse_residual && self.uses_q8(w, rows) && residual != x && len == gw.rows as usize {
+            return self.matvec_q8_into(w, x, residual, true);
+        }
+        self.matmul(w, x, scratch, rows)?;
+        self.elementwise(Elementwise::Add, residual, None, Some(scratch), len)
+    }
+
     fn bitlinear(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
         let dtype = self.weights[w.0 as usize].dtype;
         if !matches!(dtype, GgmlType::I2_S | GgmlType::TQ1_0 | GgmlType::TQ2_0) {
@@ -453,16 +478,13 @@ impl Backend for GpuBackend {
     ) -> Result<(), Error> {
         self.flush_pending()?;
         self.wrote(out);
-        self.step(Key::Elementwise(f, out, first, second, len), |s| {
-            Ok(Step::Elementwise(ElementwiseOp::new(
-                &s.ctx,
-                f,
-                s.buf(out),
-                first.map(|t| s.buf(t)),
-                second.map(|t| s.buf(t)),
-                len as u32,
-            )?))
-        })
+        if let (Elementwise::SiluMul, None, Some(up)) = (f, first, second) {
+            if self.int_dot && self.fuse_norm_q8 && self.n_tokens == 1 && up != out {
+                self.pending_silu = Some((out, up, len));
+                return Ok(());
+            }
+        }
+        self.record_elementwise(f, out, first, second, len)
     }
 
     fn copy_row(&mut self, src: Tensor, row: usize, cols: usize, dst: Tensor) -> Result<(), Error> {

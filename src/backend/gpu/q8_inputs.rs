@@ -1,12 +1,15 @@
 //! Integer-dot decode on the GPU backend: a one-token product whose weight format has a
 //! `MatvecQ8` kernel ([`crate::gpu::q8`]) reads int8 records of its input, made once per pass
 //! and shared by every product that reads the same tensor (q/k/v, gate/up) until an op writes
-//! it. When the op that makes the input is an RMSNorm (q/k/v, gate/up after the layer's norms),
-//! the norm and the quantization are one dispatch. Prefill (several tokens) and formats without
-//! the kernel keep the f32 matvec/matmul.
+//! it. When the op that makes the input is an RMSNorm (q/k/v, gate/up after the layer's norms)
+//! or a SiluMul (the gated FFN product before `ffn_down`), that op and the quantization are one
+//! dispatch; [`crate::backend::Backend::matmul_add`] adds the product to its residual in the
+//! product's own dispatch. Prefill (several tokens) and formats without the kernel keep the
+//! f32 matvec/matmul.
 
 use super::{GpuBackend, Key, Step};
-use crate::backend::{Tensor, Weight};
+use crate::backend::{Elementwise, Tensor, Weight};
+use crate::gpu::ops::ElementwiseOp;
 use crate::gpu::q8::{has_q8_matvec, q8_matvec, record_bytes, QuantizeQ8Op, RmsNormQuantizeQ8Op};
 use crate::Error;
 
@@ -24,8 +27,9 @@ impl GpuBackend {
         self.tapes.clear();
     }
 
-    /// Fuse the integer-dot kernels' input quantization into the RMSNorm that makes the input
-    /// (the default), or quantize in a dispatch of its own (for comparisons).
+    /// Fuse the integer-dot kernels' input quantization into the op that makes the input, an
+    /// RMSNorm or a SiluMul (the default), or quantize in a dispatch of its own (for
+    /// comparisons).
     pub fn set_fuse_norm_q8(&mut self, on: bool) {
         self.fuse_norm_q8 = on;
         self.tapes.clear();
@@ -34,6 +38,55 @@ impl GpuBackend {
     /// One token through the integer-dot kernel: the records of `x` (fused into a pending
     /// RMSNorm of `x`, reused when current, else quantized now), then the product.
     pub(super) fn matvec_q8(&mut self, w: Weight, x: Tensor, out: Tensor) -> Result<(), Error> {
+        self.matvec_q8_into(w, x, out, false)
+    }
+
+    /// Record an elementwise op (the pending SiluMul when no product fuses it).
+    pub(super) fn record_elementwise(
+        &mut self,
+        f: Elementwise,
+        out: Tensor,
+        first: Option<Tensor>,
+        second: Option<Tensor>,
+        len: usize,
+    ) -> Result<(), Error> {
+        self.step(Key::Elementwise(f, out, first, second, len), |s| {
+            Ok(Step::Elementwise(ElementwiseOp::new(
+                &s.ctx,
+                f,
+                s.buf(out),
+                first.map(|t| s.buf(t)),
+                second.map(|t| s.buf(t)),
+                len as u32,
+            )?))
+        })
+    }
+
+    /// Record the pending SiluMul as a plain elementwise op.
+    pub(super) fn flush_silu(&mut self) -> Result<(), Error> {
+        match self.pending_silu.take() {
+            Some((gate, up, len)) => {
+                self.record_elementwise(Elementwise::SiluMul, gate, None, Some(up), len)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Add a one-token integer-dot product to a residual in the product's dispatch (the
+    /// default), or record the product and the add separately (for comparisons).
+    pub fn set_fuse_residual(&mut self, on: bool) {
+        self.fuse_residual = on;
+        self.tapes.clear();
+    }
+
+    /// [`Self::matvec_q8`] into `out`, or with `accumulate` added to what `out` holds.
+    pub(super) fn matvec_q8_into(
+        &mut self,
+        w: Weight,
+        x: Tensor,
+        out: Tensor,
+        accumulate: bool,
+    ) -> Result<(), Error> {
         let cols = self.weights[w.0 as usize].cols as usize;
         let xq = match self.q8_records.get(&(x, cols)) {
             Some(b) => b.clone(),
@@ -44,6 +97,24 @@ impl GpuBackend {
                 b
             }
         };
+        // The SiluMul that makes `x`: one dispatch writes `x` and its records.
+        if let Some((gate, up, len)) = self.pending_silu {
+            if gate == x && len == cols {
+                self.pending_silu = None;
+                let records = xq.clone();
+                self.step(Key::SiluMulQuantizeQ8(gate, up, cols), move |s| {
+                    Ok(Step::QuantizeQ8(QuantizeQ8Op::silu_mul(
+                        &s.ctx,
+                        s.buf(gate),
+                        s.buf(up),
+                        &records,
+                        cols as u32,
+                        1,
+                    )?))
+                })?;
+                self.q8_quantized.push((x, cols));
+            }
+        }
         match self.pending_norm {
             // The norm that makes `x`: one dispatch writes `x` and its records.
             Some(n) if self.fuse_norm_q8 && n.out == x && n.dim == cols && n.rows == 1 => {
@@ -81,12 +152,13 @@ impl GpuBackend {
             self.q8_quantized.push((x, cols));
         }
         self.wrote(out);
-        self.step(Key::MatvecQ8(w, x, out), move |s| {
+        self.step(Key::MatvecQ8(w, x, out, accumulate), move |s| {
             Ok(Step::Matmul(q8_matvec(
                 &s.ctx,
                 &s.weights[w.0 as usize],
                 &xq,
                 s.buf(out),
+                accumulate,
             )?))
         })
     }

@@ -31,6 +31,8 @@ pub(super) enum Key {
     RmsNormQuantize(Tensor, Tensor, Tensor, usize, usize, u32),
     /// Int8 records (blocks of 32) of one row of `cols` of a tensor.
     QuantizeQ8(Tensor, usize),
+    /// Gate, up, values: SiluMul into the gate and the gate's records.
+    SiluMulQuantizeQ8(Tensor, Tensor, usize),
     /// A one-row RmsNorm (its arguments but the row count) that also writes the q8 records of
     /// its output.
     RmsNormQuantizeQ8(Tensor, Tensor, Tensor, usize, u32),
@@ -45,7 +47,8 @@ pub(super) enum Key {
         NormBitLinearMode,
     ),
     /// A one-token integer-dot product from the input's int8 records.
-    MatvecQ8(Weight, Tensor, Tensor),
+    /// The product, or (`true`) the product added to the output.
+    MatvecQ8(Weight, Tensor, Tensor, bool),
     Rope(Tensor, usize),
     /// Layer, q/k/v/out, query heads, RoPE folded in.
     Attention(usize, [Tensor; 4], usize, bool),
@@ -198,8 +201,10 @@ impl GpuBackend {
             Key::BitLinear(w, _, _, rows) => format!("bitlinear {} (x{rows})", weight(w)),
             Key::Quantize(_, rows, cols) => format!("quantize {rows}x{cols}"),
             Key::QuantizeQ8(_, cols) => format!("quantize_q8 1x{cols}"),
+            Key::SiluMulQuantizeQ8(_, _, cols) => format!("silu_mul+quantize_q8 1x{cols}"),
             Key::RmsNormQuantizeQ8(_, _, _, dim, _) => format!("rms_norm+quantize_q8 1x{dim}"),
-            Key::MatvecQ8(w, _, _) => format!("matvec_q8 {}", weight(w)),
+            Key::MatvecQ8(w, _, _, false) => format!("matvec_q8 {}", weight(w)),
+            Key::MatvecQ8(w, _, _, true) => format!("matvec_q8+add {}", weight(w)),
             Key::RmsNormQuantize(_, _, _, rows, dim, _) => {
                 format!("rms_norm+quantize {rows}x{dim}")
             }

@@ -179,7 +179,9 @@ fn format_index(t: GgmlType) -> Option<usize> {
 pub fn source(kernel: Kernel) -> Option<KernelSource> {
     let (files, default_workgroup_size) = match kernel {
         Kernel::Matvec(t) => (MATVEC_FILES[format_index(t)?], MATVEC_WG),
-        Kernel::MatvecQ8(t) => (MATVEC_Q8_FILES[format_index(t)?], MATVEC_WG),
+        Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => {
+            (MATVEC_Q8_FILES[format_index(t)?], MATVEC_WG)
+        }
         Kernel::Matmul(t) => (MATMUL_FILES[format_index(t)?], MATMUL_WG),
         Kernel::Embedding(t) => (EMBEDDING_FILES[format_index(t)?], EMBEDDING_WG),
         _ => return None,
@@ -216,7 +218,9 @@ pub fn planes(dtype: GgmlType, data: &[u8], _rows: u32, _cols: u32) -> Vec<Vec<u
 /// Workgroups for `rows` rows and `n_tokens` tokens.
 pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
     match kernel {
-        Kernel::Matvec(_) | Kernel::MatvecQ8(_) => rows.div_ceil(MATVEC_ROWS),
+        Kernel::Matvec(_) | Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_) => {
+            rows.div_ceil(MATVEC_ROWS)
+        }
         Kernel::Matmul(_) => {
             let rows_per_tile = (workgroup_size / 2).max(1);
             rows.div_ceil(rows_per_tile) * n_tokens.div_ceil(MATMUL_TOKENS)

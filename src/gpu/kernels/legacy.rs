@@ -209,7 +209,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
             files_for!(t, "embedding_params.wgsl", "embedding_legacy.wgsl"),
             64,
         ),
-        Kernel::MatvecQ8(t) => (matvec_q8_files(t)?, 256),
+        Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => (matvec_q8_files(t)?, 256),
         _ => return None,
     };
     Some(KernelSource {
@@ -310,7 +310,9 @@ pub fn planes(dtype: GgmlType, data: &[u8], rows: u32, cols: u32) -> Vec<Vec<u8>
 /// Workgroups for `rows` rows and `n_tokens` tokens.
 pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
     match kernel {
-        Kernel::Matvec(_) | Kernel::MatvecQ8(_) => rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP),
+        Kernel::Matvec(_) | Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_) => {
+            rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP)
+        }
         Kernel::Matmul(_) => {
             let tile_tokens = (workgroup_size / 4).max(1);
             rows.div_ceil(MATMUL_TILE_ROWS) * n_tokens.div_ceil(tile_tokens)

@@ -27,6 +27,9 @@ pub enum Kernel {
     /// `y = W x` for one token (decode) on int8 activation records ([`crate::gpu::q8`]):
     /// integer dot products, the block scales applied per group.
     MatvecQ8(GgmlType),
+    /// [`Kernel::MatvecQ8`] added to what `y` holds (`y += W x`: a residual add in the same
+    /// dispatch).
+    MatvecQ8Add(GgmlType),
     /// `Y = X W^T` for several tokens (prefill).
     Matmul(GgmlType),
     /// Rows of an embedding table gathered by token id.
@@ -35,6 +38,9 @@ pub enum Kernel {
     QuantizeActivations,
     /// Per-32 int8 quantization of activations, the input of [`Kernel::MatvecQ8`].
     QuantizeQ8,
+    /// `x = silu(x) * up` (the SiluMul elementwise op) and [`Kernel::QuantizeQ8`] of the
+    /// product, in one dispatch (the input of the integer-dot `ffn_down` product).
+    SiluMulQuantizeQ8,
     /// RMSNorm followed by [`Kernel::QuantizeQ8`] of its output, in one dispatch (the input of
     /// the integer-dot decode products after a norm: q/k/v, gate/up).
     RmsNormQuantizeQ8,
@@ -46,8 +52,9 @@ pub enum Kernel {
     RmsNormQuantize,
     /// RMSNorm, the int8 activation quantization and one token's I2_S products in one
     /// dispatch (`norm_bitlinear.wgsl`), with its `MODE`: 0 up to three weights (q/k/v),
-    /// 1 the gated FFN (`relu(gate)^2 * up`), 2 added to a residual.
-    NormBitLinear(u32),
+    /// 1 the gated FFN (`relu(gate)^2 * up`), 2 added to a residual; and its invocations per
+    /// row (`TPR`: [`crate::gpu::bitlinear::norm_bitlinear_threads_per_row`]).
+    NormBitLinear(u32, u32),
     RmsNorm,
     Rope,
     Attention,
@@ -140,19 +147,24 @@ impl Kernel {
             v.extend([
                 Kernel::Matvec(t),
                 Kernel::MatvecQ8(t),
+                Kernel::MatvecQ8Add(t),
                 Kernel::Matmul(t),
                 Kernel::Embedding(t),
             ]);
         }
         v.extend([
             Kernel::QuantizeQ8,
+            Kernel::SiluMulQuantizeQ8,
             Kernel::RmsNormQuantizeQ8,
             Kernel::QuantizeActivations,
             Kernel::FakeQuantizeActivations,
             Kernel::RmsNormQuantize,
-            Kernel::NormBitLinear(0),
-            Kernel::NormBitLinear(1),
-            Kernel::NormBitLinear(2),
+            Kernel::NormBitLinear(0, 16),
+            Kernel::NormBitLinear(1, 16),
+            Kernel::NormBitLinear(2, 16),
+            Kernel::NormBitLinear(0, 8),
+            Kernel::NormBitLinear(1, 8),
+            Kernel::NormBitLinear(2, 8),
             Kernel::RmsNorm,
             Kernel::Rope,
             Kernel::Attention,
@@ -179,16 +191,18 @@ impl Kernel {
                 I2_S | TQ1_0 | TQ2_0 => ternary::source(self),
                 _ => None,
             },
-            Kernel::MatvecQ8(t) => match t {
+            Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => match t {
                 Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
                 Q4_K | Q5_K | Q6_K => kquants::source(self),
                 _ => None,
             },
-            Kernel::QuantizeQ8 | Kernel::RmsNormQuantizeQ8 => q8::source(self),
+            Kernel::QuantizeQ8 | Kernel::SiluMulQuantizeQ8 | Kernel::RmsNormQuantizeQ8 => {
+                q8::source(self)
+            }
             Kernel::QuantizeActivations
             | Kernel::FakeQuantizeActivations
             | Kernel::RmsNormQuantize
-            | Kernel::NormBitLinear(_) => ternary::source(self),
+            | Kernel::NormBitLinear(..) => ternary::source(self),
             Kernel::Copy => Some(KernelSource {
                 files: &["copy.wgsl"],
                 entry: "main",
@@ -208,23 +222,29 @@ impl Kernel {
         match self {
             Kernel::Matvec(t) => format!("matvec_{}", t.name().to_lowercase()),
             Kernel::MatvecQ8(t) => format!("matvec_q8_{}", t.name().to_lowercase()),
+            Kernel::MatvecQ8Add(t) => format!("matvec_q8_add_{}", t.name().to_lowercase()),
             Kernel::Matmul(t) => format!("matmul_{}", t.name().to_lowercase()),
             Kernel::Embedding(t) => format!("embedding_{}", t.name().to_lowercase()),
-            Kernel::NormBitLinear(mode) => format!("norm_bitlinear_{mode}"),
+            Kernel::NormBitLinear(mode, tpr) => format!("norm_bitlinear_{mode}_tpr{tpr}"),
             k => format!("{k:?}").to_lowercase(),
+        }
+    }
+
+    /// The length of the runs of invocations the kernel sums with `segment_sum4i`: its
+    /// subgroup variant needs every subgroup at least that large (0: no such sums).
+    fn segment(self) -> u32 {
+        match self {
+            Kernel::NormBitLinear(_, tpr) => tpr,
+            _ => 0,
         }
     }
 
     /// Pipeline constants besides the workgroup size (`override`s the kernel's WGSL declares).
     fn constants(self) -> Vec<(&'static str, f64)> {
         match self {
-            Kernel::NormBitLinear(mode) => {
-                let (tpr, rpt) = crate::gpu::bitlinear::norm_bitlinear_mapping();
-                vec![
-                    ("MODE", f64::from(mode)),
-                    ("TPR", f64::from(tpr)),
-                    ("RPT", f64::from(rpt)),
-                ]
+            Kernel::MatvecQ8Add(_) => vec![("ACCUMULATE", 1.0)],
+            Kernel::NormBitLinear(mode, tpr) => {
+                crate::gpu::bitlinear::norm_bitlinear_constants(mode, tpr)
             }
             _ => Vec::new(),
         }
@@ -335,10 +355,22 @@ impl GpuContext {
         workgroup_size: Option<u32>,
     ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
         let default = kernel.source().map_or(64, |s| s.default_workgroup_size);
+        let workgroup_size = workgroup_size.unwrap_or(default);
+        let mut variant = self.variant();
+        // Segmented sums through subgroups hold only where every subgroup spans whole runs
+        // and the workgroup is made of whole subgroups.
+        let (min, max) = (
+            self.features.subgroup_min_size,
+            self.features.subgroup_max_size,
+        );
+        if kernel.segment() > 0 && (min < kernel.segment() || max == 0 || workgroup_size % max != 0)
+        {
+            variant.subgroups = false;
+        }
         self.pipeline(PipelineKey {
             kernel,
-            variant: self.variant(),
-            workgroup_size: workgroup_size.unwrap_or(default),
+            variant,
+            workgroup_size,
         })
     }
 

@@ -21,15 +21,21 @@ pub const FILES: &[(&str, &str)] = &[
     ),
 ];
 
-/// Invocations per QuantizeQ8 workgroup (one block of 32 values each).
+/// Invocations per QuantizeQ8 workgroup (four per block of 32 values; a multiple of 4).
 pub const QUANTIZE_WG: u32 = 64;
 
 pub fn source(kernel: Kernel) -> Option<KernelSource> {
     match kernel {
+        // scale_for_absmax comes from the BitLinear quantizer's helpers, silu_mul.wgsl's
+        // `apply` from the SiluMul elementwise op.
         Kernel::QuantizeQ8 => Some(KernelSource {
-            // scale_for_absmax comes from the BitLinear quantizer's helpers.
-            files: &["activation_quant.wgsl", "quantize_q8.wgsl"],
+            files: &["activation_quant.wgsl", "silu_mul.wgsl", "quantize_q8.wgsl"],
             entry: "main",
+            default_workgroup_size: QUANTIZE_WG,
+        }),
+        Kernel::SiluMulQuantizeQ8 => Some(KernelSource {
+            files: &["activation_quant.wgsl", "silu_mul.wgsl", "quantize_q8.wgsl"],
+            entry: "main_silu",
             default_workgroup_size: QUANTIZE_WG,
         }),
         Kernel::RmsNormQuantizeQ8 => Some(KernelSource {
@@ -41,9 +47,10 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
     }
 }
 
-/// Workgroups of QuantizeQ8 for `n_tokens` rows of `cols` values.
+/// Workgroups of QuantizeQ8 for `n_tokens` rows of `cols` values (four invocations per block
+/// of 32).
 pub fn workgroups(cols: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
-    (cols / 32 * n_tokens).div_ceil(workgroup_size.max(1))
+    (cols / 32 * 4 * n_tokens).div_ceil(workgroup_size.max(1))
 }
 
 /// Uniform structs of this family (checked against the WGSL by tests/gpu_uniforms.rs).

@@ -124,7 +124,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         Kernel::QuantizeActivations => (&[A, R, "quantize_activations.wgsl"], 256),
         Kernel::FakeQuantizeActivations => (&[A, "fake_quantize_activations.wgsl"], 256),
         Kernel::RmsNormQuantize => (&[A, R, "rms_norm_quantize.wgsl"], 256),
-        Kernel::NormBitLinear(_) => (
+        Kernel::NormBitLinear(..) => (
             &[A, "quant/i2s.wgsl", "norm_bitlinear.wgsl"],
             crate::gpu::bitlinear::NORM_BITLINEAR_WORKGROUP,
         ),

@@ -20,7 +20,8 @@ use super::harness::compare;
 use super::ternary::activations;
 use super::{gpu_err, poisoned, read_f32, submit, upload_f32, Check, Rng, Stats};
 use crate::gpu::bitlinear::{
-    norm_bitlinear_rows_per_workgroup, NormBitLinearMode, NormBitLinearOp,
+    norm_bitlinear_rows_per_workgroup, norm_bitlinear_threads_per_row, NormBitLinearMode,
+    NormBitLinearOp,
 };
 use crate::gpu::GpuContext;
 use crate::quant::{self, GgmlType};
@@ -44,8 +45,9 @@ pub const CHECKS: &[Check] = &[
 /// cut to keep the f64 reference quick), the largest input the kernel holds, the smallest,
 /// and row counts that are not multiples of the rows per workgroup (`g`) in the last weight
 /// (the others must be).
-fn shapes(mode: NormBitLinearMode) -> Vec<(usize, Vec<usize>)> {
-    let g = norm_bitlinear_rows_per_workgroup() as usize;
+fn shapes(ctx: &GpuContext, mode: NormBitLinearMode) -> Vec<(usize, Vec<usize>)> {
+    let tpr = norm_bitlinear_threads_per_row(&ctx.features);
+    let g = norm_bitlinear_rows_per_workgroup(tpr) as usize;
     match mode {
         NormBitLinearMode::Separate => vec![
             (2560, vec![2560, 640, 640]),
@@ -141,7 +143,7 @@ fn product(t: &Ternary, rows: usize, q: &Quantized, delta: f64) -> Expected {
 async fn check(ctx: &GpuContext, mode: NormBitLinearMode) -> Result<Stats, String> {
     let eps = 1e-5f32;
     let mut stats = Stats::default();
-    for (dim, rows) in shapes(mode) {
+    for (dim, rows) in shapes(ctx, mode) {
         let rows = rows.as_slice();
         let mut rng = Rng(dim as u64 * 8191 + rows.iter().sum::<usize>() as u64 + mode as u64);
         let delta = (dim as f64 / 512.0 + 40.0) * f64::from(f32::EPSILON);

@@ -28,7 +28,7 @@
 //!   carry one rounding each (`eps * sum |w x|` more); plus the kernel's rounding bound above.
 
 use super::kquants::{check_margin, seed, upload, weight_data, MARGIN, SHAPES};
-use super::{compare, gpu_err, poisoned, read_f32, submit, upload_f32, Check, Rng, Stats};
+use super::{compare, gpu_err, poisoned, read_f32, submit, upload_f32, Check, Rng, Stats, POISON};
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::MatmulOp;
 use crate::gpu::q8::{decode_record, record_bytes, QuantizeQ8Op, RmsNormQuantizeQ8Op};
@@ -45,6 +45,10 @@ pub const CHECKS: &[Check] = &[
     Check {
         name: "q8/rms_norm_quantize",
         run: |ctx| Box::pin(norm_quantize(ctx)),
+    },
+    Check {
+        name: "q8/silu_mul_quantize",
+        run: |ctx| Box::pin(silu_mul_quantize(ctx)),
     },
     Check {
         name: "q8/matvec_q4_0",
@@ -222,20 +226,97 @@ async fn norm_quantize(ctx: &GpuContext) -> Result<Stats, String> {
     Ok(stats)
 }
 
-/// Run QuantizeQ8 then `MatvecQ8(w.dtype)` at `wg` (chunks reversed if asked) in one pass.
+/// SiluMulQuantizeQ8: the product it writes over the gate equals the SiluMul elementwise
+/// kernel's on the same device bit for bit (it is the same function, which the fusion must
+/// not change), and is within ops/silu_mul's bound of the CPU's `silu_mul` (`(10 + 2|g|) eps`
+/// relative: the GPU's exp may differ by 3 + 2|g| ulp); its records pass QuantizeQ8's checks
+/// against the CPU quantization of the product it wrote. Shapes: Llama-3.2-1B's and SmolLM2's
+/// FFN widths, a single block, and 3 tokens.
+async fn silu_mul_quantize(ctx: &GpuContext) -> Result<Stats, String> {
+    use crate::backend::Elementwise;
+    use crate::gpu::ops::ElementwiseOp;
+    let mut stats = Stats::default();
+    for (n_tokens, cols) in [(1usize, 8192usize), (1, 1536), (1, 32), (3, 2304)] {
+        let mut rng = Rng(0x5117 ^ (n_tokens * 7919 + cols) as u64);
+        let n = n_tokens * cols;
+        let mut g = Vec::with_capacity(n);
+        for _ in 0..n_tokens {
+            g.extend(activations(&mut rng, cols));
+        }
+        // Gates out to |g| = 40 (exp(-g) overflows past about 88: covered by ops/silu_mul).
+        for v in g.iter_mut() {
+            *v *= 6.0;
+        }
+        let u = rng.vec(n, 3.0);
+        let ub = upload_f32(ctx, "up", &u)?;
+        let fused = upload_f32(ctx, "gate", &g)?;
+        let plain = upload_f32(ctx, "gate", &g)?;
+        let bytes = record_bytes(cols as u32) as usize * n_tokens;
+        let xq = poisoned(ctx, bytes / 4)?;
+        let op = QuantizeQ8Op::silu_mul(ctx, &fused, &ub, &xq, cols as u32, n_tokens as u32)
+            .map_err(gpu_err)?;
+        let twin = ElementwiseOp::new(ctx, Elementwise::SiluMul, &plain, None, Some(&ub), n as u32)
+            .map_err(gpu_err)?;
+        submit(ctx, |pass| {
+            op.record(pass);
+            twin.record(pass);
+        });
+        let got = read_f32(ctx, &fused, n).await?;
+        let elementwise = read_f32(ctx, &plain, n).await?;
+        let what = format!("silu_mul_quantize_q8 {n_tokens}x{cols}");
+        if let Some(i) = (0..n).find(|&i| got[i].to_bits() != elementwise[i].to_bits()) {
+            return Err(format!(
+                "{what}: product {i} is {} (bits {:#x}), the SiluMul kernel's {} (bits {:#x})",
+                got[i],
+                got[i].to_bits(),
+                elementwise[i],
+                elementwise[i].to_bits()
+            ));
+        }
+        let want: Vec<f64> = crate::cpu::ops::silu_mul(&g, &u)
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect();
+        let bound: Vec<f64> = want
+            .iter()
+            .zip(&g)
+            .map(|(w, gv)| w.abs() * (10.0 + 2.0 * f64::from(gv.abs())) * f64::from(f32::EPSILON))
+            .collect();
+        stats.merge(compare(&format!("{what} product"), &got, &want, &bound)?);
+        let records: Vec<u8> = read_f32(ctx, &xq, bytes / 4)
+            .await?
+            .iter()
+            .flat_map(|v| v.to_bits().to_le_bytes())
+            .collect();
+        check_records(&got, &records, cols, n_tokens, &what, &mut stats)?;
+    }
+    Ok(stats)
+}
+
+/// Run QuantizeQ8 then `MatvecQ8(w.dtype)` at `wg` (chunks reversed if asked) in one pass;
+/// with a `residual`, `MatvecQ8Add` into a copy of it at the default workgroup size.
 async fn run_q8(
     ctx: &GpuContext,
     w: &GpuWeight,
     x: &wgpu::Buffer,
     wg: Option<u32>,
     reverse: bool,
+    residual: Option<&[f32]>,
 ) -> Result<Vec<f32>, String> {
     let n = w.rows as usize;
-    let y = poisoned(ctx, n + MARGIN)?;
+    let y = match residual {
+        Some(r) => {
+            let mut init = r.to_vec();
+            init.extend(std::iter::repeat_n(f32::from_bits(POISON), MARGIN));
+            upload_f32(ctx, "y", &init)?
+        }
+        None => poisoned(ctx, n + MARGIN)?,
+    };
     let xq = ctx.storage("xq", record_bytes(w.cols)).map_err(gpu_err)?;
     let quant = QuantizeQ8Op::new(ctx, x, &xq, w.cols, 1).map_err(gpu_err)?;
+    let accumulate = residual.is_some();
     let mut op = match wg {
-        None => crate::gpu::q8::q8_matvec(ctx, w, &xq, &y).map_err(gpu_err)?,
+        None => crate::gpu::q8::q8_matvec(ctx, w, &xq, &y, accumulate).map_err(gpu_err)?,
         Some(wg) => MatmulOp::with_kernel(ctx, Kernel::MatvecQ8(w.dtype), wg, w, &xq, &y, 1)
             .map_err(gpu_err)?,
     };
@@ -305,11 +386,30 @@ async fn matvec(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
             let gw = upload(ctx, dtype, rows, cols, &data, split)?;
             let what = format!("{rows}x{cols} in {} chunks", gw.chunks.len());
             for (wg, reverse) in [(None, false), (Some(32), true), (Some(256), true)] {
-                let got = run_q8(ctx, &gw, &xb, wg, reverse).await?;
+                let got = run_q8(ctx, &gw, &xb, wg, reverse, None).await?;
                 let what = format!("{what}, wg {wg:?}");
                 stats.merge(compare(&format!("{what} (integer)"), &got, &want, &bound)?);
                 compare(&format!("{what} (f32)"), &got, &exact, &exact_bound)?;
             }
+            // Added to a residual (MatvecQ8Add): the product's bound plus the add's rounding.
+            let residual = activations(&mut rng, rows);
+            let got = run_q8(ctx, &gw, &xb, None, false, Some(&residual)).await?;
+            let (sum, sum_bound): (Vec<f64>, Vec<f64>) = want
+                .iter()
+                .zip(&bound)
+                .zip(&residual)
+                .map(|((&p, &b), &r)| {
+                    let s = p + f64::from(r);
+                    (s, b + (s.abs() + b) * f64::from(f32::EPSILON))
+                })
+                .unzip();
+            let what = format!("{what}, added to a residual");
+            stats.merge(compare(
+                &format!("{what} (integer)"),
+                &got,
+                &sum,
+                &sum_bound,
+            )?);
         }
     }
     Ok(stats)

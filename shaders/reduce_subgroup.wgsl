@@ -80,11 +80,13 @@ fn workgroup_sum_max(v: vec2<f32>, lid: u32) -> vec2<f32> {
 // Segmented sums, for kernels where runs of `seg` invocations (a power of two) share one
 // result (the threads of one matrix row), without workgroup memory or barriers. Each subgroup
 // takes `size` consecutive indices from a counter, its invocations in the order of their
-// subgroup invocation ids (one barrier first, for the counter), so an aligned run of `seg` indices lies within one subgroup
-// whenever every subgroup has the same size, at least `seg` (the host compiles this variant
-// only when the adapter's smallest subgroup size is; WG is a multiple of it).
+// subgroup invocation ids (one barrier first, for the counter), so an aligned run of `seg`
+// indices lies within one subgroup whenever every subgroup has the same size, at least `seg`
+// (the host compiles this variant only when the adapter's smallest subgroup size is; WG is a
+// multiple of it).
 var<workgroup> segment_next: atomic<u32>;
 
+// Called once by every invocation, at the top of the entry point (a barrier).
 fn segment_index(lid: u32) -> u32 {
     // Native pipelines skip WebGPU's zeroing of workgroup memory (src/gpu/kernels/mod.rs).
     if (lid == 0u) {

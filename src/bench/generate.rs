@@ -147,6 +147,7 @@ pub fn run(
         wait_us_per_pass: (after.wait_s - before.wait_s) / passes * 1e6,
     };
     // The same decode through the other decode paths, for comparison (then back).
+    let int_dot = engine.model.backend.int_dot();
     let other = |engine: &mut Engine<GpuBackend>, int_dot, fuse| {
         engine.model.backend.set_int_dot(int_dot);
         engine.model.backend.set_fuse_norm_q8(fuse);
@@ -160,7 +161,7 @@ pub fn run(
     };
     let unfused_tps = other(&mut engine, true, false)?;
     let f32_tps = other(&mut engine, false, true)?;
-    engine.model.backend.set_int_dot(true);
+    engine.model.backend.set_int_dot(int_dot);
     let per_token =
         |rows: Vec<(String, crate::backend::profile::OpTime)>, tokens: usize| -> Vec<ProfileRow> {
             let tokens = tokens.max(1) as f64;

@@ -5,7 +5,7 @@ use super::kernels::PipelineCache;
 use super::GpuError;
 
 /// What the device can do that our kernels care about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct GpuFeatures {
     /// `shader-f16`: f16 arithmetic and storage in WGSL.
     pub shader_f16: bool,
@@ -19,7 +19,7 @@ pub struct GpuFeatures {
 }
 
 /// The limits that shape how we lay out buffers and dispatches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct GpuLimits {
     pub max_storage_buffer_binding_size: u64,
     pub max_buffer_size: u64,
@@ -40,6 +40,16 @@ pub struct AdapterSummary {
     pub driver: String,
     pub features: GpuFeatures,
     pub limits: GpuLimits,
+}
+
+impl AdapterSummary {
+    /// SwiftShader: by name, or a browser's CPU adapter without a name (Chromium's, which
+    /// hides it).
+    pub fn is_swiftshader(&self) -> bool {
+        let browser_cpu =
+            self.device_type == "Cpu" && self.backend == "BrowserWebGpu" && self.name.is_empty();
+        self.name.to_ascii_lowercase().contains("swiftshader") || browser_cpu
+    }
 }
 
 /// What to ask of the device.
@@ -204,6 +214,16 @@ impl GpuContext {
                 .any(|s| name.contains(s))
     }
 
+    /// Whether one-token products should take the integer-dot kernels (int8 activations)
+    /// rather than the f32 ones: everywhere except on SwiftShader, whose JIT makes
+    /// `dot4I8Packed` slow. Measured with `tritium bench generate` on SmolLM2-135M Q4_1
+    /// (BENCHMARKS.md, "The npm package in the browser"): SwiftShader decodes at 1.03 tokens/s
+    /// through the f32 matvecs against 0.40 through the integer ones; lavapipe at 0.69 against
+    /// 1.01; the H200 at 607 against 720 (Llama-1B Q4_K).
+    pub fn int_dot_decode(&self) -> bool {
+        !self.adapter.is_swiftshader()
+    }
+
     /// The largest storage binding we may use: the device's binding limit, capped by its
     /// buffer size limit, rounded down to a multiple of 256 bytes.
     pub fn max_binding_bytes(&self) -> u64 {
@@ -212,5 +232,30 @@ impl GpuContext {
             .max_storage_buffer_binding_size
             .min(self.limits.max_buffer_size);
         b & !255
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adapter(name: &str, backend: &str, device_type: &str) -> AdapterSummary {
+        AdapterSummary {
+            name: name.into(),
+            backend: backend.into(),
+            device_type: device_type.into(),
+            driver: String::new(),
+            features: GpuFeatures::default(),
+            limits: GpuLimits::default(),
+        }
+    }
+
+    #[test]
+    fn swiftshader_is_recognized_natively_and_in_the_browser() {
+        assert!(adapter("SwiftShader Device (Subzero)", "Vulkan", "Cpu").is_swiftshader());
+        assert!(adapter("", "BrowserWebGpu", "Cpu").is_swiftshader());
+        assert!(!adapter("llvmpipe (LLVM 15.0.6, 256 bits)", "Vulkan", "Cpu").is_swiftshader());
+        assert!(!adapter("NVIDIA H200", "Vulkan", "DiscreteGpu").is_swiftshader());
+        assert!(!adapter("", "BrowserWebGpu", "DiscreteGpu").is_swiftshader());
     }
 }

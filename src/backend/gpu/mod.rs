@@ -115,6 +115,7 @@ impl GpuBackend {
         let max_batch = max_batch.max(1);
         let ids = ctx.storage("tokens", max_batch as u64 * 4)?;
         let position = Position::new(&ctx, 0);
+        let int_dot = ctx.int_dot_decode();
         Ok(GpuBackend {
             ctx,
             max_batch,
@@ -138,7 +139,7 @@ impl GpuBackend {
             fold_rope: true,
             q8_records: HashMap::new(),
             q8_quantized: Vec::new(),
-            int_dot: true,
+            int_dot,
             fuse_norm_q8: true,
             fuse_residual: true,
             fuse_bitlinear: true,

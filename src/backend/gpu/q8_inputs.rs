@@ -20,8 +20,13 @@ impl GpuBackend {
         self.int_dot && rows == 1 && has_q8_matvec(gw.dtype, gw.cols)
     }
 
-    /// Use the integer-dot decode kernels where they exist (the default), or the f32 ones
-    /// everywhere (for comparisons).
+    /// Whether one-token products take the integer-dot kernels where they exist (the default
+    /// follows [`crate::gpu::GpuContext::int_dot_decode`]).
+    pub fn int_dot(&self) -> bool {
+        self.int_dot
+    }
+
+    /// Use the integer-dot decode kernels where they exist, or the f32 ones everywhere.
     pub fn set_int_dot(&mut self, on: bool) {
         self.int_dot = on;
         self.tapes.clear();

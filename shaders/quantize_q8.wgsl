@@ -4,9 +4,9 @@
 // iscale), -127, 127) (`round` is half to even, one correctly rounded multiply, as on the CPU),
 // d = 1 / iscale; a block with amax < 1e-30 (or not finite) is all zeros with d = 0.
 // Four invocations per block, each reading 8 values (2 vec4) and writing their 2 words; the
-// block's absmax goes through workgroup memory (one barrier; max is exact in any order, so the
-// records are those of one invocation per block, bit for bit). Record layout: quant/q8.wgsl.
-// WG: a multiple of 4, at most 256.
+// block's absmax goes through workgroup memory (q8_quarter.wgsl: one barrier; max is exact in
+// any order, so the records are those of one invocation per block, bit for bit). Record
+// layout: quant/q8.wgsl. WG: a multiple of 4, at most 256.
 //
 // Entry points: `main` quantizes x; `main_silu` first replaces x by silu(x) * up
 // (silu_mul.wgsl's `apply`, prepended: the SiluMul elementwise op's arithmetic, bit for bit)
@@ -32,13 +32,6 @@ struct Q8Params {
 @group(0) @binding(2) var<storage, read_write> out: array<u32>;
 @group(0) @binding(3) var<storage, read> up: array<vec4<f32>>;
 
-fn q8_quantize4(v: vec4<f32>, s: f32) -> u32 {
-    return pack4xI8(vec4<i32>(clamp(round(v * s), vec4<f32>(-127.0), vec4<f32>(127.0))));
-}
-
-// Each invocation's absmax, for the others of its block.
-var<workgroup> q8_amax: array<f32, 256>;
-
 // Token, block, quarter (8 values) and first vec4 of x of invocation i (token n_tokens and
 // past: nothing to do).
 fn q8_quarter_of(i: u32) -> vec4<u32> {
@@ -51,24 +44,15 @@ fn q8_quarter_of(i: u32) -> vec4<u32> {
 
 // Quarter `at` of a block's record from its 8 values (every invocation calls it: a barrier).
 fn q8_store_quarter(at: vec4<u32>, lid: u32, v0: vec4<f32>, v1: vec4<f32>) {
-    let a = max(abs(v0), abs(v1));
-    q8_amax[lid] = max(max(a.x, a.y), max(a.z, a.w));
-    workgroupBarrier();
-    let first = lid & ~3u;
-    let m = max(max(q8_amax[first], q8_amax[first + 1u]), max(q8_amax[first + 2u], q8_amax[first + 3u]));
+    let s = q8_quarter_scale(lid, v0, v1);
     if (at.x >= p.n_tokens) {
         return;
     }
-    // `m >= 1e-30` is false for NaN; infinity gives iscale 0 from scale_for_absmax.
-    var s = 0.0;
-    if (m >= 1e-30) {
-        s = scale_for_absmax(m);
-    }
     let ob = at.x * p.record_words + 8u * at.y + 2u * at.z;
-    out[ob] = select(0u, q8_quantize4(v0, s), s != 0.0);
-    out[ob + 1u] = select(0u, q8_quantize4(v1, s), s != 0.0);
+    out[ob] = q8_pack4(v0, s);
+    out[ob + 1u] = q8_pack4(v1, s);
     if (at.z == 0u) {
-        out[at.x * p.record_words + p.cols / 4u + at.y] = bitcast<u32>(select(0.0, 1.0 / s, s != 0.0));
+        out[at.x * p.record_words + p.cols / 4u + at.y] = q8_scale_word(s);
     }
 }
 

@@ -4,7 +4,7 @@
 // squares (workgroup_sum), then four invocations take each block of 32 values, 8 values each
 // (as quantize_q8.wgsl does): each computes y = (src * w) * inv for its values in registers,
 // writes them to binding 2 (the f32 output, for any other reader), shares their absmax with
-// the block's other three through workgroup memory and quantizes them, so the records equal
+// the block's other three through workgroup memory (q8_quarter.wgsl) and quantizes them, so the records equal
 // quantize_q8 of `y` bit for bit: iscale = 127 / amax (scale_for_absmax from activation_quant.wgsl, exact),
 // q = clamp(round_half_even(y * iscale), -127, 127), d = 1 / iscale; a block with amax < 1e-30
 // (or not finite) is all zeros with d = 0. Record layout: quant/q8.wgsl.
@@ -29,13 +29,6 @@ struct NormQuantParams {
 @group(0) @binding(2) var<storage, read_write> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> w: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> out: array<u32>;
-
-// Each invocation's absmax of its 8 values, for the others of its block.
-var<workgroup> norm_q8_amax: array<f32, 256>;
-
-fn norm_q8_quantize4(v: vec4<f32>, s: f32) -> u32 {
-    return pack4xI8(vec4<i32>(clamp(round(v * s), vec4<f32>(-127.0), vec4<f32>(127.0))));
-}
 
 @compute @workgroup_size(WG)
 fn main(
@@ -66,27 +59,15 @@ fn main(
         let e = 2u * min(q, quarters - 1u);
         let v0 = (src[base + e] * w[e]) * inv;
         let v1 = (src[base + e + 1u] * w[e + 1u]) * inv;
-        let a = max(abs(v0), abs(v1));
-        norm_q8_amax[lid] = max(max(a.x, a.y), max(a.z, a.w));
-        workgroupBarrier();
-        let first = lid & ~3u;
-        let m = max(
-            max(norm_q8_amax[first], norm_q8_amax[first + 1u]),
-            max(norm_q8_amax[first + 2u], norm_q8_amax[first + 3u]),
-        );
+        let s = q8_quarter_scale(lid, v0, v1);
         workgroupBarrier();
         if (live) {
             x[base + e] = v0;
             x[base + e + 1u] = v1;
-            // `m >= 1e-30` is false for NaN; infinity gives iscale 0 from scale_for_absmax.
-            var s = 0.0;
-            if (m >= 1e-30) {
-                s = scale_for_absmax(m);
-            }
-            out[rec + e] = select(0u, norm_q8_quantize4(v0, s), s != 0.0);
-            out[rec + e + 1u] = select(0u, norm_q8_quantize4(v1, s), s != 0.0);
+            out[rec + e] = q8_pack4(v0, s);
+            out[rec + e + 1u] = q8_pack4(v1, s);
             if (q % 4u == 0u) {
-                out[rec + words + q / 4u] = bitcast<u32>(select(0.0, 1.0 / s, s != 0.0));
+                out[rec + words + q / 4u] = q8_scale_word(s);
             }
         }
     }

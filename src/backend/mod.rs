@@ -126,6 +126,21 @@ pub fn norm_bitlinear_steps<B: Backend + ?Sized>(
     }
 }
 
+/// [`Backend::matmul_add`] as separate ops: the definition, and what a backend runs where it
+/// has no fused form of a call.
+pub fn matmul_add_steps<B: Backend + ?Sized>(
+    b: &mut B,
+    w: Weight,
+    x: Tensor,
+    scratch: Tensor,
+    residual: Tensor,
+    rows: usize,
+    len: usize,
+) -> Result<(), crate::Error> {
+    b.matmul(w, x, scratch, rows)?;
+    b.elementwise(Elementwise::Add, residual, None, Some(scratch), len)
+}
+
 /// What [`Backend::finish`] reads back from a `(rows, vocab)` logits buffer.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Readback {
@@ -245,8 +260,7 @@ pub trait Backend {
         rows: usize,
         len: usize,
     ) -> Result<(), crate::Error> {
-        self.matmul(w, x, scratch, rows)?;
-        self.elementwise(Elementwise::Add, residual, None, Some(scratch), len)
+        matmul_add_steps(self, w, x, scratch, residual, rows, len)
     }
 
     /// BitLinear: `out[t, :] = (W_ternary . q(x[t, :])) * weight_scale / s_t` with `q` the

@@ -132,18 +132,14 @@ impl QuantizeQ8Op {
         };
         let u = ctx.uniform("quantize_q8.params", &params);
         let wg = q8::QUANTIZE_WG;
-        let (pipeline, bind_group) = match up {
-            None => {
-                let pipeline = ctx.kernel(Kernel::QuantizeQ8, Some(wg))?;
-                let bind_group = ctx.bind(&pipeline, &[&u, x, xq]);
-                (pipeline, bind_group)
-            }
-            Some(up) => {
-                let pipeline = ctx.kernel(Kernel::SiluMulQuantizeQ8, Some(wg))?;
-                let bind_group = ctx.bind(&pipeline, &[&u, x, xq, up]);
-                (pipeline, bind_group)
-            }
+        let kernel = match up {
+            None => Kernel::QuantizeQ8,
+            Some(_) => Kernel::SiluMulQuantizeQ8,
         };
+        let pipeline = ctx.kernel(kernel, Some(wg))?;
+        let mut buffers = vec![&u, x, xq];
+        buffers.extend(up);
+        let bind_group = ctx.bind(&pipeline, &buffers);
         let n = q8::workgroups(cols, n_tokens, wg);
         Ok(QuantizeQ8Op {
             dispatch: Dispatch {

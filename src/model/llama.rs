@@ -21,13 +21,13 @@ pub fn blocks<B: Backend>(m: &mut Model<B>, n: usize) -> Result<(), Error> {
         b.rope(s.q, c.n_heads)?;
         b.rope(s.k, c.n_kv_heads)?;
         b.attention(i, s.q, s.k, s.v, s.att, c.n_heads)?; // (n, n_heads, head_dim)
-        b.matmul_add(l.wo, s.att, s.xb2, s.x, n, n * c.dim)?; // x += wo att
-                                                              // FFN: down(silu(gate(x)) * up(x)).
+        b.matmul_add(l.wo, s.att, s.xb2, s.x, n, n * c.dim)?;
+        // FFN: x += down(silu(gate(x)) * up(x)).
         b.rms_norm(s.x, l.ffn_norm, s.xb, n, c.dim, c.eps)?;
         b.matmul(l.w_gate, s.xb, s.hb, n)?; // (n, ffn_dim)
         b.matmul(l.w_up, s.xb, s.hb2, n)?;
         b.elementwise(Elementwise::SiluMul, s.hb, None, Some(s.hb2), n * c.ffn_dim)?;
-        b.matmul_add(l.w_down, s.hb, s.xb2, s.x, n, n * c.dim)?; // x += down hb
+        b.matmul_add(l.w_down, s.hb, s.xb2, s.x, n, n * c.dim)?;
     }
     Ok(())
 }

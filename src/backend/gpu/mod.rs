@@ -417,8 +417,7 @@ impl Backend for GpuBackend {
         if self.fuse_residual && self.uses_q8(w, rows) && residual != x && len == gw.rows as usize {
             return self.matvec_q8_into(w, x, residual, true);
         }
-        self.matmul(w, x, scratch, rows)?;
-        self.elementwise(Elementwise::Add, residual, None, Some(scratch), len)
+        super::matmul_add_steps(self, w, x, scratch, residual, rows, len)
     }
 
     fn bitlinear(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {

@@ -12,6 +12,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../shaders/quant/q8.wgsl"),
     ),
     (
+        "q8_quarter.wgsl",
+        include_str!("../../../shaders/q8_quarter.wgsl"),
+    ),
+    (
         "quantize_q8.wgsl",
         include_str!("../../../shaders/quantize_q8.wgsl"),
     ),
@@ -24,22 +28,33 @@ pub const FILES: &[(&str, &str)] = &[
 /// Invocations per QuantizeQ8 workgroup (four per block of 32 values; a multiple of 4).
 pub const QUANTIZE_WG: u32 = 64;
 
+/// quantize_q8.wgsl and what it includes: scale_for_absmax from the BitLinear quantizer's
+/// helpers, the shared record arithmetic, silu_mul.wgsl's `apply` from the SiluMul op.
+const QUANTIZE_FILES: &[&str] = &[
+    "activation_quant.wgsl",
+    "q8_quarter.wgsl",
+    "silu_mul.wgsl",
+    "quantize_q8.wgsl",
+];
+
 pub fn source(kernel: Kernel) -> Option<KernelSource> {
     match kernel {
-        // scale_for_absmax comes from the BitLinear quantizer's helpers, silu_mul.wgsl's
-        // `apply` from the SiluMul elementwise op.
         Kernel::QuantizeQ8 => Some(KernelSource {
-            files: &["activation_quant.wgsl", "silu_mul.wgsl", "quantize_q8.wgsl"],
+            files: QUANTIZE_FILES,
             entry: "main",
             default_workgroup_size: QUANTIZE_WG,
         }),
         Kernel::SiluMulQuantizeQ8 => Some(KernelSource {
-            files: &["activation_quant.wgsl", "silu_mul.wgsl", "quantize_q8.wgsl"],
+            files: QUANTIZE_FILES,
             entry: "main_silu",
             default_workgroup_size: QUANTIZE_WG,
         }),
         Kernel::RmsNormQuantizeQ8 => Some(KernelSource {
-            files: &["activation_quant.wgsl", "rms_norm_quantize_q8.wgsl"],
+            files: &[
+                "activation_quant.wgsl",
+                "q8_quarter.wgsl",
+                "rms_norm_quantize_q8.wgsl",
+            ],
             entry: "main",
             default_workgroup_size: 256,
         }),

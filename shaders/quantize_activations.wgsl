@@ -40,3 +40,30 @@ fn main(
     // measured slower on an H200.
     write_record(xbase, words, t * p.record_words + 4u, p.record_words - 4u, s, lid);
 }
+
+// The same quantization written as a q8 record (quant/q8.wgsl; record_words = record_bytes(cols)
+// / 4): the int8 values, then 1 / s as the scale of every block of 32 (the input of the
+// integer-dot TQ1_0/TQ2_0 kernels, MatvecQ8, for BitLinear; cols a multiple of 32).
+@compute @workgroup_size(WG)
+fn main_q8(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let t = flat_workgroup(wid, nwg);
+    if (t >= p.n_tokens) {
+        return;
+    }
+    let words = p.cols / 4u;
+    let xbase = t * (p.x_stride / 4u);
+    let s = token_scale(xbase, words, lid);
+    let obase = t * p.record_words;
+    for (var i = lid; i < words; i = i + WG) {
+        out[obase + i] = pack4xI8(quantize4(x[xbase + i], s));
+    }
+    let d = bitcast<u32>(1.0 / s);
+    let blocks = p.cols / 32u;
+    for (var i = lid; i < p.record_words - words; i = i + WG) {
+        out[obase + words + i] = select(0u, d, i < blocks);
+    }
+}

@@ -30,6 +30,14 @@ fn q8_dot16(c: vec4<u32>, a: vec4<u32>) -> i32 {
         + (dot4I8Packed(c.z, a.z) + dot4I8Packed(c.w, a.w));
 }
 
+// v as f32, exactly, for |v| < 2^22: v added to the bits of 1.5 * 2^23 is that float plus v,
+// and 1.5 * 2^23 is subtracted (two full-rate operations where an int-to-float conversion runs
+// at a fraction of the rate on some GPUs).
+fn exact_f32(v: vec4<i32>) -> vec4<f32> {
+    return bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) + vec4<u32>(0x4b400000u))
+        - vec4<f32>(12582912.0);
+}
+
 // Sum of the 16 int8 activations in a.
 fn q8_sum16(a: vec4<u32>) -> i32 {
     return q8_dot16(vec4<u32>(Q8_ONES), a);

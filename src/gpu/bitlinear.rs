@@ -3,14 +3,15 @@
 //!
 //! - **I2_S**: the activations are quantized into int8 records (below) and the I2_S kernels
 //!   accumulate integers, applying `weight_scale / s` once.
-//! - **TQ1_0, TQ2_0** (upstream llama.cpp's BitNet files): the activations are quantized the
-//!   same way but written back as f32 `x_q / s` (fake quantization), and the f32 TQ kernels
-//!   run on that, applying `weight_scale`. Why not int8 records here too: these products are
-//!   bound by the weight reads (2.06 or 1.69 bits per weight against one activation row per
-//!   token: for a 2560-column row 10 KB as f32, 2.5 KB as int8), the TQ decode produces f32
-//!   codes without conversions, and a per-block f16 scale `d` breaks the single integer sum
-//!   per row that makes int8 pay off for I2_S; so the tested TQ kernels are reused unchanged
-//!   (but for the weight scale) and no second decode interface per format is needed.
+//! - **TQ1_0, TQ2_0** (upstream llama.cpp's BitNet files): for one token (decode) the same
+//!   quantization is written as the q8 records of [`crate::gpu::q8`], with `1 / s` as every
+//!   block's scale ([`QuantizeActivationsOp::q8`]), and the integer-dot TQ kernel
+//!   (`MatvecQ8`) sums `(c - 1) x_q` exactly per block before the block scales and
+//!   `weight_scale`. For several tokens (prefill), and where the adapter decodes faster with
+//!   f32 matvecs ([`crate::gpu::GpuContext::int_dot_decode`]), the activations are written back
+//!   as f32 `x_q / s` (fake quantization) and the f32 TQ kernels run on that. An f32-only TQ
+//!   decode reached 9-11% of the copy bandwidth on an H200 (a decode and an f32 activation
+//!   load per weight); the integer one 34% (TQ1_0) and 75% (TQ2_0).
 //!
 //! # The quantized activations buffer (I2_S)
 //! One record per token, `record_bytes(cols)` bytes each, records back to back:
@@ -166,6 +167,34 @@ impl QuantizeActivationsOp {
         Self::build(ctx, Kernel::QuantizeActivations, u, x, xq, n_tokens)
     }
 
+    /// The same quantization as q8 records ([`crate::gpu::q8`]: the int8 values, then `1 / s`
+    /// as every block's scale) into `xq`, at least `n_tokens * q8::record_bytes(cols)` bytes:
+    /// the BitLinear input of the integer-dot TQ1_0/TQ2_0 decode (`MatvecQ8`).
+    pub fn q8(
+        ctx: &GpuContext,
+        x: &wgpu::Buffer,
+        xq: &wgpu::Buffer,
+        cols: u32,
+        n_tokens: u32,
+    ) -> Result<Self, GpuError> {
+        if cols == 0 || cols % 32 != 0 || cols > MAX_COLS {
+            return Err(GpuError::Unsupported(format!(
+                "activation quantization into q8 records of rows of {cols} values (needs a \
+                 multiple of 32, at most {MAX_COLS})"
+            )));
+        }
+        let record = crate::gpu::q8::record_bytes(cols);
+        fits(xq, record * u64::from(n_tokens))?;
+        let params = QuantizeParams {
+            n_tokens,
+            cols,
+            x_stride: cols,
+            record_words: (record / 4) as u32,
+        };
+        let u = ctx.uniform("quantize_activations_q8.params", &params);
+        Self::build(ctx, Kernel::QuantizeActivationsQ8, u, x, xq, n_tokens)
+    }
+
     /// F32 `x_q / s`, `(n_tokens, cols)`, into `y` (at least [`fake_activations_bytes`]).
     pub fn fake(
         ctx: &GpuContext,
@@ -202,7 +231,7 @@ impl QuantizeActivationsOp {
         let wg = kernel.source().map_or(256, |s| s.default_workgroup_size);
         let pipeline = ctx.kernel(kernel, Some(wg))?;
         let bind_group = ctx.bind(&pipeline, &[&params, x, out]);
-        let n = ternary::workgroups(kernel, 0, n_tokens, wg);
+        let n = ternary::workgroups(kernel, 0, n_tokens, wg, None);
         Ok(QuantizeActivationsOp {
             dispatch: Dispatch {
                 pipeline: Arc::clone(&pipeline),
@@ -310,14 +339,31 @@ pub struct BitLinearOp {
 
 impl BitLinearOp {
     /// `x` holds `n_tokens` rows of `w.cols` f32; `y` receives `n_tokens` rows of `w.rows` f32.
+    /// With `int_dot`, one token over TQ1_0/TQ2_0 takes the integer-dot kernel on q8 records
+    /// ([`QuantizeActivationsOp::q8`]) instead of the f32 kernel on `x_q / s`.
     pub fn new(
         ctx: &GpuContext,
         w: &GpuWeight,
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
         n_tokens: u32,
+        int_dot: bool,
     ) -> Result<Self, GpuError> {
         let label = format!("{}.xq", w.name);
+        let q8 = matches!(w.dtype, GgmlType::TQ1_0 | GgmlType::TQ2_0)
+            && int_dot
+            && n_tokens == 1
+            && crate::gpu::q8::has_q8_matvec(w.dtype, w.cols);
+        if q8 {
+            let xq = ctx.storage(&label, crate::gpu::q8::record_bytes(w.cols))?;
+            let quantize = QuantizeActivationsOp::q8(ctx, x, &xq, w.cols, 1)?;
+            let matmul = crate::gpu::q8::q8_matvec(ctx, w, &xq, y, false)?;
+            return Ok(BitLinearOp {
+                quantize,
+                matmul,
+                xq,
+            });
+        }
         let (quantize, xq) = match w.dtype {
             GgmlType::I2_S => {
                 let xq = ctx.storage(&label, activations_bytes(w.cols, n_tokens))?;

@@ -80,13 +80,21 @@ fn software_workgroup_size(kernel: Kernel) -> Option<u32> {
 }
 
 /// Workgroups a family's kernel needs for `rows` rows and `n_tokens` tokens.
-fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
+fn workgroups(
+    kernel: Kernel,
+    rows: u32,
+    n_tokens: u32,
+    workgroup_size: u32,
+    mapping: Option<(u32, u32)>,
+) -> u32 {
     use GgmlType::*;
     match kernel {
         Kernel::Matvec(t) | Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) | Kernel::Matmul(t) => {
             match t {
                 Q4_K | Q5_K | Q6_K => kquants::workgroups(kernel, rows, n_tokens, workgroup_size),
-                I2_S | TQ1_0 | TQ2_0 => ternary::workgroups(kernel, rows, n_tokens, workgroup_size),
+                I2_S | TQ1_0 | TQ2_0 => {
+                    ternary::workgroups(kernel, rows, n_tokens, workgroup_size, mapping)
+                }
                 _ => legacy::workgroups(kernel, rows, n_tokens, workgroup_size),
             }
         }
@@ -132,7 +140,9 @@ impl MatmulOp {
         y: &wgpu::Buffer,
         n_tokens: u32,
     ) -> Result<Self, GpuError> {
-        let pipeline = ctx.kernel(kernel, Some(wg))?;
+        // One pipeline for every chunk: the mapping follows the whole weight's rows.
+        let mapping = ternary::matvec_mapping(kernel, w.rows);
+        let pipeline = ctx.kernel_mapped(kernel, Some(wg), mapping)?;
         let mut dispatches = Vec::new();
         let mut uniforms = Vec::new();
         for chunk in &w.chunks {
@@ -150,7 +160,7 @@ impl MatmulOp {
             let mut buffers: Vec<&wgpu::Buffer> = vec![&u, x, y];
             buffers.extend(chunk.planes.iter());
             let bind_group = ctx.bind(&pipeline, &buffers);
-            let n = workgroups(kernel, chunk.rows, n_tokens, wg);
+            let n = workgroups(kernel, chunk.rows, n_tokens, wg, mapping);
             dispatches.push(Dispatch {
                 pipeline: pipeline.clone(),
                 bind_group,

@@ -167,6 +167,20 @@ fn int_block(dtype: GgmlType, b: &[u8]) -> Option<IntBlock> {
                 .collect();
             IntBlock { codes, groups }
         }
+        TQ1_0 | TQ2_0 => {
+            let (codes, d) = if dtype == TQ1_0 {
+                let b: &super::BlockTQ1_0 = bytemuck::try_from_bytes(b).ok()?;
+                (b.codes(), b.d.to_f32())
+            } else {
+                let b: &super::BlockTQ2_0 = bytemuck::try_from_bytes(b).ok()?;
+                (b.codes(), b.d.to_f32())
+            };
+            // One scale per block, in groups of the activations' 32 (each its own d8).
+            IntBlock {
+                codes: codes.iter().map(|&c| i32::from(c) - 1).collect(),
+                groups: vec![(QK8, d, 0.0); 256 / QK8],
+            }
+        }
         _ => return None,
     })
 }
@@ -174,7 +188,10 @@ fn int_block(dtype: GgmlType, b: &[u8]) -> Option<IntBlock> {
 /// Whether [`vec_dot_q8`] knows `dtype`.
 pub fn has_q8_dot(dtype: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(dtype, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K)
+    matches!(
+        dtype,
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K | TQ1_0 | TQ2_0
+    )
 }
 
 /// One weight row (`row`: its blocks in the file format) dotted with quantized activations
@@ -258,6 +275,8 @@ mod tests {
             GgmlType::Q8_0,
             GgmlType::Q4_K,
             GgmlType::Q6_K,
+            GgmlType::TQ1_0,
+            GgmlType::TQ2_0,
         ] {
             let w: Vec<f32> = (0..512)
                 .map(|i| ((i * 53 % 97) as f32 - 48.0) / 40.0)

@@ -69,21 +69,29 @@ fn pack_trits(trits: &[u8]) -> u8 {
 }
 
 impl BlockTQ1_0 {
-    pub fn dequantize(&self, out: &mut [f32; QK_K]) {
-        let d = self.d.to_f32();
-        let t = |q: u8, n: usize| (i32::from(trit(q, n)) - 1) as f32;
+    /// The block's codes (trits 0..=2, weight `d * (code - 1)`), in element order.
+    pub fn codes(&self) -> [u8; QK_K] {
+        let mut c = [0u8; QK_K];
         for n in 0..5 {
             for m in 0..32 {
-                out[32 * n + m] = d * t(self.qs[m], n);
+                c[32 * n + m] = trit(self.qs[m], n);
             }
             for m in 0..16 {
-                out[160 + 16 * n + m] = d * t(self.qs[32 + m], n);
+                c[160 + 16 * n + m] = trit(self.qs[32 + m], n);
             }
         }
         for n in 0..4 {
             for m in 0..4 {
-                out[240 + 4 * n + m] = d * t(self.qh[m], n);
+                c[240 + 4 * n + m] = trit(self.qh[m], n);
             }
+        }
+        c
+    }
+
+    pub fn dequantize(&self, out: &mut [f32; QK_K]) {
+        let d = self.d.to_f32();
+        for (o, c) in out.iter_mut().zip(self.codes()) {
+            *o = d * (i32::from(c) - 1) as f32;
         }
     }
 
@@ -108,12 +116,18 @@ impl BlockTQ1_0 {
 }
 
 impl BlockTQ2_0 {
+    /// The block's 2-bit codes (weight `d * (code - 1)`), in element order.
+    pub fn codes(&self) -> [u8; QK_K] {
+        std::array::from_fn(|e| {
+            let (h, s, m) = (e / 128, (e / 32) % 4, e % 32);
+            (self.qs[32 * h + m] >> (2 * s)) & 3
+        })
+    }
+
     pub fn dequantize(&self, out: &mut [f32; QK_K]) {
         let d = self.d.to_f32();
-        for (e, o) in out.iter_mut().enumerate() {
-            let (h, s, m) = (e / 128, (e / 32) % 4, e % 32);
-            let code = (self.qs[32 * h + m] >> (2 * s)) & 3;
-            *o = d * (i32::from(code) - 1) as f32;
+        for (o, c) in out.iter_mut().zip(self.codes()) {
+            *o = d * (i32::from(c) - 1) as f32;
         }
     }
 

@@ -441,6 +441,7 @@ impl Backend for GpuBackend {
                 s.buf(x),
                 s.buf(out),
                 rows as u32,
+                s.int_dot,
             )?)))
         })
     }

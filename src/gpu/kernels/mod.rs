@@ -36,6 +36,9 @@ pub enum Kernel {
     Embedding(GgmlType),
     /// Per-token int8 absmax quantization of activations (BitLinear input).
     QuantizeActivations,
+    /// [`Kernel::QuantizeActivations`] written as [`Kernel::MatvecQ8`] records (every block
+    /// scaled by `1 / s`): the BitLinear input of the integer-dot TQ1_0/TQ2_0 decode.
+    QuantizeActivationsQ8,
     /// Per-32 int8 quantization of activations, the input of [`Kernel::MatvecQ8`].
     QuantizeQ8,
     /// `x = silu(x) * up` (the SiluMul elementwise op) and [`Kernel::QuantizeQ8`] of the
@@ -83,6 +86,9 @@ pub struct PipelineKey {
     pub kernel: Kernel,
     pub variant: Variant,
     pub workgroup_size: u32,
+    /// Invocations per row and rows per invocation (`TPR`, `RPT`) of the matvec kernels that
+    /// take them ([`ternary::matvec_mapping`]), or `None`: the kernel's defaults.
+    pub mapping: Option<(u32, u32)>,
 }
 
 /// The shader files of one kernel, in the order they are concatenated (helpers first), and
@@ -157,6 +163,7 @@ impl Kernel {
             Kernel::SiluMulQuantizeQ8,
             Kernel::RmsNormQuantizeQ8,
             Kernel::QuantizeActivations,
+            Kernel::QuantizeActivationsQ8,
             Kernel::FakeQuantizeActivations,
             Kernel::RmsNormQuantize,
             Kernel::NormBitLinear(0, 16),
@@ -194,12 +201,14 @@ impl Kernel {
             Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => match t {
                 Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
                 Q4_K | Q5_K | Q6_K => kquants::source(self),
+                TQ1_0 | TQ2_0 => ternary::source(self),
                 _ => None,
             },
             Kernel::QuantizeQ8 | Kernel::SiluMulQuantizeQ8 | Kernel::RmsNormQuantizeQ8 => {
                 q8::source(self)
             }
             Kernel::QuantizeActivations
+            | Kernel::QuantizeActivationsQ8
             | Kernel::FakeQuantizeActivations
             | Kernel::RmsNormQuantize
             | Kernel::NormBitLinear(..) => ternary::source(self),
@@ -316,6 +325,9 @@ impl GpuContext {
         let label = key.kernel.label();
         let mut constants = vec![("WG", f64::from(key.workgroup_size))];
         constants.extend(key.kernel.constants());
+        if let Some((tpr, rpt)) = key.mapping {
+            constants.extend([("TPR", f64::from(tpr)), ("RPT", f64::from(rpt))]);
+        }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self
             .device
@@ -354,6 +366,17 @@ impl GpuContext {
         kernel: Kernel,
         workgroup_size: Option<u32>,
     ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
+        self.kernel_mapped(kernel, workgroup_size, None)
+    }
+
+    /// [`GpuContext::kernel`] with the kernel's `TPR` and `RPT` constants set (see
+    /// [`PipelineKey::mapping`]).
+    pub fn kernel_mapped(
+        &self,
+        kernel: Kernel,
+        workgroup_size: Option<u32>,
+        mapping: Option<(u32, u32)>,
+    ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
         let default = kernel.source().map_or(64, |s| s.default_workgroup_size);
         let workgroup_size = workgroup_size.unwrap_or(default);
         let mut variant = self.variant();
@@ -371,6 +394,7 @@ impl GpuContext {
             kernel,
             variant,
             workgroup_size,
+            mapping,
         })
     }
 

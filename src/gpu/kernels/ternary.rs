@@ -1,6 +1,6 @@
 //! Ternary formats: I2_S as BitLinear (int8 activations, integer accumulation), and upstream
-//! ggml's TQ1_0 and TQ2_0 (f32 activations; for BitLinear the activations are quantized and
-//! written back as f32 first).
+//! ggml's TQ1_0 and TQ2_0 (decode: integer dot products on q8 records; prefill and the f32
+//! fallback: f32 activations, for BitLinear quantized and written back as f32 first).
 //!
 //! # Kernels
 //! - `QuantizeActivations` (`quantize_activations.wgsl`): f32 `(n_tokens, cols)` to one buffer
@@ -34,24 +34,26 @@
 //! | TQ1_0  | `qs` then `qh`, 52 B (13 words) per block | `d` f16, 2 B per block |
 //!
 //! # Dispatch
-//! - Matvec: `TPR` invocations per row; I2_S: [`I2S_MATVEC_THREADS_PER_ROW`], each invocation
-//!   serving [`I2S_MATVEC_ROWS_PER_THREAD`] rows (`WG / TPR * RPT` rows per workgroup), each
-//!   invocation reading 16-byte vec4s; TQ: [`TQ_MATVEC_THREADS_PER_ROW`] (`WG / TPR` rows per
-//!   workgroup), each invocation reading u32 words, so that neighbouring invocations meet
+//! - Matvec, I2_S and the integer-dot TQ1_0/TQ2_0 (`MatvecQ8`, on q8 records; for BitLinear
+//!   from [`Kernel::QuantizeActivationsQ8`]): `TPR` invocations per row, each serving `RPT`
+//!   rows (`WG / TPR * RPT` rows per workgroup) and reading 16-byte loads of codes, as
+//!   [`matvec_mapping`] picks for the weight's rows (pipeline constants).
+//! - Matvec, f32 TQ1_0/TQ2_0: [`TQ_MATVEC_THREADS_PER_ROW`] invocations per row (`WG / TPR`
+//!   rows per workgroup), each reading u32 words, so that neighbouring invocations meet
 //!   neighbouring activations.
 //! - Matmul: one invocation per row, `WG` rows by [`MATMUL_TILE_TOKENS`] tokens per workgroup,
 //!   token tiles fastest.
-//! - QuantizeActivations, FakeQuantizeActivations: one workgroup per token.
+//! - QuantizeActivations, QuantizeActivationsQ8, FakeQuantizeActivations: one workgroup per
+//!   token.
 
 use super::{Kernel, KernelSource};
 use crate::quant::GgmlType;
 
-/// Invocations per I2_S matvec row (`override TPR` in `matvec_i2s.wgsl`).
-pub const I2S_MATVEC_THREADS_PER_ROW: u32 = 16;
-/// Rows each I2_S matvec invocation serves (`override RPT` in `matvec_i2s.wgsl`).
-pub const I2S_MATVEC_ROWS_PER_THREAD: u32 = 2;
 /// Invocations per TQ1_0/TQ2_0 matvec row (`override TPR` in `matvec_ternary.wgsl`).
 pub const TQ_MATVEC_THREADS_PER_ROW: u32 = 32;
+/// Default workgroup size of the integer-dot TQ1_0/TQ2_0 matvec (a multiple of every `TPR` of
+/// [`matvec_mapping`]).
+pub const TQ_Q8_WG: u32 = 64;
 /// Tokens per matmul tile (`const TT` in `matmul_i2s.wgsl`/`matmul_ternary.wgsl`).
 pub const MATMUL_TILE_TOKENS: u32 = 8;
 
@@ -105,6 +107,18 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../shaders/matmul_i2s.wgsl"),
     ),
     (
+        "quant/tq1_0_q8.wgsl",
+        include_str!("../../../shaders/quant/tq1_0_q8.wgsl"),
+    ),
+    (
+        "quant/tq2_0_q8.wgsl",
+        include_str!("../../../shaders/quant/tq2_0_q8.wgsl"),
+    ),
+    (
+        "matvec_ternary_q8.wgsl",
+        include_str!("../../../shaders/matvec_ternary_q8.wgsl"),
+    ),
+    (
         "matvec_ternary.wgsl",
         include_str!("../../../shaders/matvec_ternary.wgsl"),
     ),
@@ -120,8 +134,16 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
     const C: &str = "quant/ternary_codes.wgsl";
     const A: &str = "activation_quant.wgsl";
     const R: &str = "activation_record.wgsl";
+    const Q: &str = "quant/q8.wgsl";
     let (files, default_workgroup_size): (&'static [&'static str], u32) = match kernel {
         Kernel::QuantizeActivations => (&[A, R, "quantize_activations.wgsl"], 256),
+        Kernel::QuantizeActivationsQ8 => {
+            return Some(KernelSource {
+                files: &[A, R, "quantize_activations.wgsl"],
+                entry: "main_q8",
+                default_workgroup_size: 256,
+            })
+        }
         Kernel::FakeQuantizeActivations => (&[A, "fake_quantize_activations.wgsl"], 256),
         Kernel::RmsNormQuantize => (&[A, R, "rms_norm_quantize.wgsl"], 256),
         Kernel::NormBitLinear(..) => (
@@ -134,6 +156,14 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         Kernel::Matmul(TQ1_0) => (&[P, C, "quant/tq1_0.wgsl", "matmul_ternary.wgsl"], 64),
         Kernel::Matvec(TQ2_0) => (&[P, C, "quant/tq2_0.wgsl", "matvec_ternary.wgsl"], 64),
         Kernel::Matmul(TQ2_0) => (&[P, C, "quant/tq2_0.wgsl", "matmul_ternary.wgsl"], 64),
+        Kernel::MatvecQ8(TQ1_0) | Kernel::MatvecQ8Add(TQ1_0) => (
+            &[P, Q, "quant/tq1_0_q8.wgsl", "matvec_ternary_q8.wgsl"],
+            TQ_Q8_WG,
+        ),
+        Kernel::MatvecQ8(TQ2_0) | Kernel::MatvecQ8Add(TQ2_0) => (
+            &[P, Q, "quant/tq2_0_q8.wgsl", "matvec_ternary_q8.wgsl"],
+            TQ_Q8_WG,
+        ),
         _ => return None,
     };
     Some(KernelSource {
@@ -141,6 +171,37 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         entry: "main",
         default_workgroup_size,
     })
+}
+
+/// Rows from which the I2_S and integer-dot TQ matvecs take [`WIDE_MAPPING`].
+pub const WIDE_ROWS: u32 = 32768;
+/// `(TPR, RPT)` of those matvecs for weights of fewer than [`WIDE_ROWS`] rows.
+pub const MATVEC_MAPPING: (u32, u32) = (16, 2);
+/// `(TPR, RPT)` of those matvecs from [`WIDE_ROWS`] rows on.
+pub const WIDE_MAPPING: (u32, u32) = (8, 4);
+
+/// Invocations per row and rows per invocation (`TPR`, `RPT`) of the I2_S matvec and the
+/// integer-dot TQ1_0/TQ2_0 matvecs for a weight of `rows` rows (`None` for other kernels).
+///
+/// Measured on an H200 (`tritium bench kernels`, workgroups of 64; I2_S / TQ2_0 / TQ1_0 as %
+/// of the copy bandwidth at 256 MiB, and the I2_S 2560x6912 shape in us): 16 x 2: 60 / 59 /
+/// 28%, 5.98 us; 8 x 4: 87 / 76 / 34%, 8.43 us; 8 x 2: 68 / 66 / 31%, 7.39 us. Eight threads
+/// per row and four rows each keep more loads in flight per invocation, which a large matrix
+/// needs, but 32 rows per workgroup leave a BitNet-sized matrix (2560 rows: 80 workgroups)
+/// too few workgroups for the GPU; from [`WIDE_ROWS`] rows there are at least 1024 (about
+/// eight per multiprocessor of an H200).
+pub fn matvec_mapping(kernel: Kernel, rows: u32) -> Option<(u32, u32)> {
+    use GgmlType::*;
+    match kernel {
+        Kernel::Matvec(I2_S)
+        | Kernel::MatvecQ8(TQ1_0 | TQ2_0)
+        | Kernel::MatvecQ8Add(TQ1_0 | TQ2_0) => Some(if rows >= WIDE_ROWS {
+            WIDE_MAPPING
+        } else {
+            MATVEC_MAPPING
+        }),
+        _ => None,
+    }
 }
 
 /// Zero-pad a plane to a whole number (at least one) of 16-byte `vec4<u32>` slots.
@@ -178,15 +239,24 @@ pub fn planes(dtype: GgmlType, data: &[u8], _rows: u32, _cols: u32) -> Vec<Vec<u
 }
 
 /// Workgroups for `rows` rows (of one chunk) and `n_tokens` tokens.
-pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
+pub fn workgroups(
+    kernel: Kernel,
+    rows: u32,
+    n_tokens: u32,
+    workgroup_size: u32,
+    mapping: Option<(u32, u32)>,
+) -> u32 {
     let wg = workgroup_size.max(1);
     match kernel {
-        Kernel::Matvec(GgmlType::I2_S) => {
-            rows.div_ceil((wg / I2S_MATVEC_THREADS_PER_ROW).max(1) * I2S_MATVEC_ROWS_PER_THREAD)
+        Kernel::Matvec(GgmlType::I2_S) | Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_) => {
+            let (tpr, rpt) = mapping.unwrap_or(MATVEC_MAPPING);
+            rows.div_ceil((wg / tpr).max(1) * rpt)
         }
         Kernel::Matvec(_) => rows.div_ceil((wg / TQ_MATVEC_THREADS_PER_ROW).max(1)),
         Kernel::Matmul(_) => rows.div_ceil(wg) * n_tokens.div_ceil(MATMUL_TILE_TOKENS),
-        Kernel::QuantizeActivations | Kernel::FakeQuantizeActivations => n_tokens,
+        Kernel::QuantizeActivations
+        | Kernel::QuantizeActivationsQ8
+        | Kernel::FakeQuantizeActivations => n_tokens,
         _ => rows,
     }
 }

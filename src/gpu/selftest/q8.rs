@@ -82,6 +82,14 @@ pub const CHECKS: &[Check] = &[
         name: "q8/matvec_q6_k",
         run: |ctx| Box::pin(matvec(ctx, GgmlType::Q6_K)),
     },
+    Check {
+        name: "q8/matvec_tq1_0",
+        run: |ctx| Box::pin(matvec(ctx, GgmlType::TQ1_0)),
+    },
+    Check {
+        name: "q8/matvec_tq2_0",
+        run: |ctx| Box::pin(matvec(ctx, GgmlType::TQ2_0)),
+    },
 ];
 
 /// Activations for a row of `cols`: uniform in [-1, 1) with a zero block, a tiny block and a
@@ -371,11 +379,14 @@ const LEGACY_SHAPES: [(usize, usize); 4] = [(576, 576), (1536, 96), (7, 1536), (
 
 async fn matvec(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
     let mut stats = Stats::default();
-    let shapes: &[(usize, usize)] = match dtype {
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => &SHAPES,
-        _ => &LEGACY_SHAPES,
+    // The ternary formats also at enough rows for their wide mapping (ternary::WIDE_ROWS).
+    let wide = [(crate::gpu::kernels::ternary::WIDE_ROWS as usize + 7, 256)];
+    let shapes: Vec<(usize, usize)> = match dtype {
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => SHAPES.to_vec(),
+        GgmlType::TQ1_0 | GgmlType::TQ2_0 => SHAPES.iter().chain(&wide).copied().collect(),
+        _ => LEGACY_SHAPES.to_vec(),
     };
-    for &(rows, cols) in shapes {
+    for &(rows, cols) in &shapes {
         let mut rng = Rng(seed(dtype, rows, cols) ^ 0x98);
         let data = weight_data(dtype, rows, cols, &mut rng)?;
         let x = activations(&mut rng, cols);

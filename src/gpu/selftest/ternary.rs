@@ -250,9 +250,17 @@ fn upload(
 /// exact on both sides, so outputs differ only by the final `acc * weight_scale / s`: the CPU
 /// rounds twice (correctly: at most 1 eps relative), the GPU's multiply is correctly rounded
 /// and WGSL allows 2.5 ulp for `/` (at most 3 eps relative); bound `4 eps |y|`.
+/// The last shape has enough rows for the matvec's wide mapping (`ternary::WIDE_ROWS`).
 async fn i2s(ctx: &GpuContext, token_counts: &[usize]) -> Result<Stats, String> {
     let mut stats = Stats::default();
-    for (rows, cols) in [(640usize, 2560usize), (7, 384), (7, 2560), (640, 384)] {
+    let wide = crate::gpu::kernels::ternary::WIDE_ROWS as usize + 7;
+    for (rows, cols) in [
+        (640usize, 2560usize),
+        (7, 384),
+        (7, 2560),
+        (640, 384),
+        (wide, 128),
+    ] {
         let mut rng = Rng(rows as u64 * 7919 + cols as u64);
         let w = rng.vec(rows * cols, 1.0);
         let data = quant::quantize(GgmlType::I2_S, &w).map_err(|e| e.to_string())?;
@@ -272,7 +280,7 @@ async fn i2s(ctx: &GpuContext, token_counts: &[usize]) -> Result<Stats, String> 
             for max_chunk in chunk_limits(GgmlType::I2_S, rows, cols)? {
                 let gw = upload(ctx, GgmlType::I2_S, rows, cols, &data, max_chunk)?;
                 let y = poisoned(ctx, rows * n)?;
-                let op = BitLinearOp::new(ctx, &gw, &xb, &y, n as u32).map_err(gpu_err)?;
+                let op = BitLinearOp::new(ctx, &gw, &xb, &y, n as u32, true).map_err(gpu_err)?;
                 submit(ctx, |pass| op.record(pass));
                 let got = read_f32(ctx, &y, rows * n).await?;
                 stats.merge(compare(
@@ -356,14 +364,17 @@ async fn fake_quantize_check(ctx: &GpuContext) -> Result<Stats, String> {
 }
 
 /// BitLinear over TQ1_0/TQ2_0 (fake quantization, then matvec for 1 token and matmul for 3
-/// and 17) against the CPU twin's definition evaluated in f64:
+/// and 17; for 1 token also the q8 records and the integer-dot matvec) against the CPU twin's
+/// definition evaluated in f64:
 /// `y[t, r] = weight_scale * sum_c w[r, c] * x_q[t, c] / s_t`, with `w` from
 /// `quant::dequantize` and `x_q`, `s_t` from `cpu::bitlinear::quantize_activations`, on the
 /// special activation rows too (all zero, tiny, ties), with a weight scale other than 1 (the
 /// kernels apply it from the uniform). Bound, with `S = |weight_scale| sum_c |w x_q / s|`:
 /// the GPU's `x_q / s` is within 2.5 eps relative (see the check above), the TQ kernels'
 /// summation within `cols eps` of `S` (see [`tq`]), the final multiply by the weight scale one
-/// rounding: `(cols + 4) eps S`.
+/// rounding: `(cols + 4) eps S`. The integer-dot path sums exactly per block of 32 and rounds
+/// each block's term a few times (the exact conversion, `1 / s` within 2.5 eps, the scales'
+/// products, the f32 sum over blocks): fewer than `cols` eps-terms, so the same bound holds.
 async fn tq_bitlinear(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
     let mut stats = Stats::default();
     for (rows, cols) in [(640usize, 2560usize), (7, 768), (7, 2560), (640, 768)] {
@@ -399,16 +410,26 @@ async fn tq_bitlinear(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String
             for max_chunk in chunk_limits(dtype, rows, cols)? {
                 let mut gw = upload(ctx, dtype, rows, cols, &data, max_chunk)?;
                 gw.scale = ws;
-                let y = poisoned(ctx, rows * n)?;
-                let op = BitLinearOp::new(ctx, &gw, &xb, &y, n as u32).map_err(gpu_err)?;
-                submit(ctx, |pass| op.record(pass));
-                let got = read_f32(ctx, &y, rows * n).await?;
-                stats.merge(compare(
-                    &format!("{rows}x{cols}, {n} tokens, {} chunks", gw.chunks.len()),
-                    &got,
-                    &want,
-                    &bound,
-                )?);
+                // One token: the f32 kernel on x_q / s, and the integer-dot kernel on q8
+                // records (x_q with 1 / s for every block).
+                let paths: &[bool] = if n == 1 { &[false, true] } else { &[false] };
+                for &int_dot in paths {
+                    let y = poisoned(ctx, rows * n)?;
+                    let op =
+                        BitLinearOp::new(ctx, &gw, &xb, &y, n as u32, int_dot).map_err(gpu_err)?;
+                    submit(ctx, |pass| op.record(pass));
+                    let got = read_f32(ctx, &y, rows * n).await?;
+                    let path = if int_dot { "integer dot" } else { "f32" };
+                    stats.merge(compare(
+                        &format!(
+                            "{rows}x{cols}, {n} tokens, {} chunks, {path}",
+                            gw.chunks.len()
+                        ),
+                        &got,
+                        &want,
+                        &bound,
+                    )?);
+                }
             }
         }
     }

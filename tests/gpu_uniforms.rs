@@ -101,3 +101,39 @@ fn shader_files_are_registered_once() {
     let registered: BTreeSet<String> = unique.iter().map(|s| s.to_string()).collect();
     assert_eq!(on_disk, registered, "shaders/ and the registry differ");
 }
+
+/// The cooperative-matrix kernels run only on devices that have the extension (not lavapipe):
+/// here they are at least validated by naga and translated to SPIR-V, as wgpu's Vulkan backend
+/// does before the driver sees them.
+#[test]
+fn cooperative_matrix_kernels_validate_and_translate() {
+    let mut n = 0;
+    for kernel in Kernel::all() {
+        if !matches!(kernel, Kernel::MatmulCoop(_)) {
+            continue;
+        }
+        let wgsl = kernel
+            .wgsl(Variant {
+                f16: true,
+                subgroups: true,
+            })
+            .unwrap()
+            .replace("override WG: u32 = 64u;", "const WG: u32 = 256u;");
+        let module = naga::front::wgsl::parse_str(&wgsl)
+            .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(&wgsl)));
+        let info = naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::all(),
+        )
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(&wgsl)));
+        let options = naga::back::spv::Options {
+            lang_version: (1, 3),
+            ..Default::default()
+        };
+        naga::back::spv::write_vec(&module, &info, &options, None)
+            .unwrap_or_else(|e| panic!("{}: {e}", kernel.label()));
+        n += 1;
+    }
+    assert_eq!(n, 3, "Q4_K, Q5_K and Q6_K");
+}

@@ -24,13 +24,18 @@ pub fn run(prefix: &str, json: bool, no_f16: bool, no_subgroups: bool) -> Result
     } else {
         let a = &ctx.adapter;
         println!(
-            "device: {} ({}, {}), {:?}, subgroup sizes {}..{}",
+            "device: {} ({}, {}), {:?}, subgroup sizes {}..{}, cooperative matrices {}",
             a.name,
             a.backend,
             a.driver,
             ctx.variant(),
             ctx.features.subgroup_min_size,
-            ctx.features.subgroup_max_size
+            ctx.features.subgroup_max_size,
+            if ctx.features.cooperative_matrix {
+                "16x16x16 f16/f32"
+            } else {
+                "no"
+            }
         );
         for r in &results {
             match &r.error {

@@ -16,6 +16,10 @@ pub struct GpuFeatures {
     /// Smallest and largest subgroup size the adapter reports (0 when unknown).
     pub subgroup_min_size: u32,
     pub subgroup_max_size: u32,
+    /// Subgroup-scope cooperative matrices of 16x16x16 with f16 inputs and f32 accumulation
+    /// (wgpu's experimental `wgpu-cooperative-matrix`; natively, on Vulkan tensor cores):
+    /// the prefill matmuls use them ([`crate::gpu::kernels::Kernel::MatmulCoop`]).
+    pub cooperative_matrix: bool,
 }
 
 /// The limits that shape how we lay out buffers and dispatches.
@@ -61,6 +65,9 @@ pub struct DeviceOptions {
     pub allow_subgroups: bool,
     /// Ask for timestamp queries when the adapter has them (benchmarks).
     pub allow_timestamps: bool,
+    /// Use cooperative matrices (see [`GpuFeatures::cooperative_matrix`]) when the adapter
+    /// has them, with `shader-f16`.
+    pub allow_cooperative_matrix: bool,
     pub power_preference: wgpu::PowerPreference,
 }
 
@@ -70,6 +77,7 @@ impl Default for DeviceOptions {
             allow_f16: true,
             allow_subgroups: true,
             allow_timestamps: true,
+            allow_cooperative_matrix: true,
             power_preference: wgpu::PowerPreference::HighPerformance,
         }
     }
@@ -148,12 +156,26 @@ impl GpuContext {
                 wanted |= wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
             }
         }
+        let coop = options.allow_cooperative_matrix
+            && options.allow_f16
+            && available.contains(wgpu::Features::SHADER_F16)
+            && has_f16_coop_16(adapter);
+        let mut experimental_features = wgpu::ExperimentalFeatures::disabled();
+        if coop {
+            wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            // SAFETY: wgpu asks callers of its experimental features to accept that they may
+            // have bugs. Only the prefill matmul kernels use cooperative matrices, in the one
+            // configuration the adapter reports (has_f16_coop_16), and `tritium selftest`
+            // checks their results against the CPU on the device before they are relied on.
+            experimental_features = unsafe { wgpu::ExperimentalFeatures::enabled() };
+        }
         let required_features = wanted & available;
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("tritium"),
                 required_features,
                 required_limits: adapter.limits(),
+                experimental_features,
                 ..Default::default()
             })
             .await
@@ -170,6 +192,8 @@ impl GpuContext {
             timestamps: f.contains(wgpu::Features::TIMESTAMP_QUERY),
             subgroup_min_size: info.subgroup_min_size,
             subgroup_max_size: info.subgroup_max_size,
+            cooperative_matrix: f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+                && f.contains(wgpu::Features::SHADER_F16),
         };
         let l = device.limits();
         let limits = GpuLimits {
@@ -233,6 +257,22 @@ impl GpuContext {
             .min(self.limits.max_buffer_size);
         b & !255
     }
+}
+
+/// Whether the adapter offers subgroup-scope 16x16x16 cooperative matrices with f16 inputs and
+/// f32 accumulation (the one configuration the MatmulCoop kernels use).
+fn has_f16_coop_16(adapter: &wgpu::Adapter) -> bool {
+    if !adapter
+        .features()
+        .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+    {
+        return false;
+    }
+    adapter.cooperative_matrix_properties().iter().any(|p| {
+        (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+            && p.ab_type == wgpu::CooperativeScalarType::F16
+            && p.cr_type == wgpu::CooperativeScalarType::F32
+    })
 }
 
 #[cfg(test)]

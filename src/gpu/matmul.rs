@@ -79,6 +79,17 @@ fn software_workgroup_size(kernel: Kernel) -> Option<u32> {
     }
 }
 
+/// Whether products of several tokens over `dtype` take [`Kernel::MatmulCoop`] on this device:
+/// it has the cooperative matrices (and f16) and 32-wide subgroups, which the kernel's split
+/// of a tile among its 8 subgroups assumes.
+pub fn uses_coop(ctx: &GpuContext, dtype: GgmlType) -> bool {
+    ctx.features.cooperative_matrix
+        && ctx.features.subgroups
+        && ctx.features.subgroup_min_size == kquants::COOP_SUBGROUP
+        && ctx.features.subgroup_max_size == kquants::COOP_SUBGROUP
+        && Kernel::MatmulCoop(dtype).source().is_some()
+}
+
 /// Workgroups a family's kernel needs for `rows` rows and `n_tokens` tokens.
 fn workgroups(
     kernel: Kernel,
@@ -89,15 +100,17 @@ fn workgroups(
 ) -> u32 {
     use GgmlType::*;
     match kernel {
-        Kernel::Matvec(t) | Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) | Kernel::Matmul(t) => {
-            match t {
-                Q4_K | Q5_K | Q6_K => kquants::workgroups(kernel, rows, n_tokens, workgroup_size),
-                I2_S | TQ1_0 | TQ2_0 => {
-                    ternary::workgroups(kernel, rows, n_tokens, workgroup_size, mapping)
-                }
-                _ => legacy::workgroups(kernel, rows, n_tokens, workgroup_size),
+        Kernel::Matvec(t)
+        | Kernel::MatvecQ8(t)
+        | Kernel::MatvecQ8Add(t)
+        | Kernel::Matmul(t)
+        | Kernel::MatmulCoop(t) => match t {
+            Q4_K | Q5_K | Q6_K => kquants::workgroups(kernel, rows, n_tokens, workgroup_size),
+            I2_S | TQ1_0 | TQ2_0 => {
+                ternary::workgroups(kernel, rows, n_tokens, workgroup_size, mapping)
             }
-        }
+            _ => legacy::workgroups(kernel, rows, n_tokens, workgroup_size),
+        },
         _ => 1,
     }
 }
@@ -115,6 +128,8 @@ impl MatmulOp {
     ) -> Result<Self, GpuError> {
         let kernel = if n_tokens == 1 {
             Kernel::Matvec(w.dtype)
+        } else if uses_coop(ctx, w.dtype) {
+            Kernel::MatmulCoop(w.dtype)
         } else {
             Kernel::Matmul(w.dtype)
         };

@@ -42,6 +42,10 @@ use crate::quant::GgmlType;
 
 pub const FILES: &[(&str, &str)] = &[
     (
+        "matmul_kquants_coop.wgsl",
+        include_str!("../../../shaders/matmul_kquants_coop.wgsl"),
+    ),
+    (
         "quant/kquants.wgsl",
         include_str!("../../../shaders/quant/kquants.wgsl"),
     ),
@@ -134,6 +138,16 @@ pub fn matmul_workgroup_size(workgroup_bytes: u32, rows: u32, n_tokens: u32) -> 
     }
 }
 
+/// Rows and tokens per tile of the cooperative-matrix matmul (`CM`, `CN` in
+/// `matmul_kquants_coop.wgsl`).
+pub const COOP_ROWS: u32 = 128;
+pub const COOP_TOKENS: u32 = 64;
+/// Invocations per workgroup of the cooperative-matrix matmul: 8 subgroups of 32 (the
+/// kernel's fixed `@workgroup_size`).
+pub const COOP_WG: u32 = 256;
+/// The subgroup width the cooperative-matrix matmul's work split assumes.
+pub const COOP_SUBGROUP: u32 = 32;
+
 /// Tiles below which the matmul takes the smaller tile (see [`matmul_workgroup_size`]).
 pub const MATMUL_MIN_TILES: u32 = 256;
 const EMBEDDING_WG: u32 = 64;
@@ -152,6 +166,7 @@ macro_rules! files {
 
 const MATVEC_FILES: [&[&str]; 3] = files!("matmul_params.wgsl", "matvec_kquants.wgsl");
 const MATMUL_FILES: [&[&str]; 3] = files!("matmul_params.wgsl", "matmul_kquants.wgsl");
+const MATMUL_COOP_FILES: [&[&str]; 3] = files!("matmul_params.wgsl", "matmul_kquants_coop.wgsl");
 const EMBEDDING_FILES: [&[&str]; 3] = files!("embedding_params.wgsl", "embedding_kquants.wgsl");
 /// The integer-dot decode kernels: the f32 matvec's decode files, the activation record
 /// helpers, the format's integer dot, then the skeleton.
@@ -183,6 +198,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
             (MATVEC_Q8_FILES[format_index(t)?], MATVEC_WG)
         }
         Kernel::Matmul(t) => (MATMUL_FILES[format_index(t)?], MATMUL_WG),
+        Kernel::MatmulCoop(t) => (MATMUL_COOP_FILES[format_index(t)?], COOP_WG),
         Kernel::Embedding(t) => (EMBEDDING_FILES[format_index(t)?], EMBEDDING_WG),
         _ => return None,
     };
@@ -225,6 +241,7 @@ pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32)
             let rows_per_tile = (workgroup_size / 2).max(1);
             rows.div_ceil(rows_per_tile) * n_tokens.div_ceil(MATMUL_TOKENS)
         }
+        Kernel::MatmulCoop(_) => rows.div_ceil(COOP_ROWS) * n_tokens.div_ceil(COOP_TOKENS),
         _ => n_tokens,
     }
 }

@@ -32,6 +32,9 @@ pub enum Kernel {
     MatvecQ8Add(GgmlType),
     /// `Y = X W^T` for several tokens (prefill).
     Matmul(GgmlType),
+    /// [`Kernel::Matmul`] on cooperative matrices (f16 inputs, f32 accumulation; where the
+    /// device has them: [`crate::gpu::GpuFeatures::cooperative_matrix`]).
+    MatmulCoop(GgmlType),
     /// Rows of an embedding table gathered by token id.
     Embedding(GgmlType),
     /// Per-token int8 absmax quantization of activations (BitLinear input).
@@ -155,6 +158,7 @@ impl Kernel {
                 Kernel::MatvecQ8(t),
                 Kernel::MatvecQ8Add(t),
                 Kernel::Matmul(t),
+                Kernel::MatmulCoop(t),
                 Kernel::Embedding(t),
             ]);
         }
@@ -198,6 +202,10 @@ impl Kernel {
                 I2_S | TQ1_0 | TQ2_0 => ternary::source(self),
                 _ => None,
             },
+            Kernel::MatmulCoop(t) => match t {
+                Q4_K | Q5_K | Q6_K => kquants::source(self),
+                _ => None,
+            },
             Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => match t {
                 Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
                 Q4_K | Q5_K | Q6_K => kquants::source(self),
@@ -233,6 +241,7 @@ impl Kernel {
             Kernel::MatvecQ8(t) => format!("matvec_q8_{}", t.name().to_lowercase()),
             Kernel::MatvecQ8Add(t) => format!("matvec_q8_add_{}", t.name().to_lowercase()),
             Kernel::Matmul(t) => format!("matmul_{}", t.name().to_lowercase()),
+            Kernel::MatmulCoop(t) => format!("matmul_coop_{}", t.name().to_lowercase()),
             Kernel::Embedding(t) => format!("embedding_{}", t.name().to_lowercase()),
             Kernel::NormBitLinear(mode, tpr) => format!("norm_bitlinear_{mode}_tpr{tpr}"),
             k => format!("{k:?}").to_lowercase(),
@@ -266,8 +275,14 @@ impl Kernel {
             .source()
             .ok_or_else(|| GpuError::Unsupported(self.label()))?;
         let mut text = String::new();
-        if variant.f16 {
+        // The cooperative-matrix kernels stage f16 whatever the variant (the host picks them
+        // only with shader-f16).
+        let coop = matches!(self, Kernel::MatmulCoop(_));
+        if variant.f16 || coop {
             text.push_str("enable f16;\n");
+        }
+        if coop {
+            text.push_str("enable wgpu_cooperative_matrix;\n");
         }
         // naga rejects `enable subgroups;`, browsers require it (facts.md).
         if variant.subgroups && cfg!(target_arch = "wasm32") {

@@ -18,6 +18,11 @@
 //! output is an f32 sum of `cols` exact-weight products (one FMA chain), whose error is at most
 //! `gamma_cols * sum |w x| <= cols * eps * sum |w x|`: the bound of `reference_matmul`.
 //!
+//! Where the device has cooperative matrices ([`crate::gpu::matmul::uses_coop`]), the matmul
+//! check also runs `MatmulCoop` (the kernel prefill uses there), whose weights and inputs are
+//! rounded to f16 before exact products accumulated in f32: the f32 bound plus
+//! `2^-10 sum |w x|` and an absolute term for f16's subnormal range ([`coop_bound`]).
+//!
 //! Matvec (decode, bandwidth-bound) applies each 16-weight group's scale once to the group's
 //! sum: it adds `d*sc * (sum q x)` and `- dmin*m * (sum x)` for Q4_K/Q5_K and
 //! `d*sc * (sum (q - 32) x)` for Q6_K. Each product reaches the output through at most
@@ -34,7 +39,7 @@ use super::{
 };
 use crate::gpu::embedding::EmbeddingOp;
 use crate::gpu::kernels::{kquants, Kernel};
-use crate::gpu::matmul::MatmulOp;
+use crate::gpu::matmul::{uses_coop, MatmulOp};
 use crate::gpu::weights::{row_bytes, GpuWeight};
 use crate::gpu::GpuContext;
 use crate::quant::{self, f16_bits_to_f32, scale_min_k4, GgmlType};
@@ -232,10 +237,70 @@ async fn matmul(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
                     gw.chunks.len()
                 );
                 stats.merge(compare(&what, &got, &want, &bound)?);
+                if n_tokens > 1 && uses_coop(ctx, dtype) {
+                    let k = Kernel::MatmulCoop(dtype);
+                    let got =
+                        run_kernel(ctx, k, kquants::COOP_WG, &gw, &xb, n_tokens as u32, split)
+                            .await?;
+                    let coop_bound = coop_bound(&w, &x, rows, cols, n_tokens, &bound);
+                    stats.merge(compare(
+                        &format!("{what}, cooperative matrices"),
+                        &got,
+                        &want,
+                        &coop_bound,
+                    )?);
+                    // Inputs far beyond f16's range (65504): the kernel's per-token scaling
+                    // keeps them finite; a power of two scales the reference exactly.
+                    let big = 2f32.powi(20);
+                    let xb = upload_f32(ctx, "x", &x.iter().map(|v| v * big).collect::<Vec<_>>())?;
+                    let got =
+                        run_kernel(ctx, k, kquants::COOP_WG, &gw, &xb, n_tokens as u32, split)
+                            .await?;
+                    let scaled =
+                        |v: &[f64]| -> Vec<f64> { v.iter().map(|e| e * f64::from(big)).collect() };
+                    stats.merge(compare(
+                        &format!("{what}, cooperative matrices, inputs times 2^20"),
+                        &got,
+                        &scaled(&want),
+                        &scaled(&coop_bound),
+                    )?);
+                }
             }
         }
     }
     Ok(stats)
+}
+
+/// The bound of the cooperative-matrix matmul (module docs): the f32 summation bound `bound`
+/// (`cols eps sum |w x|`), plus the rounding of each weight and input to f16: relative 2^-11
+/// each (`2^-10 sum |w x|`, and a little more for their product), and absolute in f16's
+/// subnormal range, 2^-25 for a weight and 2^-25 of the token's scale (at most `2 max|x|`)
+/// for an input, which `2^-24 (sum |x| + max|x| sum |w|)` covers.
+fn coop_bound(
+    w: &[f32],
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    n_tokens: usize,
+    bound: &[f64],
+) -> Vec<f64> {
+    let eps = f64::from(f32::EPSILON);
+    let mut out = Vec::with_capacity(bound.len());
+    for t in 0..n_tokens {
+        let row = &x[t * cols..(t + 1) * cols];
+        let xs: f64 = row.iter().map(|v| f64::from(v.abs())).sum();
+        let xmax = row.iter().fold(0f64, |m, v| m.max(f64::from(v.abs())));
+        for r in 0..rows {
+            let ws: f64 = w[r * cols..(r + 1) * cols]
+                .iter()
+                .map(|v| f64::from(v.abs()))
+                .sum();
+            let b = bound[t * rows + r];
+            let wx = b / (cols as f64 * eps);
+            out.push(b + 1.001 * 2f64.powi(-10) * wx + 2f64.powi(-24) * (xs + xmax * ws));
+        }
+    }
+    out
 }
 
 /// Token ids at both ends of the table and on both sides of every chunk boundary, plus random

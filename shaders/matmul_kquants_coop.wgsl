@@ -7,7 +7,8 @@
 // CN = 64 tokens, one unit (32 columns, see quant/kquants.wgsl) at a time: invocations 0..127
 // each dequantize one row's unit (kq_decode, the f32 weights of the CPU reference, rounded to
 // f16 once) into workgroup memory, the next unit's raw words loaded before this unit's products;
-// invocations 128..255 stage the unit's 32 columns of x for the 64 tokens as f16, each token
+// invocations 128..255 stage the unit's 32 columns of x for the 64 tokens as f16 (loaded one
+// unit ahead as well), each token
 // scaled by a power of two that brings its largest |x| into [1, 2) (found in a first pass over
 // the tile's rows of x; the outputs are divided back exactly). Subgroup s
 // then accumulates a 32-row by 32-token block (rows 32 (s % 4) .., tokens 32 (s / 4) ..) as
@@ -62,6 +63,30 @@ fn stage_w16(at: u32, v: V16) {
         ws[at + 4u * i + 2u] = q.z;
         ws[at + 4u * i + 3u] = q.w;
     }
+}
+
+// Vec4 i of unit u's inputs for the tile (8 per token: 4 of group A, 4 of group B; token
+// i / 8), zero past the last token.
+fn x_vec4(i: u32, u: u32, tok0: u32) -> vec4<f32> {
+    let o = kq_unit_offsets(u % KQ_UNITS);
+    let t = i / 8u;
+    let q = i % 8u;
+    let col = (u / KQ_UNITS) * KQ_BLOCK + select(o.y + 4u * (q - 4u), o.x + 4u * q, q < 4u);
+    if (tok0 + t >= p.n_tokens) {
+        return vec4<f32>(0.0);
+    }
+    return x[((tok0 + t) * p.x_stride + col) / 4u];
+}
+
+// Vec4 i of a unit's inputs into the staged [token][k] f16 rows, scaled by its token's scale.
+fn stage_x4(i: u32, v: vec4<f32>) {
+    let t = i / 8u;
+    let h = vec4<f16>(v * tscale[t]);
+    let at = t * SW + 4u * (i % 8u);
+    xs[at] = h.x;
+    xs[at + 1u] = h.y;
+    xs[at + 2u] = h.z;
+    xs[at + 3u] = h.w;
 }
 
 // Block (bi, bj) of the subgroup's 2x2 (rows 16 bi, tokens 16 bj of its 32x32) to y.
@@ -130,6 +155,20 @@ fn main(
         raw = kq_load(wrow, 0u);
     }
 
+    // Staging invocations: their four vec4 of the first unit's inputs (then always one unit
+    // ahead, so the loads' latency runs under the products).
+    var xv0 = vec4<f32>(0.0);
+    var xv1 = vec4<f32>(0.0);
+    var xv2 = vec4<f32>(0.0);
+    var xv3 = vec4<f32>(0.0);
+    if (lid >= CM) {
+        let i = lid - CM;
+        xv0 = x_vec4(i, 0u, tok0);
+        xv1 = x_vec4(i + 128u, 0u, tok0);
+        xv2 = x_vec4(i + 256u, 0u, tok0);
+        xv3 = x_vec4(i + 384u, 0u, tok0);
+    }
+
     var c00 = coop_mat16x16<f32, C>();
     var c01 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>();
@@ -149,23 +188,17 @@ fn main(
             stage_w16(lid * SW, w.lo);
             stage_w16(lid * SW + 16u, w.hi);
         } else {
-            // 8 vec4 of columns (4 of group A, 4 of group B) per token.
-            let blk = u / KQ_UNITS;
-            let o = kq_unit_offsets(uu);
-            for (var i = lid - CM; i < 8u * CN; i = i + (256u - CM)) {
-                let t = i / 8u;
-                let q = i % 8u;
-                let col = blk * KQ_BLOCK + select(o.y + 4u * (q - 4u), o.x + 4u * q, q < 4u);
-                var v = vec4<f32>(0.0);
-                if (tok0 + t < p.n_tokens) {
-                    v = x[((tok0 + t) * p.x_stride + col) / 4u];
-                }
-                let h = vec4<f16>(v * tscale[t]);
-                let at = t * SW + 4u * q;
-                xs[at] = h.x;
-                xs[at + 1u] = h.y;
-                xs[at + 2u] = h.z;
-                xs[at + 3u] = h.w;
+            let i = lid - CM;
+            stage_x4(i, xv0);
+            stage_x4(i + 128u, xv1);
+            stage_x4(i + 256u, xv2);
+            stage_x4(i + 384u, xv3);
+            let next = u + 1u;
+            if (next < n_units) {
+                xv0 = x_vec4(i, next, tok0);
+                xv1 = x_vec4(i + 128u, next, tok0);
+                xv2 = x_vec4(i + 256u, next, tok0);
+                xv3 = x_vec4(i + 384u, next, tok0);
             }
         }
         workgroupBarrier();

@@ -150,21 +150,8 @@ impl QuantizeActivationsOp {
         cols: u32,
         n_tokens: u32,
     ) -> Result<Self, GpuError> {
-        if cols == 0 || cols % 4 != 0 || cols > MAX_COLS {
-            return Err(GpuError::Unsupported(format!(
-                "activation quantization of rows of {cols} values (needs a multiple of 4, at \
-                 most {MAX_COLS})"
-            )));
-        }
-        fits(xq, activations_bytes(cols, n_tokens))?;
-        let params = QuantizeParams {
-            n_tokens,
-            cols,
-            x_stride: cols,
-            record_words: (record_bytes(cols) / 4) as u32,
-        };
-        let u = ctx.uniform("quantize_activations.params", &params);
-        Self::build(ctx, Kernel::QuantizeActivations, u, x, xq, n_tokens)
+        let layout = (Kernel::QuantizeActivations, 4, record_bytes(cols));
+        Self::records(ctx, x, xq, cols, n_tokens, layout)
     }
 
     /// The same quantization as q8 records ([`crate::gpu::q8`]: the int8 values, then `1 / s`
@@ -177,13 +164,31 @@ impl QuantizeActivationsOp {
         cols: u32,
         n_tokens: u32,
     ) -> Result<Self, GpuError> {
-        if cols == 0 || cols % 32 != 0 || cols > MAX_COLS {
+        let layout = (
+            Kernel::QuantizeActivationsQ8,
+            32,
+            crate::gpu::q8::record_bytes(cols),
+        );
+        Self::records(ctx, x, xq, cols, n_tokens, layout)
+    }
+
+    /// Records of `record` bytes per token by `kernel`, for rows of a multiple of `multiple`
+    /// values.
+    fn records(
+        ctx: &GpuContext,
+        x: &wgpu::Buffer,
+        xq: &wgpu::Buffer,
+        cols: u32,
+        n_tokens: u32,
+        (kernel, multiple, record): (Kernel, u32, u64),
+    ) -> Result<Self, GpuError> {
+        if cols == 0 || cols % multiple != 0 || cols > MAX_COLS {
             return Err(GpuError::Unsupported(format!(
-                "activation quantization into q8 records of rows of {cols} values (needs a \
-                 multiple of 32, at most {MAX_COLS})"
+                "{} of rows of {cols} values (needs a multiple of {multiple}, at most \
+                 {MAX_COLS})",
+                kernel.label()
             )));
         }
-        let record = crate::gpu::q8::record_bytes(cols);
         fits(xq, record * u64::from(n_tokens))?;
         let params = QuantizeParams {
             n_tokens,
@@ -191,8 +196,8 @@ impl QuantizeActivationsOp {
             x_stride: cols,
             record_words: (record / 4) as u32,
         };
-        let u = ctx.uniform("quantize_activations_q8.params", &params);
-        Self::build(ctx, Kernel::QuantizeActivationsQ8, u, x, xq, n_tokens)
+        let u = ctx.uniform(&format!("{}.params", kernel.label()), &params);
+        Self::build(ctx, kernel, u, x, xq, n_tokens)
     }
 
     /// F32 `x_q / s`, `(n_tokens, cols)`, into `y` (at least [`fake_activations_bytes`]).

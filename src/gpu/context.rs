@@ -165,8 +165,9 @@ impl GpuContext {
             wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
             // SAFETY: wgpu asks callers of its experimental features to accept that they may
             // have bugs. Only the prefill matmul kernels use cooperative matrices, in the one
-            // configuration the adapter reports (has_f16_coop_16), and `tritium selftest`
-            // checks their results against the CPU on the device before they are relied on.
+            // configuration the adapter reports (has_f16_coop_16); `tritium selftest` checks
+            // them against the CPU on a device that has them (passed on an H200: BENCHMARKS.md),
+            // and `allow_cooperative_matrix: false` keeps them off.
             experimental_features = unsafe { wgpu::ExperimentalFeatures::enabled() };
         }
         let required_features = wanted & available;

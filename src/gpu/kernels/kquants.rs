@@ -40,11 +40,17 @@
 use super::{Kernel, KernelSource};
 use crate::quant::GgmlType;
 
+/// The cooperative-matrix matmul, native only (WebGPU has no cooperative matrices: the
+/// browser's package does not carry it).
+#[cfg(not(target_arch = "wasm32"))]
+pub const NATIVE_FILES: &[(&str, &str)] = &[(
+    "matmul_kquants_coop.wgsl",
+    include_str!("../../../shaders/matmul_kquants_coop.wgsl"),
+)];
+#[cfg(target_arch = "wasm32")]
+pub const NATIVE_FILES: &[(&str, &str)] = &[];
+
 pub const FILES: &[(&str, &str)] = &[
-    (
-        "matmul_kquants_coop.wgsl",
-        include_str!("../../../shaders/matmul_kquants_coop.wgsl"),
-    ),
     (
         "quant/kquants.wgsl",
         include_str!("../../../shaders/quant/kquants.wgsl"),

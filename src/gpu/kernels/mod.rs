@@ -138,6 +138,7 @@ fn all_files() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
         .iter()
         .chain(legacy::FILES)
         .chain(kquants::FILES)
+        .chain(kquants::NATIVE_FILES)
         .chain(ternary::FILES)
         .chain(q8::FILES)
         .chain(ops::FILES)

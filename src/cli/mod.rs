@@ -74,6 +74,10 @@ enum Command {
         /// Do not use subgroup operations even where the device has them.
         #[arg(long)]
         no_subgroups: bool,
+        /// Do not use cooperative matrices even where the device has them (everywhere:
+        /// TRITIUM_COOPERATIVE_MATRIX=0).
+        #[arg(long)]
+        no_coop: bool,
     },
     /// Benchmarks (figures for BENCHMARKS.md).
     #[cfg(feature = "gpu")]
@@ -282,7 +286,8 @@ pub fn main() -> ExitCode {
             json,
             no_f16,
             no_subgroups,
-        } => selftest::run(&prefix, json, no_f16, no_subgroups),
+            no_coop,
+        } => selftest::run(&prefix, json, no_f16, no_subgroups, no_coop),
         #[cfg(feature = "gpu")]
         Command::Bench {
             what:

@@ -5,10 +5,17 @@ use std::process::ExitCode;
 use crate::gpu::{selftest, DeviceOptions, GpuContext};
 use crate::Error;
 
-pub fn run(prefix: &str, json: bool, no_f16: bool, no_subgroups: bool) -> Result<ExitCode, Error> {
+pub fn run(
+    prefix: &str,
+    json: bool,
+    no_f16: bool,
+    no_subgroups: bool,
+    no_coop: bool,
+) -> Result<ExitCode, Error> {
     let opts = DeviceOptions {
         allow_f16: !no_f16,
         allow_subgroups: !no_subgroups,
+        allow_cooperative_matrix: !no_coop,
         ..DeviceOptions::default()
     };
     let ctx = pollster::block_on(GpuContext::new(&opts))?;

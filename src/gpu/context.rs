@@ -104,6 +104,15 @@ fn allowed_backends() -> wgpu::Backends {
     }
 }
 
+/// Set to `0` to keep cooperative matrices off natively whatever [`DeviceOptions`] say (an
+/// operator's switch, should a driver misbehave; `tritium selftest` checks the kernels).
+pub const COOPERATIVE_MATRIX_ENV: &str = "TRITIUM_COOPERATIVE_MATRIX";
+
+/// Whether the environment allows cooperative matrices (see [`COOPERATIVE_MATRIX_ENV`]).
+fn cooperative_matrix_allowed(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_none_or(|v| v != "0")
+}
+
 impl GpuContext {
     /// Create a device on the best adapter. Natively this is Vulkan, Metal or DX12 (the
     /// `WGPU_BACKEND` variable may narrow the choice); in the browser, WebGPU.
@@ -156,7 +165,13 @@ impl GpuContext {
                 wanted |= wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
             }
         }
+        let env = if cfg!(target_arch = "wasm32") {
+            None
+        } else {
+            std::env::var_os(COOPERATIVE_MATRIX_ENV)
+        };
         let coop = options.allow_cooperative_matrix
+            && cooperative_matrix_allowed(env.as_deref())
             && options.allow_f16
             && available.contains(wgpu::Features::SHADER_F16)
             && has_f16_coop_16(adapter);
@@ -279,6 +294,14 @@ fn has_f16_coop_16(adapter: &wgpu::Adapter) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cooperative_matrices_are_switched_off_by_zero_only() {
+        use std::ffi::OsStr;
+        assert!(cooperative_matrix_allowed(None));
+        assert!(cooperative_matrix_allowed(Some(OsStr::new("1"))));
+        assert!(!cooperative_matrix_allowed(Some(OsStr::new("0"))));
+    }
 
     fn adapter(name: &str, backend: &str, device_type: &str) -> AdapterSummary {
         AdapterSummary {

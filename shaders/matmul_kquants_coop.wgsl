@@ -38,9 +38,10 @@ var<workgroup> ws: array<f16, 5120>; // CM * SW
 var<workgroup> xs: array<f16, 2560>; // CN * SW
 // One 16x16 f32 block per subgroup on its way to y (column-major: row i, token j at i + 16 j).
 var<workgroup> cs: array<f32, 2048>;
-// Each token's largest |x| (as bits: the order of non-negative floats), then its scale.
+// Each token's largest |x| (as bits: the order of non-negative floats), then its scale and
+// the scale's inverse (token_scale), found once before the units.
 var<workgroup> tmax: array<atomic<u32>, 64>;
-var<workgroup> tscale: array<f32, 64>;
+var<workgroup> tscale: array<vec2<f32>, 64>;
 
 // The power of two that brings a token whose largest |x| has the bits `m` into [1, 2) (1 for
 // an all-zero token), and its inverse: staged inputs are scaled by it, so f16 neither
@@ -81,7 +82,7 @@ fn x_vec4(i: u32, u: u32, tok0: u32) -> vec4<f32> {
 // Vec4 i of a unit's inputs into the staged [token][k] f16 rows, scaled by its token's scale.
 fn stage_x4(i: u32, v: vec4<f32>) {
     let t = i / 8u;
-    let h = vec4<f16>(v * tscale[t]);
+    let h = vec4<f16>(v * tscale[t].x);
     let at = t * SW + 4u * (i % 8u);
     xs[at] = h.x;
     xs[at + 1u] = h.y;
@@ -97,8 +98,7 @@ fn write_block(c: coop_mat16x16<f32, C>, sg: u32, lane: u32, lanes: u32, r0: u32
         let row = r0 + e % 16u;
         let t = t0 + e / 16u;
         if (row < p.rows && t < p.n_tokens) {
-            let inv = token_scale(atomicLoad(&tmax[t % CN])).y;
-            y[t * p.y_stride + p.row_offset + row] = cs[256u * sg + e] * inv;
+            y[t * p.y_stride + p.row_offset + row] = cs[256u * sg + e] * tscale[t % CN].y;
         }
     }
     workgroupBarrier();
@@ -144,7 +144,7 @@ fn main(
     }
     workgroupBarrier();
     if (lid < CN) {
-        tscale[lid] = token_scale(atomicLoad(&tmax[lid])).x;
+        tscale[lid] = token_scale(atomicLoad(&tmax[lid]));
     }
 
     // Decoding invocations: row row0 + lid's first block, and its first unit's raw words.

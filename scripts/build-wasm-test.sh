@@ -18,7 +18,7 @@ if [ "$want" != "$have" ]; then
 fi
 
 cargo build -j2 --lib --release --target wasm32-unknown-unknown --no-default-features \
-  --features gpu,web
+  --features gpu,web,web-tests
 wasm-bindgen --target web --out-dir "$out_dir" --out-name tritium \
   "$target_dir/wasm32-unknown-unknown/release/tritium.wasm"
 echo "wrote $out_dir ($(du -sh "$out_dir/tritium_bg.wasm" | cut -f1) of wasm)"

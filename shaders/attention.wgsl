@@ -6,7 +6,8 @@
 // 1 attend:  one workgroup per (split, query head, token), dispatched (n_splits, n_heads,
 //            n_tokens). The query of token t sits at pos0 + t and sees keys 0 ..= pos0 + t;
 //            that range is cut into n_splits contiguous pieces (at least min_split keys each)
-//            so a long context is read by many workgroups at once (flash-decoding). Each
+//            so a long context is read by many workgroups at once (flash-decoding); pieces
+//            past the last key (a cache longer than the text so far) return at once. Each
 //            workgroup streams its piece in tiles of TILE keys with an online softmax:
 //            scores (one thread per key, q pre-scaled by 1/sqrt(head_dim), in workgroup
 //            memory), the tile max (workgroup_max), p = exp(s - m) and their sum
@@ -15,7 +16,7 @@
 //            end). With one split it writes the normalized output, otherwise its piece's
 //            partial result: acc = sum p * V and (m, l) = (max score, sum p).
 // 2 combine: one workgroup per (query head, token), dispatched (n_heads, n_tokens): merge
-//            the pieces, out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), the pieces'
+//            the pieces that hold keys, out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), the pieces'
 //            weights computed once in workgroup memory, the sum over pieces split between
 //            groups of threads so that their loads are independent.
 //
@@ -258,10 +259,17 @@ fn attend(wid: vec3<u32>, lid: u32) {
     let d = p.head_dim;
     let kvh = head / (p.n_heads / p.n_kv_heads);
     // Keys this query sees, and this workgroup's piece of them.
-    let len = min(position.pos0 + token + 1u, p.max_ctx);
-    let piece = max((len + p.n_splits - 1u) / p.n_splits, p.min_split);
+    let len = keys_seen(token);
+    let piece = piece_keys(len);
     let start = min(split * piece, len);
     let end = min(len, start + piece);
+    // A piece past the keys (a cache far longer than the text so far) has nothing to do and
+    // writes nothing: combine reads only the pieces that hold keys. Split 0 always holds some
+    // (it also appends, fused). Uniform per workgroup, so returning before the barriers is
+    // fine.
+    if (start >= end) {
+        return;
+    }
 
     let qbase = (token * p.n_heads + head) * d;
     let fused = p.fused == 1u;
@@ -405,6 +413,16 @@ fn attend(wid: vec3<u32>, lid: u32) {
     }
 }
 
+// Keys the query of token `token` sees.
+fn keys_seen(token: u32) -> u32 {
+    return min(position.pos0 + token + 1u, p.max_ctx);
+}
+
+// Keys per piece when `len` keys are cut into at most n_splits pieces of at least min_split.
+fn piece_keys(len: u32) -> u32 {
+    return max((len + p.n_splits - 1u) / p.n_splits, p.min_split);
+}
+
 // Where the (m, l) of the pieces start in `partials`.
 fn ml_base() -> u32 {
     return p.n_tokens * p.n_heads * p.n_splits * (p.head_dim / 4u);
@@ -414,9 +432,11 @@ fn combine(wid: vec3<u32>, lid: u32) {
     let head = wid.x;
     let token = wid.y;
     let d4 = p.head_dim / 4u;
-    let n = p.n_splits;
-    let first = (token * p.n_heads + head) * n; // this row's first piece
-    // Each piece's max score (empty pieces, l = 0, take no part) and l.
+    let first = (token * p.n_heads + head) * p.n_splits; // this row's first piece
+    // Only the pieces that hold keys were written (attend skips the rest).
+    let len = keys_seen(token);
+    let n = (len + piece_keys(len) - 1u) / piece_keys(len);
+    // Each piece's max score (a piece with l = 0 takes no part) and l.
     for (var s = lid; s < n; s = s + WG) {
         let ml = partials[ml_base() + first + s];
         scores[s] = select(NEG_BIG, ml.x, ml.y > 0.0);

@@ -20,6 +20,8 @@ pub struct GenerateBenchOptions {
     pub decode_tokens: usize,
     /// Most tokens per prefill pass.
     pub batch: usize,
+    /// KV cache length (`None`: prompt + decode tokens).
+    pub context: Option<usize>,
     /// Untimed runs first (pipelines compiled, tapes built, clocks up).
     pub warmup: bool,
     /// After the timed runs, time every op of the decode passes on the GPU (timestamp
@@ -32,6 +34,8 @@ pub struct GenerateBenchOptions {
 pub struct GenerateBenchReport {
     pub adapter: String,
     pub arch: String,
+    /// KV cache length the model was loaded with.
+    pub context: usize,
     pub prompt_tokens: usize,
     pub prefill_ms: f64,
     pub prefill_tokens_per_s: f64,
@@ -116,7 +120,14 @@ pub fn run(
     let adapter = format!("{} ({})", ctx.adapter.name, ctx.adapter.backend);
     let backend = GpuBackend::new(ctx, opts.batch.max(1))?;
     let total = opts.prompt_tokens + opts.decode_tokens;
-    let model = Model::load(backend, config.clone(), tensors, total)?;
+    let context = opts.context.unwrap_or(total);
+    if context < total {
+        return Err(Error::Usage(format!(
+            "a context of {context} tokens cannot hold {} prompt and {} decoded tokens",
+            opts.prompt_tokens, opts.decode_tokens
+        )));
+    }
+    let model = Model::load(backend, config.clone(), tensors, context)?;
     // Token ids spread over the vocabulary (the values do not change the work).
     let prompt: Vec<u32> = (0..opts.prompt_tokens)
         .map(|i| ((i as u64 * 7919 + 13) % config.n_vocab as u64) as u32)
@@ -198,6 +209,7 @@ pub fn run(
     Ok(GenerateBenchReport {
         adapter,
         arch: config.arch_name,
+        context,
         prompt_tokens: opts.prompt_tokens,
         prefill_ms,
         prefill_tokens_per_s: opts.prompt_tokens as f64 / (prefill_ms / 1e3),

@@ -58,7 +58,12 @@ pub fn generate(
             serde_json::to_string_pretty(&r).map_err(|e| Error::Usage(e.to_string()))?
         );
     } else {
-        println!("{} on {}", model.display(), r.adapter);
+        println!(
+            "{} on {}, a context of {} tokens",
+            model.display(),
+            r.adapter,
+            r.context
+        );
         println!(
             "prefill  {:>6} tokens  {:>9.1} ms  {:>9.1} tokens/s  (time to first token {:.1} ms)",
             r.prompt_tokens, r.prefill_ms, r.prefill_tokens_per_s, r.time_to_first_token_ms

@@ -207,6 +207,10 @@ enum BenchCommand {
         /// Most tokens per prefill pass.
         #[arg(long, default_value_t = 512)]
         batch: usize,
+        /// KV cache length to allocate (default: prompt + decode tokens; an app's cache is
+        /// usually longer than its text, e.g. the npm package's 4096).
+        #[arg(long)]
+        ctx: Option<usize>,
         /// Also time every op of the decode passes on the GPU (a separate, slower run).
         #[arg(long)]
         profile: bool,
@@ -308,6 +312,7 @@ pub fn main() -> ExitCode {
                     prompt,
                     decode,
                     batch,
+                    ctx,
                     profile,
                     json,
                 },
@@ -318,6 +323,7 @@ pub fn main() -> ExitCode {
                     prompt_tokens: prompt,
                     decode_tokens: decode,
                     batch,
+                    context: ctx,
                     warmup: true,
                     profile,
                 },

@@ -7,7 +7,8 @@
 //   3. browser decode tokens/s against native decode on the SAME adapter: Chromium's WebGPU runs
 //      on its bundled SwiftShader Vulkan driver, and the native binary is pointed at that same
 //      driver (VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json) for
-//      `tritium bench generate MODEL --prompt P --decode N`, P being the browser's prompt tokens.
+//      `tritium bench generate MODEL --prompt P --decode N --ctx C`, P being the browser's prompt
+//      tokens and C its KV cache length (the same work on both sides).
 //      The ratio isolates the browser's overhead (WebGPU validation, Dawn, wasm, the worker).
 //
 //   npm run build && cargo build && node tests/browser/bench-browser.mjs [--decode N] [--json]
@@ -134,14 +135,16 @@ try {
 
   // Native on Chromium's SwiftShader, the same prompt length and decode count.
   const promptTokens = Math.max(1, b.usage?.promptTokens ?? 6);
+  const contextLength = warm.modelInfo?.contextLength;
   const nativeOut = execFileSync(bin, ['bench', 'generate', model, '--prompt', String(promptTokens),
-    '--decode', String(nDecode), '--batch', String(promptTokens), '--json'], {
+    '--decode', String(nDecode), '--batch', String(promptTokens),
+    ...(contextLength ? ['--ctx', String(contextLength)] : []), '--json'], {
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'inherit'],
     env: { ...process.env, VK_ICD_FILENAMES: swiftshaderIcd, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? tmp },
   });
   const native = JSON.parse(nativeOut);
-  console.log(`native (${native.adapter}): prefill ${native.prefill_tokens_per_s.toFixed(2)} tok/s, decode ` +
+  console.log(`native (${native.adapter}, context ${native.context}): prefill ${native.prefill_tokens_per_s.toFixed(2)} tok/s, decode ` +
     `${native.decode_tokens} tokens at ${native.decode_tokens_per_s.toFixed(3)} tok/s`);
   report.native = native;
   const ratio = browserTps / native.decode_tokens_per_s;

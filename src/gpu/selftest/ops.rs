@@ -277,11 +277,14 @@ async fn attention_cases(
     rope: Option<&cpu::RopeConfig>,
 ) -> Result<Stats, String> {
     // (max_ctx, pos0, n_tokens, splits): splits None lets the op choose (14 pieces here, 26
-    // or 52 at 4096), Some(64) leaves most pieces empty, Some(1) streams every tile in one
-    // workgroup (positions 260 and 1000 cross the 256-key tiles).
-    let cases: [(u32, usize, usize, Option<u32>); 10] = [
+    // or 52 at 4096; one on CPU adapters), Some(64) leaves most pieces empty (a different
+    // number per token with 17 tokens), Some(1) streams every tile in one workgroup
+    // (positions 260 and 1000 cross the 256-key tiles).
+    let cases: [(u32, usize, usize, Option<u32>); 12] = [
         (1100, 0, 17, None),
         (1100, 0, 17, Some(1)),
+        (1100, 0, 17, Some(64)),
+        (1100, 260, 17, Some(14)),
         (1100, 1, 1, None),
         (1100, 130, 1, None),
         (1100, 1000, 1, None),
@@ -446,6 +449,10 @@ async fn run_attention(
         rope,
     };
     let op = AttentionOp::new(ctx, &cache, &position, io, call).map_err(gpu_err)?;
+    // NaN in every piece's partial result, as stale pieces of an earlier, longer pass would
+    // be: a piece without keys is not written, and the combine must not read it.
+    let partials = op.partials();
+    ctx.write(partials, 0, &vec![u32::MAX; (partials.size() / 4) as usize]);
     submit(ctx, |pass| op.record(pass));
     read_f32(ctx, &out, q.len()).await
 }

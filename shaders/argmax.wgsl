@@ -3,8 +3,10 @@
 // the workgroup's chunk, then a tree in workgroup memory picks the workgroup's best. Dispatch
 // (workgroups per row, n_rows).
 
-var<workgroup> best_v: array<f32, 256>;
-var<workgroup> best_i: array<u32, 256>;
+// One candidate per invocation (sized by WG, natively 256: see REDUCE_N in the reduce files).
+override BEST_N: u32 = WG;
+var<workgroup> best_v: array<f32, BEST_N>;
+var<workgroup> best_i: array<u32, BEST_N>;
 
 @compute @workgroup_size(WG)
 fn main(

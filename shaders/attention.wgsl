@@ -84,10 +84,16 @@ struct AttentionParams {
 
 const TILE: u32 = 256u;
 const NEG_BIG: f32 = -3.0e38;
+// lane_acc's length: lanes x head_dim / 4 is WG (f32 cache) or 2 WG (f16), the combine's
+// groups x head_dim / 4 at most WG, the fused staging 128 (WG >= 64): 2 WG, not the 512 of the
+// largest workgroup (WebGPU zero-initializes workgroup memory at every workgroup; on CPU
+// adapters, with 64 invocations, that cost more than the attention itself). Native pipelines
+// skip that and set 512 (`Kernel::constants`).
+override LANE_VEC4S: u32 = 2u * WG;
 
 var<workgroup> q_sh: array<vec4<f32>, 64>;      // (head_dim / 4) query, pre-scaled
 var<workgroup> scores: array<f32, 256>;         // (TILE) scores, then probabilities
-var<workgroup> lane_acc: array<vec4<f32>, 512>; // (lanes, head_dim / 4) partial sums of p * V
+var<workgroup> lane_acc: array<vec4<f32>, LANE_VEC4S>; // (lanes, head_dim / 4) sums of p * V
 var<workgroup> weights: array<f32, 64>;         // (n_splits) combine: l of each piece
 var<workgroup> fresh_k: array<vec4<u32>, 64>;   // fused attend: the new key's cache slots
 var<workgroup> fresh_v: array<vec4<u32>, 64>;   // and the new value's

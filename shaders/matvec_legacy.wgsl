@@ -5,7 +5,7 @@
 // column slices. Invocation (slice, lane) accumulates row `lane` over the blocks slice,
 // slice + WG / ROW_LANES, ... Since the planes interleave rows by groups of 32, the lanes of
 // a slice read neighbouring 16-byte slots (coalesced vec4<u32> loads) and all use the same
-// 32 values of x, which the workgroup stages in workgroup memory X_CHUNK columns at a time
+// 32 values of x, which the workgroup stages in workgroup memory 4 X_VEC4S columns at a time
 // (so x costs neither bandwidth nor more than 8 vector loads per block). The slices' partial
 // sums are added in workgroup memory. Many slices per workgroup keep enough loads in flight
 // on short matrices (576 rows) and long rows (6912 columns) alike. WG: a multiple of
@@ -24,13 +24,17 @@
 // Rows per workgroup (a power of two, at most 32 and at most WG). Mirrored by
 // MATVEC_ROWS_PER_WORKGROUP in src/gpu/kernels/legacy.rs.
 const ROW_LANES: u32 = 32u;
-// Columns of x staged at a time (a multiple of 32).
-const X_CHUNK: u32 = 2048u;
+// vec4s of x staged at a time: by default 2 per invocation (2048 columns at WG 256, 256 at
+// 32), sized by WG as `partial` is, because WebGPU zero-initializes workgroup memory at the
+// start of every workgroup, which on SwiftShader (32-wide workgroups here) cost as much as the
+// work itself with arrays of the 256-invocation maximum. Native pipelines, which skip that,
+// set 512 (`Kernel::constants`).
+override X_VEC4S: u32 = 2u * WG;
 
-// Partial sums: (WG / ROW_LANES slices, ROW_LANES rows), WG <= 256.
-var<workgroup> partial: array<f32, 256>;
-// x[c0 .. c0 + X_CHUNK] of the current chunk.
-var<workgroup> xs: array<vec4<f32>, 512>;
+// Partial sums: (WG / ROW_LANES slices, ROW_LANES rows).
+var<workgroup> partial: array<f32, WG>;
+// x[c0 .. c0 + 4 X_VEC4S] of the current chunk.
+var<workgroup> xs: array<vec4<f32>, X_VEC4S>;
 
 // x[c .. c + 4], 0 past `cols`.
 fn x4(c: u32, cols: u32) -> vec4<f32> {
@@ -60,8 +64,9 @@ fn main(
     let row = first + lane;
 
     var acc = 0.0;
-    for (var c0 = 0u; c0 < p.cols; c0 = c0 + X_CHUNK) {
-        let n = min(X_CHUNK, p.cols - c0);
+    let x_chunk = 4u * X_VEC4S;
+    for (var c0 = 0u; c0 < p.cols; c0 = c0 + x_chunk) {
+        let n = min(x_chunk, p.cols - c0);
         for (var i = lid; 4u * i < n; i = i + WG) {
             xs[i] = x4(c0 + 4u * i, p.cols);
         }

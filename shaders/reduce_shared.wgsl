@@ -1,7 +1,14 @@
 // workgroup_sum / workgroup_max through workgroup memory (any device). WG must be a power of
 // two no larger than 256.
 
-var<workgroup> reduce_scratch: array<f32, 256>;
+// Sized by the workgroup (WebGPU zero-initializes workgroup memory at the start of every
+// workgroup; on CPU adapters that costs as much as a small kernel's work); native pipelines,
+// which skip that, set 256 (`Kernel::constants`). An override of its own: wgpu 30 rejects a
+// pipeline where an unused array type shares a used one's size override ("... depends on ...
+// which has not been processed yet").
+override REDUCE_N: u32 = WG;
+
+var<workgroup> reduce_scratch: array<f32, REDUCE_N>;
 
 fn workgroup_sum(v: f32, lid: u32) -> f32 {
     reduce_scratch[lid] = v;
@@ -31,7 +38,7 @@ fn workgroup_max(v: f32, lid: u32) -> f32 {
     return r;
 }
 
-var<workgroup> reduce_scratch4: array<vec4<f32>, 256>;
+var<workgroup> reduce_scratch4: array<vec4<f32>, REDUCE_N>;
 
 // workgroup_sum of four values at once (one tree for the four lanes).
 fn workgroup_sum4(v: vec4<f32>, lid: u32) -> vec4<f32> {

@@ -1,7 +1,14 @@
 // workgroup_sum / workgroup_max with subgroup operations: reduce within each subgroup, then
 // across the (at most 256 / subgroup size) subgroup partials in workgroup memory.
 
-var<workgroup> reduce_scratch: array<f32, 256>;
+// Sized by the workgroup (WebGPU zero-initializes workgroup memory at the start of every
+// workgroup; on CPU adapters that costs as much as a small kernel's work); native pipelines,
+// which skip that, set 256 (`Kernel::constants`). An override of its own: wgpu 30 rejects a
+// pipeline where an unused array type shares a used one's size override ("... depends on ...
+// which has not been processed yet").
+override REDUCE_N: u32 = WG;
+
+var<workgroup> reduce_scratch: array<f32, REDUCE_N>;
 
 fn workgroup_sum(v: f32, lid: u32) -> f32 {
     let s = subgroupAdd(v);
@@ -37,7 +44,7 @@ fn workgroup_max(v: f32, lid: u32) -> f32 {
     return m;
 }
 
-var<workgroup> reduce_scratch4: array<vec4<f32>, 256>;
+var<workgroup> reduce_scratch4: array<vec4<f32>, REDUCE_N>;
 
 // workgroup_sum of four values at once: one vec4 subgroupAdd (no barrier), then one barrier
 // for the subgroup partials.

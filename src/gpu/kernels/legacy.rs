@@ -195,6 +195,12 @@ fn matvec_q8_files(t: GgmlType) -> Option<&'static [&'static str]> {
     })
 }
 
+/// Whether `dtype` is one of this family's formats.
+pub fn is_legacy(dtype: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(dtype, F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
+}
+
 pub fn source(kernel: Kernel) -> Option<KernelSource> {
     let (files, default_workgroup_size) = match kernel {
         Kernel::Matvec(t) => (

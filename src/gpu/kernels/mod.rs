@@ -260,13 +260,29 @@ impl Kernel {
 
     /// Pipeline constants besides the workgroup size (`override`s the kernel's WGSL declares).
     fn constants(self) -> Vec<(&'static str, f64)> {
-        match self {
+        let mut v = match self {
             Kernel::MatvecQ8Add(_) => vec![("ACCUMULATE", 1.0)],
             Kernel::NormBitLinear(mode, tpr) => {
                 crate::gpu::bitlinear::norm_bitlinear_constants(mode, tpr)
             }
             _ => Vec::new(),
+        };
+        // Workgroup arrays: the WGSL sizes them by the workgroup size for the browser, which
+        // zero-initializes workgroup memory at the start of every workgroup (on SwiftShader
+        // that cost as much as the work: SmolLM2 decoded at 1.2 tokens/s with the largest
+        // sizes, 1.9 with these). Native pipelines skip that initialization and keep the
+        // largest sizes: the legacy matvec then stages 2048 columns of x at any workgroup
+        // size, and on the H200 the Llama-1B decode was 2.4% slower with the smaller arrays.
+        if !cfg!(target_arch = "wasm32") {
+            v.push(("REDUCE_N", 256.0));
+            match self {
+                Kernel::Matvec(t) if legacy::is_legacy(t) => v.push(("X_VEC4S", 512.0)),
+                Kernel::Argmax => v.push(("BEST_N", 256.0)),
+                Kernel::Attention => v.push(("LANE_VEC4S", 512.0)),
+                _ => {}
+            }
         }
+        v
     }
 
     /// The full WGSL text for a variant: enable directives, the reduction helpers that fit the

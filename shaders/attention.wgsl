@@ -16,9 +16,9 @@
 //            end). With one split it writes the normalized output, otherwise its piece's
 //            partial result: acc = sum p * V and (m, l) = (max score, sum p).
 // 2 combine: one workgroup per (query head, token), dispatched (n_heads, n_tokens): merge
-//            the pieces that hold keys, out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), the pieces'
-//            weights computed once in workgroup memory, the sum over pieces split between
-//            groups of threads so that their loads are independent.
+//            the pieces that hold keys, out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M),
+//            the pieces' weights computed once in workgroup memory, the sum over pieces split
+//            between groups of threads so that their loads are independent.
 //
 // Decode (fused == 1, one token): attend also appends, so one dispatch does both. Its
 // workgroups take the new key and value (position pos0) from src3 and src2, packed exactly
@@ -441,7 +441,8 @@ fn combine(wid: vec3<u32>, lid: u32) {
     let first = (token * p.n_heads + head) * p.n_splits; // this row's first piece
     // Only the pieces that hold keys were written (attend skips the rest).
     let len = keys_seen(token);
-    let n = (len + piece_keys(len) - 1u) / piece_keys(len);
+    let piece = piece_keys(len);
+    let n = (len + piece - 1u) / piece;
     // Each piece's max score (a piece with l = 0 takes no part) and l.
     for (var s = lid; s < n; s = s + WG) {
         let ml = partials[ml_base() + first + s];

@@ -31,9 +31,9 @@
 // barriers go; the q and k buffers themselves are left as they were.
 //
 // Query head h reads KV head h / (n_heads / n_kv_heads). head_dim must be a multiple of 8 and
-// at most 256, n_splits at most 64, WG a power of two from 64 to 256 (TILE = 256 keys), and
-// a cache row's 16-byte slots (head_dim / 8 for f16, head_dim / 4 for f32) must not
-// outnumber WG. "Minus infinity" is the finite -3e38 throughout, so the arithmetic stays
+// at most 256, n_splits at most 64, WG a power of two from 16 to 256 at least head_dim / 4
+// (so also at least a cache row's 16-byte slots: head_dim / 8 for f16, head_dim / 4 for
+// f32). "Minus infinity" is the finite -3e38 throughout, so the arithmetic stays
 // right where a compiler assumes there are no infinities.
 //
 // Bindings:
@@ -82,21 +82,27 @@ struct AttentionParams {
 @group(0) @binding(8) var<storage, read> freqs: array<vec2<u32>>;
 @group(0) @binding(9) var<storage, read> src3: array<f32>;
 
-const TILE: u32 = 256u;
+// Keys per tile: 256, or 4 per invocation in narrower workgroups (CPU adapters). At least 64
+// (the combine keeps its pieces' weights in `scores`).
+override TILE: u32 = clamp(4u * WG, 64u, 256u);
 const NEG_BIG: f32 = -3.0e38;
 // lane_acc's length: lanes x head_dim / 4 is WG (f32 cache) or 2 WG (f16), the combine's
-// groups x head_dim / 4 at most WG, the fused staging 128 (WG >= 64): 2 WG, not the 512 of the
-// largest workgroup (WebGPU zero-initializes workgroup memory at every workgroup; on CPU
-// adapters, with 64 invocations, that cost more than the attention itself). Native pipelines
-// skip that and set 512 (`Kernel::constants`).
+// groups x head_dim / 4 at most WG, the fused staging (key at 0, value at WG) WG + head_dim / 4:
+// 2 WG, not the 512 of the largest workgroup, and q_sh and fresh_k/v sized by WG up to 64 (the
+// largest head), because WebGPU zero-initializes workgroup memory at the start of every
+// workgroup, and SwiftShader does it in every group of 4 invocations, element by element (on
+// CPU adapters that cost more than the attention itself). Native pipelines skip that and set
+// LANE_VEC4S 512 (`Kernel::constants`).
 override LANE_VEC4S: u32 = 2u * WG;
+// head_dim / 4 (and a row's 16-byte slots) at most: 64 (head_dim 256), and at most WG.
+override HEAD_VEC4S: u32 = min(WG, 64u);
 
-var<workgroup> q_sh: array<vec4<f32>, 64>;      // (head_dim / 4) query, pre-scaled
-var<workgroup> scores: array<f32, 256>;         // (TILE) scores, then probabilities
+var<workgroup> q_sh: array<vec4<f32>, HEAD_VEC4S>; // (head_dim / 4) query, pre-scaled
+var<workgroup> scores: array<f32, TILE>;        // scores, then probabilities
 var<workgroup> lane_acc: array<vec4<f32>, LANE_VEC4S>; // (lanes, head_dim / 4) sums of p * V
 var<workgroup> weights: array<f32, 64>;         // (n_splits) combine: l of each piece
-var<workgroup> fresh_k: array<vec4<u32>, 64>;   // fused attend: the new key's cache slots
-var<workgroup> fresh_v: array<vec4<u32>, 64>;   // and the new value's
+var<workgroup> fresh_k: array<vec4<u32>, HEAD_VEC4S>; // fused attend: the new key's cache slots
+var<workgroup> fresh_v: array<vec4<u32>, HEAD_VEC4S>; // and the new value's
 
 // Eight (f16) or four (f32, hi = 0) cache values from one 16-byte slot.
 struct Slot {
@@ -248,7 +254,11 @@ fn append(i: u32) {
 
 // A cache slot (f16 pairs or f32 bits) of the values staged in lane_acc from vec4 `i` on.
 fn staged_slot(i: u32) -> vec4<u32> {
-    return pack_slot(lane_acc[i], lane_acc[i + 1u]);
+    var b = lane_acc[i];
+    if (p.kv_f16 == 1u) {
+        b = lane_acc[i + 1u];
+    }
+    return pack_slot(lane_acc[i], b);
 }
 
 // Value slot `at` of the cache, or the fused attend's new one (slot g) when `fresh` (then the
@@ -281,20 +291,16 @@ fn attend(wid: vec3<u32>, lid: u32) {
     let fused = p.fused == 1u;
     let newest = position.pos0;
     // One value per thread first (each RoPE value costs two loads and an angle): the query,
-    // rotated and pre-scaled, into `scores`; fused, the new key (rotated) and value into
-    // `lane_acc` (both free until the loops below).
+    // rotated and pre-scaled, into `q_sh`; fused, the new key (rotated) and value into
+    // `lane_acc` (free until the loops below).
     for (var i = lid; i < d; i = i + WG) {
-        scores[i] = roped(0u, qbase, i, position.pos0 + token) * p.scale;
+        q_sh[i / 4u][i % 4u] = roped(0u, qbase, i, position.pos0 + token) * p.scale;
         if (fused) {
             lane_acc[i / 4u][i % 4u] = roped(2u, kvh * d, i, newest);
-            lane_acc[64u + i / 4u][i % 4u] = src2[kvh * d + i];
+            lane_acc[WG + i / 4u][i % 4u] = src2[kvh * d + i];
         }
     }
     workgroupBarrier();
-    for (var i = lid; i < d / 4u; i = i + WG) {
-        q_sh[i] = vec4<f32>(scores[4u * i], scores[4u * i + 1u], scores[4u * i + 2u],
-            scores[4u * i + 3u]);
-    }
 
     let e = per_slot();
     let slots = d / e;                  // 16-byte slots per head row
@@ -311,7 +317,7 @@ fn attend(wid: vec3<u32>, lid: u32) {
     let spare = select(0u, 1u, newest == 0u) * stride;
     if (fused && lid < slots) {
         let ks = staged_slot(lid * e / 4u);
-        let vs = staged_slot(64u + lid * e / 4u);
+        let vs = staged_slot(WG + lid * e / 4u);
         fresh_k[lid] = ks;
         fresh_v[lid] = vs;
         if (split == 0u && head % (p.n_heads / p.n_kv_heads) == 0u && newest < p.max_ctx) {

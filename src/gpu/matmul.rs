@@ -63,17 +63,22 @@ pub struct MatmulOp {
     _uniforms: Vec<wgpu::Buffer>,
 }
 
+/// The legacy matvec's workgroup on CPU adapters: 4 invocations (one SIMD group of
+/// SwiftShader), 16 rows each, so 64 rows share each staged piece of x. In the
+/// browser WebGPU zero-initializes workgroup memory at the start of every workgroup, and
+/// SwiftShader does that in every group of 4 invocations, element by element, then waits at a
+/// barrier: with 32-wide workgroups of one row per invocation that cost as much as the product
+/// itself. SmolLM2 Q4_1 on SwiftShader, GPU time per decoded token: 533 ms in the browser and
+/// 342 natively before, 150 and 145 after (the attention and reductions below included).
+pub const SOFTWARE_MATVEC_WG: u32 = 4;
+
 /// The workgroup size of `kernel` on a CPU adapter ([`GpuContext::is_software`]), where
-/// the cost grows with the invocations a workgroup holds rather than with the work: the
-/// legacy matvec with one column slice (`ROW_LANES` = 32 invocations, one row each; 8x fewer
-/// invocations than the GPU default of 256), the legacy matmul with 16-token tiles. `None`:
-/// the default.
+/// the cost grows with the invocations a workgroup holds rather than with the work. The legacy
+/// matvec takes [`SOFTWARE_MATVEC_WG`], the legacy matmul 16-token tiles. `None`: the default.
 fn software_workgroup_size(kernel: Kernel) -> Option<u32> {
     use GgmlType::*;
     match kernel {
-        Kernel::Matvec(F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0) => {
-            Some(legacy::MATVEC_ROWS_PER_WORKGROUP)
-        }
+        Kernel::Matvec(F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0) => Some(SOFTWARE_MATVEC_WG),
         Kernel::Matmul(F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0) => Some(64),
         _ => None,
     }

@@ -37,7 +37,8 @@
 //! element-wise.
 //!
 //! # Dispatch and workgroup sizes (tuned on an H100 and an H200 through Vulkan)
-//! - Matvec: WG 256, [`MATVEC_ROWS_PER_WORKGROUP`] = 32 rows per workgroup, 8 column slices.
+//! - Matvec: WG 256, [`MATVEC_ROWS_PER_WORKGROUP`] = 32 rows per workgroup, 8 column slices
+//!   (CPU adapters: WG 4, 16 rows per invocation, see [`crate::gpu::matmul::SOFTWARE_MATVEC_WG`]).
 //!   Measured (weights read per second): F16 and F32 about 3.0 TB/s on an H100 and 4.0-4.3 TB/s
 //!   on an H200 (at or above a copy kernel); the block formats are bound by instruction issue
 //!   (decoding costs 3 to 5 instructions per weight, with the products kept exact in f32).
@@ -313,12 +314,22 @@ pub fn planes(dtype: GgmlType, data: &[u8], rows: u32, cols: u32) -> Vec<Vec<u8>
         .collect()
 }
 
+/// Rows of one matvec workgroup of `workgroup_size` invocations (`ROWS` in
+/// `matvec_legacy.wgsl`): [`MATVEC_ROWS_PER_WORKGROUP`], or 16 per invocation in workgroups
+/// narrower than that (CPU adapters).
+pub fn matvec_rows_per_workgroup(workgroup_size: u32) -> u32 {
+    if workgroup_size < MATVEC_ROWS_PER_WORKGROUP {
+        16 * workgroup_size
+    } else {
+        MATVEC_ROWS_PER_WORKGROUP
+    }
+}
+
 /// Workgroups for `rows` rows and `n_tokens` tokens.
 pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
     match kernel {
-        Kernel::Matvec(_) | Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_) => {
-            rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP)
-        }
+        Kernel::Matvec(_) => rows.div_ceil(matvec_rows_per_workgroup(workgroup_size)),
+        Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_) => rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP),
         Kernel::Matmul(_) => {
             let tile_tokens = (workgroup_size / 4).max(1);
             rows.div_ceil(MATMUL_TILE_ROWS) * n_tokens.div_ceil(tile_tokens)

@@ -278,7 +278,7 @@ impl Kernel {
             match self {
                 Kernel::Matvec(t) if legacy::is_legacy(t) => v.push(("X_VEC4S", 512.0)),
                 Kernel::Argmax => v.push(("BEST_N", 256.0)),
-                Kernel::Attention => v.push(("LANE_VEC4S", 512.0)),
+                Kernel::Attention => v.extend([("LANE_VEC4S", 512.0), ("TILE", 256.0)]),
                 _ => {}
             }
         }

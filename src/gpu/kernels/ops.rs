@@ -53,7 +53,8 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
             &["position_params.wgsl", "rope_angle.wgsl", "rope.wgsl"],
             64,
         ),
-        // 256 = TILE: one key per thread in the scores loop; a power of two from 64 to 256.
+        // 256: one key per thread in the scores loop (TILE = 256 keys); a power of two from 16
+        // to 256, at least head_dim / 4 (`AttentionOp` takes less on CPU adapters).
         Kernel::Attention => (
             &["position_params.wgsl", "rope_angle.wgsl", "attention.wgsl"],
             256,

@@ -3,7 +3,7 @@
 //! three are modes of attention.wgsl.
 
 use super::rope::RopeTable;
-use super::{check, need, pipeline, Position};
+use super::{check, need, Position};
 use crate::cpu::ops::RopeStyle;
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::{grid, Dispatch};
@@ -199,12 +199,21 @@ impl AttentionOp {
             format!("{n_heads} query heads over {n_kv} KV heads")
         })?;
         check(n_tokens > 0, || "attention over zero tokens".into())?;
-        let (pipeline, wg) = pipeline(ctx, Kernel::Attention)?;
         // 16-byte cache slots per head row.
         let slots = d * cache.dtype.bytes() as u32 / 16;
-        check(slots <= wg, || {
+        let kernel = Kernel::Attention;
+        let mut wg = kernel.source().map_or(256, |s| s.default_workgroup_size);
+        // A CPU adapter pays per invocation, and in the browser also for zero-initializing
+        // the workgroup's arrays, in every group of 4 invocations on SwiftShader (SmolLM2's
+        // attention took 2.4 ms a layer in 64-wide workgroups with that initialization, 1.3
+        // without): the fewest invocations that cover a head row's vec4s there.
+        if ctx.is_software() {
+            wg = (d / 4).next_power_of_two().clamp(16, wg);
+        }
+        check(slots <= wg && d / 4 <= wg, || {
             format!("head_dim {d} needs more than {wg} threads per workgroup")
         })?;
+        let pipeline = ctx.kernel(kernel, Some(wg))?;
         let q_bytes = u64::from(n_tokens) * u64::from(n_heads) * u64::from(d) * 4;
         let kv_bytes = u64::from(n_tokens) * u64::from(n_kv) * u64::from(d) * 4;
         need("attention q", io.q, q_bytes)?;

@@ -69,13 +69,18 @@ fn pipeline(
     kernel: Kernel,
 ) -> Result<(Arc<wgpu::ComputePipeline>, u32), GpuError> {
     let mut wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
-    // CPU adapters pay per invocation (see `GpuContext::is_software`): attention takes its
-    // smallest workgroup there (a power of two from 64 to 256).
-    if kernel == Kernel::Attention && ctx.is_software() {
-        wg = wg.min(64);
+    // CPU adapters pay per invocation (see `GpuContext::is_software`), and in the browser
+    // also for every workgroup's zero-initialized workgroup memory, per group of 4
+    // invocations on SwiftShader (see `software_workgroup_size` in src/gpu/matmul.rs): the
+    // reductions, which size their arrays by the workgroup, take 32 invocations there.
+    if ctx.is_software() && matches!(kernel, Kernel::RmsNorm | Kernel::Softmax | Kernel::Argmax) {
+        wg = wg.min(SOFTWARE_REDUCTION_WG);
     }
     Ok((ctx.kernel(kernel, Some(wg))?, wg))
 }
+
+/// Workgroup size of the reductions on CPU adapters.
+const SOFTWARE_REDUCTION_WG: u32 = 32;
 
 /// An error unless `buffer` holds at least `bytes`.
 fn need(what: &str, buffer: &wgpu::Buffer, bytes: u64) -> Result<(), GpuError> {

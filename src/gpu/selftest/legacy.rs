@@ -123,10 +123,37 @@ async fn matvec(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
             let got = run_matmul(ctx, &gw, &xb, 1).await?;
             let what = format!("{rows}x{cols} in {} chunks", gw.chunks.len());
             stats.merge(compare(&what, &got, &want, &bound)?);
+            // Every shape of the kernel on every adapter: CPU adapters take 4 invocations
+            // with 16 rows each, GPUs 256 in 8 column slices; 8 and 16 take 16 rows each
+            // too, 32 is one slice of one row per invocation.
+            if gw.chunks.len() == 1 {
+                for wg in MATVEC_WORKGROUP_SIZES {
+                    let got = run_matvec_wg(ctx, &gw, &xb, wg).await?;
+                    let what = format!("{rows}x{cols}, {wg}-invocation workgroups");
+                    stats.merge(compare(&what, &got, &want, &bound)?);
+                }
+            }
         }
     }
     stats.merge(matvec_positions(ctx, dtype).await?);
     Ok(stats)
+}
+
+/// Workgroup sizes the matvec check also runs with, whatever the adapter would pick.
+const MATVEC_WORKGROUP_SIZES: [u32; 4] = [4, 16, 32, 256];
+
+/// `Kernel::Matvec` with `wg` invocations per workgroup.
+async fn run_matvec_wg(
+    ctx: &GpuContext,
+    w: &GpuWeight,
+    x: &wgpu::Buffer,
+    wg: u32,
+) -> Result<Vec<f32>, String> {
+    let y = poisoned(ctx, w.rows as usize)?;
+    let op =
+        MatmulOp::with_kernel(ctx, Kernel::Matvec(w.dtype), wg, w, x, &y, 1).map_err(gpu_err)?;
+    submit(ctx, |pass| op.record(pass));
+    read_f32(ctx, &y, w.rows as usize).await
 }
 
 /// Matvec with x = +-1 at one column per block (position `(p + 5 b) % 32` in block `b`, for

@@ -17,7 +17,8 @@
 // Bindings:
 //   0  uniform MatmulParams
 //   1  x: (n_tokens, x_stride) f32; token 0 is read
-//   2  y: (n_tokens, y_stride) f32; y[row_offset + row] written for this chunk's rows
+//   2  y: (n_tokens, y_stride) f32; y[row_offset + row] written (or added to: ACCUMULATE)
+//      for this chunk's rows
 //   3.. the weight planes of this chunk's rows (see the format file)
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
@@ -44,6 +45,17 @@ override X_VEC4S: u32 = max(2u * WG, 64u);
 var<workgroup> partial: array<f32, WG>;
 // x[c0 .. c0 + 4 X_VEC4S] of the current chunk.
 var<workgroup> xs: array<vec4<f32>, X_VEC4S>;
+
+// 1: y += W x (Kernel::MatvecAdd, a residual add in the product's dispatch).
+override ACCUMULATE: u32 = 0u;
+
+fn store(i: u32, v: f32) {
+    if (ACCUMULATE == 1u) {
+        y[i] = y[i] + v;
+    } else {
+        y[i] = v;
+    }
+}
 
 // x[c .. c + 4], 0 past `cols`.
 fn x4(c: u32, cols: u32) -> vec4<f32> {
@@ -116,7 +128,7 @@ fn slices(first: u32, lid: u32) {
         for (var s = 0u; s < SLICES; s = s + 1u) {
             total = total + partial[s * ROW_LANES + lane];
         }
-        y[p.row_offset + row] = total;
+        store(p.row_offset + row, total);
     }
 }
 
@@ -142,7 +154,7 @@ fn rows(first: u32, lid: u32) {
     for (var k = 0u; k < RPI; k = k + 1u) {
         let row = first + lid + k * WG;
         if (row < p.rows) {
-            y[p.row_offset + row] = acc[k];
+            store(p.row_offset + row, acc[k]);
         }
     }
 }

@@ -78,7 +78,10 @@ pub const SOFTWARE_MATVEC_WG: u32 = 4;
 fn software_workgroup_size(kernel: Kernel) -> Option<u32> {
     use GgmlType::*;
     match kernel {
-        Kernel::Matvec(F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0) => Some(SOFTWARE_MATVEC_WG),
+        Kernel::Matvec(F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
+        | Kernel::MatvecAdd(F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0) => {
+            Some(SOFTWARE_MATVEC_WG)
+        }
         Kernel::Matmul(F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0) => Some(64),
         _ => None,
     }
@@ -106,6 +109,7 @@ fn workgroups(
     use GgmlType::*;
     match kernel {
         Kernel::Matvec(t)
+        | Kernel::MatvecAdd(t)
         | Kernel::MatvecQ8(t)
         | Kernel::MatvecQ8Add(t)
         | Kernel::Matmul(t)
@@ -147,6 +151,30 @@ impl MatmulOp {
             wg = software_workgroup_size(kernel).unwrap_or(wg);
         }
         Self::with_kernel(ctx, kernel, wg, w, x, y, n_tokens)
+    }
+
+    /// `y += W x` for one token, `w` in a legacy format ([`Kernel::MatvecAdd`]: the residual
+    /// add in the product's dispatch).
+    pub fn matvec_add(
+        ctx: &GpuContext,
+        w: &GpuWeight,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+    ) -> Result<Self, GpuError> {
+        let kernel = Kernel::MatvecAdd(w.dtype);
+        let mut wg = kernel
+            .source()
+            .ok_or_else(|| GpuError::Unsupported(kernel.label()))?
+            .default_workgroup_size;
+        if ctx.is_software() {
+            wg = software_workgroup_size(kernel).unwrap_or(wg);
+        }
+        Self::with_kernel(ctx, kernel, wg, w, x, y, 1)
+    }
+
+    /// Whether [`MatmulOp::matvec_add`] takes weights of `dtype`.
+    pub fn has_matvec_add(dtype: GgmlType) -> bool {
+        Kernel::MatvecAdd(dtype).source().is_some()
     }
 
     /// The same with an explicit kernel and workgroup size (self-tests run the matmul kernel

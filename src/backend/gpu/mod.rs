@@ -414,8 +414,23 @@ impl Backend for GpuBackend {
         len: usize,
     ) -> Result<(), Error> {
         let gw = &self.weights[w.0 as usize];
-        if self.fuse_residual && self.uses_q8(w, rows) && residual != x && len == gw.rows as usize {
-            return self.matvec_q8_into(w, x, residual, true);
+        if self.fuse_residual && residual != x && len == gw.rows as usize {
+            if self.uses_q8(w, rows) {
+                return self.matvec_q8_into(w, x, residual, true);
+            }
+            if rows == 1 && MatmulOp::has_matvec_add(gw.dtype) {
+                self.flush_pending()?;
+                self.wrote(residual);
+                return self.step(Key::MatvecAdd(w, x, residual), |s| {
+                    let gw = &s.weights[w.0 as usize];
+                    Ok(Step::Matmul(MatmulOp::matvec_add(
+                        &s.ctx,
+                        gw,
+                        s.buf(x),
+                        s.buf(residual),
+                    )?))
+                });
+            }
         }
         super::matmul_add_steps(self, w, x, scratch, residual, rows, len)
     }

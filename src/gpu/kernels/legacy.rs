@@ -204,7 +204,7 @@ pub fn is_legacy(dtype: GgmlType) -> bool {
 
 pub fn source(kernel: Kernel) -> Option<KernelSource> {
     let (files, default_workgroup_size) = match kernel {
-        Kernel::Matvec(t) => (
+        Kernel::Matvec(t) | Kernel::MatvecAdd(t) => (
             files_for!(t, "matmul_params.wgsl", "matvec_legacy.wgsl"),
             256,
         ),
@@ -328,7 +328,9 @@ pub fn matvec_rows_per_workgroup(workgroup_size: u32) -> u32 {
 /// Workgroups for `rows` rows and `n_tokens` tokens.
 pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
     match kernel {
-        Kernel::Matvec(_) => rows.div_ceil(matvec_rows_per_workgroup(workgroup_size)),
+        Kernel::Matvec(_) | Kernel::MatvecAdd(_) => {
+            rows.div_ceil(matvec_rows_per_workgroup(workgroup_size))
+        }
         Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_) => rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP),
         Kernel::Matmul(_) => {
             let tile_tokens = (workgroup_size / 4).max(1);

@@ -27,6 +27,8 @@ pub enum Kernel {
     /// `y = W x` for one token (decode) on int8 activation records ([`crate::gpu::q8`]):
     /// integer dot products, the block scales applied per group.
     MatvecQ8(GgmlType),
+    /// [`Kernel::Matvec`] added to what `y` holds (`y += W x`), legacy formats.
+    MatvecAdd(GgmlType),
     /// [`Kernel::MatvecQ8`] added to what `y` holds (`y += W x`: a residual add in the same
     /// dispatch).
     MatvecQ8Add(GgmlType),
@@ -156,6 +158,7 @@ impl Kernel {
         for t in GgmlType::ALL {
             v.extend([
                 Kernel::Matvec(t),
+                Kernel::MatvecAdd(t),
                 Kernel::MatvecQ8(t),
                 Kernel::MatvecQ8Add(t),
                 Kernel::Matmul(t),
@@ -203,6 +206,8 @@ impl Kernel {
                 I2_S | TQ1_0 | TQ2_0 => ternary::source(self),
                 _ => None,
             },
+            Kernel::MatvecAdd(t) if legacy::is_legacy(t) => legacy::source(self),
+            Kernel::MatvecAdd(_) => None,
             Kernel::MatmulCoop(t) => match t {
                 Q4_K | Q5_K | Q6_K => kquants::source(self),
                 _ => None,
@@ -239,6 +244,7 @@ impl Kernel {
     pub fn label(self) -> String {
         match self {
             Kernel::Matvec(t) => format!("matvec_{}", t.name().to_lowercase()),
+            Kernel::MatvecAdd(t) => format!("matvec_add_{}", t.name().to_lowercase()),
             Kernel::MatvecQ8(t) => format!("matvec_q8_{}", t.name().to_lowercase()),
             Kernel::MatvecQ8Add(t) => format!("matvec_q8_add_{}", t.name().to_lowercase()),
             Kernel::Matmul(t) => format!("matmul_{}", t.name().to_lowercase()),
@@ -261,7 +267,7 @@ impl Kernel {
     /// Pipeline constants besides the workgroup size (`override`s the kernel's WGSL declares).
     fn constants(self) -> Vec<(&'static str, f64)> {
         let mut v = match self {
-            Kernel::MatvecQ8Add(_) => vec![("ACCUMULATE", 1.0)],
+            Kernel::MatvecQ8Add(_) | Kernel::MatvecAdd(_) => vec![("ACCUMULATE", 1.0)],
             Kernel::NormBitLinear(mode, tpr) => {
                 crate::gpu::bitlinear::norm_bitlinear_constants(mode, tpr)
             }
@@ -276,7 +282,9 @@ impl Kernel {
         if !cfg!(target_arch = "wasm32") {
             v.push(("REDUCE_N", 256.0));
             match self {
-                Kernel::Matvec(t) if legacy::is_legacy(t) => v.push(("X_VEC4S", 512.0)),
+                Kernel::Matvec(t) | Kernel::MatvecAdd(t) if legacy::is_legacy(t) => {
+                    v.push(("X_VEC4S", 512.0))
+                }
                 Kernel::Argmax => v.push(("BEST_N", 256.0)),
                 Kernel::Attention => v.extend([("LANE_VEC4S", 512.0), ("TILE", 256.0)]),
                 _ => {}

@@ -1,8 +1,8 @@
 // y = W x for one token (decode), W in a legacy format (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1,
 // Q8_0; the format's block_dot is prepended from quant/legacy_<format>.wgsl).
 //
-// Algorithm: a workgroup owns ROW_LANES (32) consecutive rows. With WG >= 32 it is cut into
-// WG / 32 column slices and invocation (slice, lane) accumulates row `lane` over the blocks
+// Algorithm: a workgroup owns ROWS consecutive rows. With WG >= 32 they are ROW_LANES (32) and
+// the workgroup is cut into WG / 32 column slices and invocation (slice, lane) accumulates row `lane` over the blocks
 // slice, slice + WG / 32, ...; since the planes interleave rows by groups of 32, the lanes of a
 // slice read neighbouring 16-byte slots (coalesced vec4<u32> loads) and all use the same 32
 // values of x, which the workgroup stages in workgroup memory 4 X_VEC4S columns at a time (so

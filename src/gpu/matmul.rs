@@ -69,7 +69,8 @@ pub struct MatmulOp {
 /// SwiftShader does that in every group of 4 invocations, element by element, then waits at a
 /// barrier: with 32-wide workgroups of one row per invocation that cost as much as the product
 /// itself. SmolLM2 Q4_1 on SwiftShader, GPU time per decoded token: 533 ms in the browser and
-/// 342 natively before, 150 and 145 after (the attention and reductions below included).
+/// 342 natively before, 150 and 145 after (with the attention and reduction workgroups of
+/// src/gpu/ops shaped the same way).
 pub const SOFTWARE_MATVEC_WG: u32 = 4;
 
 /// The workgroup size of `kernel` on a CPU adapter ([`GpuContext::is_software`]), where

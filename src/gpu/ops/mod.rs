@@ -71,7 +71,7 @@ fn pipeline(
     let mut wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
     // CPU adapters pay per invocation (see `GpuContext::is_software`), and in the browser
     // also for every workgroup's zero-initialized workgroup memory, per group of 4
-    // invocations on SwiftShader (see `software_workgroup_size` in src/gpu/matmul.rs): the
+    // invocations on SwiftShader (see `SOFTWARE_MATVEC_WG` in src/gpu/matmul.rs): the
     // reductions, which size their arrays by the workgroup, take 32 invocations there.
     if ctx.is_software() && matches!(kernel, Kernel::RmsNorm | Kernel::Softmax | Kernel::Argmax) {
         wg = wg.min(SOFTWARE_REDUCTION_WG);

@@ -116,6 +116,19 @@ pub fn reference_matmul(
     (y, bound)
 }
 
+/// A product `want` (within `bound`) added to `residual` in f32: the sums and their bound, the
+/// product's plus the add's rounding.
+pub fn added_to_residual(want: &[f64], bound: &[f64], residual: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    want.iter()
+        .zip(bound)
+        .zip(residual)
+        .map(|((&p, &b), &r)| {
+            let s = p + f64::from(r);
+            (s, b + (s.abs() + b) * f64::from(f32::EPSILON))
+        })
+        .unzip()
+}
+
 /// Compare with a per-element bound (a NaN, infinity or poison fails), returning the worst
 /// error ratio or a message naming the first bad element.
 pub fn compare(what: &str, got: &[f32], want: &[f64], bound: &[f64]) -> Result<Stats, String> {

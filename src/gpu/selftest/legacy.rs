@@ -22,8 +22,8 @@
 //! - embedding: exact (bound 0). A gather does no arithmetic beyond the decode, which is exact.
 
 use super::{
-    compare, gpu_err, poisoned, read_f32, reference_matmul, run_matmul, submit, upload_f32, Check,
-    Rng, Stats,
+    added_to_residual, compare, gpu_err, poisoned, read_f32, reference_matmul, run_matmul, submit,
+    upload_f32, Check, Rng, Stats,
 };
 use crate::gpu::embedding::EmbeddingOp;
 use crate::gpu::kernels::Kernel;
@@ -123,26 +123,18 @@ async fn matvec(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
             let got = run_matmul(ctx, &gw, &xb, 1).await?;
             let what = format!("{rows}x{cols} in {} chunks", gw.chunks.len());
             stats.merge(compare(&what, &got, &want, &bound)?);
-            // Every shape of the kernel on every adapter: CPU adapters take 4 invocations
-            // with 16 rows each, GPUs 256 in 8 column slices; 8 and 16 take 16 rows each
-            // too, 32 is one slice of one row per invocation.
-            // Added to a residual (MatvecAdd): the product's bound plus the add's rounding.
+            // Added to a residual (MatvecAdd), at the adapter's workgroup size.
             let residual = Rng(seed ^ 0xadd).vec(rows, 4.0);
             let y = upload_f32(ctx, "residual", &residual)?;
             let op = MatmulOp::matvec_add(ctx, &gw, &xb, &y).map_err(gpu_err)?;
             submit(ctx, |pass| op.record(pass));
             let got = read_f32(ctx, &y, rows).await?;
-            let (sum, sum_bound): (Vec<f64>, Vec<f64>) = want
-                .iter()
-                .zip(&bound)
-                .zip(&residual)
-                .map(|((&p, &b), &r)| {
-                    let s = p + f64::from(r);
-                    (s, b + (s.abs() + b) * f64::from(f32::EPSILON))
-                })
-                .unzip();
+            let (sum, sum_bound) = added_to_residual(&want, &bound, &residual);
             let what_add = format!("{what}, added to a residual");
             stats.merge(compare(&what_add, &got, &sum, &sum_bound)?);
+            // Every shape of the kernel on every adapter: CPU adapters take 4 invocations
+            // with 16 rows each, GPUs 256 in 8 column slices; 16 takes 16 rows each too, 32
+            // is one slice of one row per invocation.
             if gw.chunks.len() == 1 {
                 for wg in MATVEC_WORKGROUP_SIZES {
                     let got = run_matvec_wg(ctx, &gw, &xb, wg).await?;

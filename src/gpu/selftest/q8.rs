@@ -28,7 +28,10 @@
 //!   carry one rounding each (`eps * sum |w x|` more); plus the kernel's rounding bound above.
 
 use super::kquants::{check_margin, seed, upload, weight_data, MARGIN, SHAPES};
-use super::{compare, gpu_err, poisoned, read_f32, submit, upload_f32, Check, Rng, Stats, POISON};
+use super::{
+    added_to_residual, compare, gpu_err, poisoned, read_f32, submit, upload_f32, Check, Rng, Stats,
+    POISON,
+};
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::MatmulOp;
 use crate::gpu::q8::{decode_record, record_bytes, QuantizeQ8Op, RmsNormQuantizeQ8Op};
@@ -405,15 +408,7 @@ async fn matvec(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
             // Added to a residual (MatvecQ8Add): the product's bound plus the add's rounding.
             let residual = activations(&mut rng, rows);
             let got = run_q8(ctx, &gw, &xb, None, false, Some(&residual)).await?;
-            let (sum, sum_bound): (Vec<f64>, Vec<f64>) = want
-                .iter()
-                .zip(&bound)
-                .zip(&residual)
-                .map(|((&p, &b), &r)| {
-                    let s = p + f64::from(r);
-                    (s, b + (s.abs() + b) * f64::from(f32::EPSILON))
-                })
-                .unzip();
+            let (sum, sum_bound) = added_to_residual(&want, &bound, &residual);
             let what = format!("{what}, added to a residual");
             stats.merge(compare(
                 &format!("{what} (integer)"),

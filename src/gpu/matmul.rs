@@ -73,18 +73,18 @@ pub struct MatmulOp {
 /// src/gpu/ops shaped the same way).
 pub const SOFTWARE_MATVEC_WG: u32 = 4;
 
-/// The workgroup size of `kernel` on a CPU adapter ([`GpuContext::is_software`]), where
-/// the cost grows with the invocations a workgroup holds rather than with the work. The legacy
-/// matvec takes [`SOFTWARE_MATVEC_WG`], the legacy matmul 16-token tiles. `None`: the default.
-fn software_workgroup_size(kernel: Kernel) -> Option<u32> {
-    use GgmlType::*;
+/// The workgroup size of `kernel` on this adapter, `wg` where nothing else applies. On a CPU
+/// adapter ([`GpuContext::is_software`]) the cost grows with the invocations a workgroup holds
+/// rather than with the work: the legacy matvec takes [`SOFTWARE_MATVEC_WG`], the legacy
+/// matmul 16-token tiles.
+fn adapter_workgroup_size(ctx: &GpuContext, kernel: Kernel, wg: u32) -> u32 {
+    if !ctx.is_software() {
+        return wg;
+    }
     match kernel {
-        Kernel::Matvec(F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
-        | Kernel::MatvecAdd(F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0) => {
-            Some(SOFTWARE_MATVEC_WG)
-        }
-        Kernel::Matmul(F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0) => Some(64),
-        _ => None,
+        Kernel::Matvec(t) | Kernel::MatvecAdd(t) if legacy::is_legacy(t) => SOFTWARE_MATVEC_WG,
+        Kernel::Matmul(t) if legacy::is_legacy(t) => 64,
+        _ => wg,
     }
 }
 
@@ -148,9 +148,7 @@ impl MatmulOp {
             let bytes = ctx.limits.max_compute_workgroup_storage_size;
             wg = kquants::matmul_workgroup_size(bytes, w.rows, n_tokens);
         }
-        if ctx.is_software() {
-            wg = software_workgroup_size(kernel).unwrap_or(wg);
-        }
+        let wg = adapter_workgroup_size(ctx, kernel, wg);
         Self::with_kernel(ctx, kernel, wg, w, x, y, n_tokens)
     }
 
@@ -163,13 +161,11 @@ impl MatmulOp {
         y: &wgpu::Buffer,
     ) -> Result<Self, GpuError> {
         let kernel = Kernel::MatvecAdd(w.dtype);
-        let mut wg = kernel
+        let wg = kernel
             .source()
             .ok_or_else(|| GpuError::Unsupported(kernel.label()))?
             .default_workgroup_size;
-        if ctx.is_software() {
-            wg = software_workgroup_size(kernel).unwrap_or(wg);
-        }
+        let wg = adapter_workgroup_size(ctx, kernel, wg);
         Self::with_kernel(ctx, kernel, wg, w, x, y, 1)
     }
 

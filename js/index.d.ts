@@ -43,7 +43,11 @@ export interface ProgressEvent {
 export interface DownloadOptions {
   /** The id to store the model under (default: from the URL). */
   name?: string;
-  /** Expected sha256 (hex) of a single GGUF file. */
+  /**
+   * Expected SHA-256 (64 hex digits) of a single GGUF file: checked as a download streams,
+   * and by BitNet.load for a File/Blob/ArrayBuffer or a cached GGUF (IntegrityError on a
+   * mismatch). An RDRR model gets InvalidArgument: its manifest hashes every shard.
+   */
   integrity?: string;
   signal?: AbortSignal;
   onProgress?: (e: ProgressEvent) => void;
@@ -51,13 +55,25 @@ export interface DownloadOptions {
   kind?: 'rdrr' | 'gguf';
 }
 
+/** A WebGPU `GPUDevice` (typed loosely, so that @webgpu/types is not required). */
+export type GPUDeviceLike = { readonly queue: unknown; createBuffer(descriptor: any): unknown; destroy(): void };
+
 export interface LoadOptions extends DownloadOptions {
-  /** Not supported: wgpu cannot adopt a GPUDevice made outside it (InvalidArgument). */
-  device?: never;
+  /**
+   * Run on this GPUDevice of the page's instead of a device of the model's own (main
+   * thread only: a GPUDevice cannot be sent to a worker). dispose() then destroys every
+   * buffer the model made and leaves the device working. A device made with the adapter's
+   * limits (requiredLimits) runs larger tensors in fewer pieces.
+   */
+  device?: GPUDeviceLike;
   /** KV cache positions (default: the model's trained context, at most 4096). */
   contextLength?: number;
-  /** Not needed: GGUF and RDRR models carry their tokenizer. Ignored. */
-  tokenizerUrl?: string;
+  /**
+   * A tokenizer.json (Hugging Face tokenizers format) to use instead of the model's own
+   * (GGUF and RDRR models carry one); NetworkError when it cannot be fetched,
+   * UnsupportedModel when it does not parse or has more tokens than the model.
+   */
+  tokenizerUrl?: string | URL;
   /** Read an OPFS model through File slices even in a worker (tests). */
   readThroughBlobs?: boolean;
   /** One pass after loading so the first request does not compile kernels (default true). */
@@ -199,6 +215,8 @@ export interface WorkerBitNet extends ModelApi {
   streamPieces(ids: ArrayLike<number>): Promise<string[]>;
   applyChatTemplate(messages: ChatMessage[], opts?: { addGenerationPrompt?: boolean }): Promise<string>;
   resetChat(): Promise<void>;
+  /** Load a model into this worker again: after dispose(), or in place of the current one. */
+  load(source: string | URL | Blob | ArrayBuffer, opts?: LoadOptions): Promise<WorkerBitNet>;
   dispose(): Promise<boolean>;
   terminate(): void;
   [Symbol.asyncDispose](): Promise<void>;

@@ -137,6 +137,44 @@ export async function cacheIdFor(url) {
 }
 
 /**
+ * A stand-in for `navigator.gpu` whose one adapter hands out the caller's `device`: the GPU
+ * layer (wgpu) makes its device through `navigator.gpu`, which it reads once, when it is set
+ * up; the wasm core puts this in its place for that one synchronous call (src/web/device.rs).
+ * @param {GPUDevice} device
+ */
+function gpuFor(device) {
+  const info = device.adapterInfo ?? {};
+  const adapter = {
+    features: device.features,
+    limits: device.limits,
+    info,
+    isFallbackAdapter: Boolean(info.isFallbackAdapter),
+    requestAdapterInfo: async () => info,
+    requestDevice: async () => device,
+  };
+  const real = globalThis.navigator?.gpu;
+  return {
+    requestAdapter: async () => adapter,
+    getPreferredCanvasFormat: () => real?.getPreferredCanvasFormat?.() ?? 'bgra8unorm',
+    wgslLanguageFeatures: real?.wgslLanguageFeatures ?? new Set(),
+  };
+}
+
+/** The bytes of a `tokenizer.json` at `url` (the `tokenizerUrl` load option). */
+async function fetchTokenizer(url, signal) {
+  const href = new URL(String(url), globalThis.location?.href).href;
+  let res;
+  try {
+    res = await fetch(href, { signal });
+  } catch (e) {
+    if (signal?.aborted) throw makeError('AbortError', 'the load was aborted');
+    throw makeError('NetworkError', `tokenizerUrl ${href}: ${e?.message ?? e}`, { url: href });
+  }
+  if (!res.ok) throw makeError('NetworkError', `tokenizerUrl ${href}: HTTP ${res.status}`, { url: href, status: res.status });
+  return new Uint8Array(await res.arrayBuffer());
+}
+
+/**
  * A model on this page's WebGPU device.
  */
 export class BitNet extends ModelBase {
@@ -172,10 +210,21 @@ export class BitNet extends ModelBase {
         'WebGPU is present but gives no adapter here (GPU blocked or unsupported): nothing was downloaded');
     }
     if (opts.signal?.aborted) throw makeError('AbortError', 'the load was aborted');
+    const device = opts.device;
+    if (device !== undefined && (device === null || typeof device.createBuffer !== 'function' || !device.queue)) {
+      throw makeError('InvalidArgument', 'the device option must be a GPUDevice');
+    }
+    // Fetched before anything else, so a bad URL fails before a long download.
+    const tokenizerJson = opts.tokenizerUrl ? await fetchTokenizer(opts.tokenizerUrl, opts.signal) : undefined;
     const loadOpts = {
       contextLength: opts.contextLength,
       signal: opts.signal,
-      device: opts.device,
+      device,
+      gpu: device ? gpuFor(device) : undefined,
+      tokenizerJson,
+      // Checked by the load for a File/Blob/ArrayBuffer or a cached GGUF; a download checks
+      // it as the file streams (and this is cleared then).
+      integrity: opts.integrity,
       name: opts.name,
       readThroughBlobs: opts.readThroughBlobs,
       warmup: opts.warmup,
@@ -193,6 +242,7 @@ export class BitNet extends ModelBase {
         if (!cached) {
           const d = await download(url, { ...opts, name: id ?? undefined });
           target = d.id;
+          loadOpts.integrity = undefined;
         } else {
           target = id;
           opts.onProgress?.({ phase: 'resolve', loaded: cached.bytes, total: cached.bytes, fraction: 1,
@@ -245,7 +295,17 @@ export class BitNet extends ModelBase {
         yield ev;
       }
       if (userError) throw userError;
-      if (result.tail) yield { type: 'token', text: result.tail, tokenId: null };
+      if (result.tail) {
+        // The text held back to the end (a possible stop string, a partial character): a
+        // token event like the others, for onToken too (as in worker mode).
+        const ev = { type: 'token', text: result.tail, tokenId: null };
+        try {
+          onToken?.(ev);
+        } catch (e) {
+          console.error('tritium: onToken threw', e);
+        }
+        yield ev;
+      }
       finished = true;
       yield {
         type: 'done',

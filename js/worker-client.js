@@ -60,7 +60,10 @@ class WorkerBitNet extends ModelBase {
 
   async init(source, opts) {
     const { onProgress, signal, device, ...rest } = opts;
-    if (device) throw makeError('InvalidArgument', 'the device option cannot cross into a worker');
+    if (device) {
+      throw makeError('InvalidArgument',
+        'the device option cannot cross into a worker (a GPUDevice cannot be sent to one): load on the main thread with it');
+    }
     const transfer = source instanceof ArrayBuffer ? [source] : [];
     const { id, promise } = this.request('load', { source: source instanceof URL ? source.href : source, opts: rest }, {
       on: (kind, ev) => kind === 'progress' && onProgress?.(ev),
@@ -126,6 +129,8 @@ class WorkerBitNet extends ModelBase {
     return this.#call('applyChatTemplate', { messages, addGenerationPrompt: opts.addGenerationPrompt ?? true });
   }
   resetChat() { return this.#call('resetChat', {}); }
+  /** Load a model into this worker again: after dispose(), or in place of the current one. */
+  load(source, opts = {}) { return this.init(source, opts); }
   dispose() { return this.#call('dispose', {}); }
   async [Symbol.asyncDispose]() { await this.dispose(); }
   /** End the worker (after dispose). */

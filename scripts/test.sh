@@ -45,6 +45,12 @@ echo "== the npm package (pkg/): BitNet, worker mode, chat completions, errors (
 npm run build
 node tests/browser/run-package.mjs
 
+echo "== the npm package's load and generation options vs native (headless Chromium)"
+node tests/browser/run-package-options.mjs
+
+echo "== the npm package in a Vite app: vite build and the dev server (headless Chromium)"
+node tests/browser/run-vite.mjs
+
 echo "== demos in headless Chromium: chat, TL;DR widget (offline reload), no WebGPU"
 [ -f pkg/index.js ] || npm run build
 node tests/browser/run-demos.mjs

@@ -42,6 +42,7 @@ impl Profiler {
             usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         });
+        ctx.keep(&resolve);
         Some(Profiler {
             set,
             resolve,

@@ -25,7 +25,7 @@ impl GpuContext {
             self.queue.write_buffer(&buffer, 0, contents);
             return Ok(buffer);
         }
-        Ok(self
+        let buffer = self
             .device
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -33,31 +33,38 @@ impl GpuContext {
                 usage: wgpu::BufferUsages::STORAGE
                     | wgpu::BufferUsages::COPY_DST
                     | wgpu::BufferUsages::COPY_SRC,
-            }))
+            });
+        self.keep(&buffer);
+        Ok(buffer)
     }
 
     /// A zeroed read-write storage buffer of `size` bytes (rounded up to a multiple of 4).
     pub fn storage(&self, label: &str, size: u64) -> Result<wgpu::Buffer, GpuError> {
         let size = size.next_multiple_of(4).max(4);
         self.check_size(label, size)?;
-        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size,
             usage: wgpu::BufferUsages::STORAGE
                 | wgpu::BufferUsages::COPY_DST
                 | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
-        }))
+        });
+        self.keep(&buffer);
+        Ok(buffer)
     }
 
     /// A uniform buffer holding one `#[repr(C)]` value; update it with [`GpuContext::write`].
     pub fn uniform<T: bytemuck::Pod>(&self, label: &str, value: &T) -> wgpu::Buffer {
-        self.device
+        let buffer = self
+            .device
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
                 contents: bytemuck::bytes_of(value),
                 usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            })
+            });
+        self.keep(&buffer);
+        buffer
     }
 
     /// Queue a write of plain data into a buffer at `offset`.
@@ -114,6 +121,8 @@ impl GpuContext {
         let out = view[..len as usize].to_vec();
         drop(view);
         staging.unmap();
+        // Freed now, not when the garbage collector gets to it (in the browser).
+        staging.destroy();
         Ok(out)
     }
 

@@ -91,6 +91,39 @@ pub struct GpuContext {
     pub features: GpuFeatures,
     pub limits: GpuLimits,
     pub(crate) pipelines: PipelineCache,
+    /// Frees what was made through this context ([`GpuContext::release`]).
+    releaser: Releaser,
+    /// Set by the device-lost callback: why the device was lost.
+    lost: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+/// Frees the GPU memory of everything made through one [`GpuContext`], also after the
+/// context itself is gone (a load that fails half-way): a device we made is destroyed with
+/// all its buffers; on the caller's device (a page's own `GPUDevice`) each buffer made
+/// through the context is destroyed and the device keeps working.
+#[derive(Clone)]
+pub struct Releaser {
+    device: wgpu::Device,
+    /// The device belongs to the caller.
+    external: bool,
+    /// On an external device: every buffer made through the context.
+    made: std::sync::Arc<std::sync::Mutex<Vec<wgpu::Buffer>>>,
+}
+
+impl Releaser {
+    /// Free it all now (WebGPU frees a dropped buffer only when the garbage collector gets
+    /// to it). Nothing made through the context may be used afterwards.
+    pub fn release(&self) {
+        if self.external {
+            if let Ok(mut made) = self.made.lock() {
+                for b in made.drain(..) {
+                    b.destroy();
+                }
+            }
+        } else {
+            self.device.destroy();
+        }
+    }
 }
 
 /// The backends we accept: never GL (no f16, no subgroups, and a sign of a broken setup).
@@ -123,11 +156,23 @@ impl GpuContext {
                 "WGPU_BACKEND names no backend we use (vulkan, metal, dx12)".into(),
             ));
         }
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        Self::on_instance(&Self::instance(backends), options).await
+    }
+
+    /// The wgpu instance for `backends`.
+    pub(crate) fn instance(backends: wgpu::Backends) -> wgpu::Instance {
+        wgpu::Instance::new(wgpu::InstanceDescriptor {
             backends,
             flags: wgpu::InstanceFlags::from_build_config().with_env(),
             ..wgpu::InstanceDescriptor::new_without_display_handle()
-        });
+        })
+    }
+
+    /// A device on the best adapter of `instance`.
+    pub(crate) async fn on_instance(
+        instance: &wgpu::Instance,
+        options: &DeviceOptions,
+    ) -> Result<Self, GpuError> {
         let adapter = instance
             .request_adapter(&wgpu::RequestAdapterOptions {
                 power_preference: options.power_preference,
@@ -138,8 +183,9 @@ impl GpuContext {
             .await
             .map_err(|e| {
                 GpuError::NoAdapter(format!(
-                    "{e} (backends tried: {backends:?}; natively install a Vulkan driver, for example \
-                     mesa-vulkan-drivers; in a browser, WebGPU must be enabled)"
+                    "{e} (backends tried: {:?}; natively install a Vulkan driver, for example \
+                     mesa-vulkan-drivers; in a browser, WebGPU must be enabled)",
+                    allowed_backends()
                 ))
             })?;
         Self::from_adapter(&adapter, options).await
@@ -232,14 +278,65 @@ impl GpuContext {
             features,
             limits,
         };
+        let lost = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let flag = lost.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            if let Ok(mut l) = flag.lock() {
+                *l = Some(format!("{reason:?}: {message}"));
+            }
+        });
         GpuContext {
+            releaser: Releaser {
+                device: device.clone(),
+                external: false,
+                made: Default::default(),
+            },
             device,
             queue,
             adapter,
             features,
             limits,
             pipelines: PipelineCache::default(),
+            lost,
         }
+    }
+
+    /// This context's device belongs to the caller: [`GpuContext::release`] frees the buffers
+    /// made through the context and leaves the device to its owner.
+    pub fn into_external(mut self) -> Self {
+        self.releaser.external = true;
+        self
+    }
+
+    /// Whether the device belongs to the caller.
+    pub fn is_external(&self) -> bool {
+        self.releaser.external
+    }
+
+    /// Keep `buffer` for [`GpuContext::release`] (on an external device; a device we own frees
+    /// every buffer when it is destroyed).
+    pub(crate) fn keep(&self, buffer: &wgpu::Buffer) {
+        if self.releaser.external {
+            if let Ok(mut made) = self.releaser.made.lock() {
+                made.push(buffer.clone());
+            }
+        }
+    }
+
+    /// Free the GPU memory of everything made through this context now ([`Releaser`]).
+    pub fn release(&self) {
+        self.releaser.release();
+    }
+
+    /// What frees this context's GPU memory, for when the context may be gone by then.
+    pub fn releaser(&self) -> Releaser {
+        self.releaser.clone()
+    }
+
+    /// Why the device was lost (`None` while it works): a driver reset, the GPU process
+    /// crashing, memory pressure, or the owner destroying it.
+    pub fn lost(&self) -> Option<String> {
+        self.lost.lock().ok().and_then(|l| l.clone())
     }
 
     /// Whether the adapter runs on the CPU (SwiftShader, lavapipe/llvmpipe, a browser's

@@ -20,7 +20,7 @@ pub mod selftest;
 pub mod uniforms;
 pub mod weights;
 
-pub use context::{AdapterSummary, DeviceOptions, GpuContext, GpuFeatures, GpuLimits};
+pub use context::{AdapterSummary, DeviceOptions, GpuContext, GpuFeatures, GpuLimits, Releaser};
 pub use kernels::{Kernel, PipelineKey, Variant};
 
 /// Errors of the GPU layer.

@@ -167,6 +167,49 @@ impl State {
             engine.model.backend.destroy();
         }
     }
+
+    /// `DeviceLost` when the model's GPU device is gone (the browser reset the GPU, the
+    /// device's owner destroyed it, memory ran out): nothing runs on it any more.
+    fn device_lost(&self) -> Option<WebError> {
+        let engine = self.engine.try_borrow().ok()?;
+        let reason = engine.as_ref()?.model.backend.ctx.lost()?;
+        Some(WebError::new(
+            "DeviceLost",
+            format!("the GPU device was lost ({reason}): dispose() this model and load it again"),
+        ))
+    }
+
+    /// The package's error for a failed pass: `DeviceLost` when that is why it failed. The
+    /// device's `lost` promise may settle just after the failed readback that revealed it,
+    /// so the event loop gets one turn first.
+    async fn gpu_error(&self, e: crate::Error) -> WebError {
+        if self.device_lost().is_none() {
+            crate::web::sleep(std::time::Duration::ZERO).await;
+        }
+        self.device_lost().unwrap_or_else(|| model_error(e))
+    }
+}
+
+/// `IntegrityError` unless `blob`'s SHA-256 is `want` (lowercase hex).
+async fn check_integrity(
+    blob: &web_sys::Blob,
+    name: &str,
+    want: &str,
+    progress: &Progress,
+) -> Result<(), WebError> {
+    let total = blob.size();
+    let got = super::source::sha256_blob(blob, name, |n| {
+        progress.send("verify", n as f64, total, "checking the model's SHA-256");
+    })
+    .await
+    .map_err(model_error)?;
+    if got != want {
+        return Err(WebError::new(
+            "IntegrityError",
+            format!("{name}: SHA-256 mismatch: expected {want}, got {got}"),
+        ));
+    }
+    Ok(())
 }
 
 /// A model on this context's WebGPU device.
@@ -233,15 +276,45 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<WasmModel, 
         _ => Ok(()),
     };
     check_abort()?;
+    // A tokenizer given instead of the model's: parsed before anything is read or uploaded.
+    let tokenizer = o
+        .tokenizer_json
+        .as_deref()
+        .map(Tokenizer::from_json)
+        .transpose()
+        .map_err(|e| WebError::new("UnsupportedModel", format!("the tokenizerUrl file: {e}")))?;
     progress.send("parse", 0.0, 0.0, "reading the model's metadata");
     // The device first: no WebGPU adapter fails before any reading.
-    let ctx =
-        GpuContext::new(&DeviceOptions::default())
-            .await
-            .map_err(|e| match WebError::from(e) {
-                w if w.code == "NoWebGPU" => WebError::new("WebGPUNotAvailable", w.message),
-                w => w,
-            })?;
+    let ctx = match &o.device_gpu {
+        Some(gpu) => super::device::context_on(gpu).await,
+        None => GpuContext::new(&DeviceOptions::default()).await,
+    }
+    .map_err(|e| match WebError::from(e) {
+        w if w.code == "NoWebGPU" => WebError::new("WebGPUNotAvailable", w.message),
+        w => w,
+    })?;
+    // A load that fails or is aborted from here on frees what it put on the GPU at once.
+    let releaser = ctx.releaser();
+    let result = load_on(ctx, source, &o, tokenizer, &progress, start).await;
+    if result.is_err() {
+        releaser.release();
+    }
+    result
+}
+
+/// The rest of [`load_model`], on the device `ctx`.
+async fn load_on(
+    ctx: GpuContext,
+    source: JsValue,
+    o: &LoadOptions,
+    tokenizer: Option<Tokenizer>,
+    progress: &Progress,
+    start: f64,
+) -> Result<WasmModel, JsValue> {
+    let check_abort = || match &o.signal {
+        Some(s) if s.aborted() => Err(aborted_load()),
+        _ => Ok(()),
+    };
     let device = DeviceInfo {
         adapter: ctx.adapter.name.clone(),
         backend: ctx.adapter.backend.clone(),
@@ -252,7 +325,11 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<WasmModel, 
     let backend = GpuBackend::new(ctx, BATCH).map_err(model_error)?;
 
     let loaded = if let Some(name) = source.as_string() {
-        load_cached(&name, backend, &o, &progress).await?
+        if let Some(want) = &o.integrity {
+            let blob = load::cached_gguf(&name).await?;
+            check_integrity(&blob, &name, want, progress).await?;
+        }
+        load_cached(&name, backend, o, progress).await?
     } else {
         let blob = as_blob(&source)?;
         let name = o.name.clone().unwrap_or_else(|| {
@@ -262,16 +339,40 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<WasmModel, 
                 .filter(|n| !n.is_empty())
                 .unwrap_or_else(|| "model.gguf".into())
         });
+        if let Some(want) = &o.integrity {
+            check_integrity(&blob, &name, want, progress).await?;
+        }
         let model = BlobModel::gguf(blob, &name).await.map_err(model_error)?;
-        load_blob(model, name, backend, &o, &progress).await?
+        load_blob(model, name, backend, o, progress).await?
     };
     check_abort()?;
     let Loaded {
         engine,
-        tokenizer,
+        tokenizer: own_tokenizer,
         template,
         mut info,
     } = loaded;
+    let tokenizer = match tokenizer {
+        Some(t) => {
+            // Every id the tokenizer makes must index the model's embedding and logits.
+            if t.vocab_size() > info.n_vocab {
+                return Err(WebError::new(
+                    "UnsupportedModel",
+                    format!(
+                        "the tokenizerUrl file has {} tokens and the model's vocabulary {}",
+                        t.vocab_size(),
+                        info.n_vocab
+                    ),
+                )
+                .into());
+            }
+            info.bos_token_id = t.bos();
+            info.eos_token_id = t.eos();
+            info.stop_token_ids = t.stop_ids().to_vec();
+            t
+        }
+        None => own_tokenizer,
+    };
     info.gpu_bytes = engine.model.backend.bytes_used();
     let state = Rc::new(State {
         engine: RefCell::new(Some(engine)),
@@ -287,7 +388,9 @@ pub async fn load_model(source: JsValue, options: JsValue) -> Result<WasmModel, 
     // One pass so the pipelines are built before the first request is timed.
     if o.warmup {
         progress.send("warmup", 0.0, 1.0, "compiling the GPU kernels");
-        warmup(&state).await.map_err(model_error)?;
+        if let Err(e) = warmup(&state).await {
+            return Err(state.gpu_error(e).await.into());
+        }
     }
     state.stats.borrow_mut().load_ms = js_sys::Date::now() - start;
     progress.send("ready", 1.0, 1.0, "ready");
@@ -476,6 +579,9 @@ impl WasmModel {
             if state.disposed.get() || state.dispose_pending.get() {
                 return Err(disposed().into());
             }
+            if let Some(e) = state.device_lost() {
+                return Err(e.into());
+            }
             state.busy.set(true);
             let result = run_generate(&state, &input, &options, on_token).await;
             state.busy.set(false);
@@ -498,6 +604,9 @@ impl WasmModel {
             }
             if state.disposed.get() {
                 return Err(disposed().into());
+            }
+            if let Some(e) = state.device_lost() {
+                return Err(e.into());
             }
             state.busy.set(true);
             let result = diagnose::run(&state, text.as_deref()).await;
@@ -630,7 +739,13 @@ async fn run_generate(
             // A failed pass leaves the cache in an unknown state.
             engine.reset();
         }
-        result.map_err(model_error)?
+        match result {
+            Ok(g) => g,
+            Err(e) => {
+                drop(guard);
+                return Err(state.gpu_error(e).await);
+            }
+        }
     };
     if let Some(e) = failure {
         return Err(e);

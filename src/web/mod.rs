@@ -8,6 +8,7 @@
 mod bench;
 mod bitnet;
 mod cached;
+mod device;
 mod errors;
 mod fetch;
 #[cfg(feature = "web-tests")]

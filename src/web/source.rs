@@ -262,7 +262,7 @@ impl AsyncTensorSource for BlobModel {
 }
 
 /// The plain files of an OPFS folder as `File`s (`Blob`s), by name.
-async fn directory_blobs(
+pub(crate) async fn directory_blobs(
     dir: &FileSystemDirectoryHandle,
     name: &str,
 ) -> Result<BTreeMap<String, Blob>, Error> {
@@ -314,4 +314,27 @@ pub(crate) fn as_blob(value: &JsValue) -> Result<Blob, WebError> {
         "InvalidArgument",
         "the model must be a File, Blob, ArrayBuffer or typed array",
     ))
+}
+
+/// Bytes hashed per read by [`sha256_blob`].
+const HASH_READ: u64 = 8 << 20;
+
+/// The SHA-256 of `blob` (lowercase hex), read in slices (never whole in wasm memory);
+/// `on_read(bytes_done)` after each slice.
+pub(crate) async fn sha256_blob(
+    blob: &Blob,
+    what: &str,
+    mut on_read: impl FnMut(u64),
+) -> Result<String, Error> {
+    use sha2::{Digest, Sha256};
+    let size = blob.size() as u64;
+    let mut hasher = Sha256::new();
+    let mut at = 0;
+    while at < size {
+        let len = HASH_READ.min(size - at);
+        hasher.update(read_blob(blob, what, at, len).await?);
+        at += len;
+        on_read(at);
+    }
+    Ok(hex::encode(hasher.finalize()))
 }

@@ -374,6 +374,13 @@ pub async fn opfs_download(url: String, options: JsValue) -> Result<JsValue, JsV
             return Err(bad(&format!("kind must be 'rdrr' or 'gguf', not {other:?}")).into())
         }
     };
+    if !gguf && o.sha256.is_some() {
+        return Err(bad(
+            "sha256 (integrity) is the hash of a single GGUF file; an RDRR model's manifest \
+             carries a hash for every shard, checked as each one downloads",
+        )
+        .into());
+    }
     let persisted = store.persist().await;
     let download = async {
         if gguf {

@@ -1,6 +1,7 @@
 // Shared by the browser test runners: a static file server on 127.0.0.1 (WebGPU and OPFS need
 // a secure context) and headless Chromium with WebGPU (SwiftShader), recipes from
 // environment.md.
+import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -58,4 +59,45 @@ export async function launch(executablePath) {
     rmSync(userDataDir, { recursive: true, force: true });
   };
   return { context, close };
+}
+
+// `tritium serve-model DIR --port 0` (the binary `bin`): resolves to { url, child } once it
+// prints its port. The caller kills `child`.
+export function serveModel(bin, dir) {
+  const child = spawn(bin, ['serve-model', dir, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  return new Promise((ok, fail) => {
+    const timer = setTimeout(() => { child.kill(); fail(new Error(`serve-model printed no port: ${out}`)); }, 30000);
+    const look = (d) => {
+      out += d;
+      const m = out.match(/https?:\/\/(?:127\.0\.0\.1|localhost|\[::1\]):(\d+)/);
+      if (m) { clearTimeout(timer); ok({ url: `http://127.0.0.1:${m[1]}/`, child }); }
+    };
+    child.stdout.on('data', look);
+    child.stderr.on('data', look);
+    child.on('exit', (code) => { clearTimeout(timer); fail(new Error(`serve-model exited (${code}): ${out}`)); });
+  });
+}
+
+// A test runner's checks: `check(ok, what, detail)` prints `ok` or `FAIL` (with seconds since
+// the start when `timed`) and counts; `summary()` prints the totals and returns the exit code.
+export function checker({ timed = false } = {}) {
+  const t0 = Date.now();
+  const counts = { passed: 0, failed: 0 };
+  const at = () => (timed ? `[${((Date.now() - t0) / 1000).toFixed(0)} s] ` : '');
+  const check = (ok, what, detail = '') => {
+    if (ok) {
+      counts.passed += 1;
+      console.log(`ok   ${at()}${what}`);
+    } else {
+      counts.failed += 1;
+      console.error(`FAIL ${at()}${what}${detail ? `: ${detail}` : ''}`);
+    }
+    return ok;
+  };
+  const summary = () => {
+    console.log(`${counts.passed} passed, ${counts.failed} failed`);
+    return counts.failed ? 1 : 0;
+  };
+  return { check, counts, summary };
 }

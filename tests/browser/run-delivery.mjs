@@ -17,13 +17,13 @@
 //
 // Environment: CHROMIUM (default /usr/bin/chromium), TRITIUM_PKG_DIR, TRITIUM_BIN (default
 // target/debug/tritium), DELIVERY_TIMEOUT_S (default 900).
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { closeSync, cpSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { launch, serve } from './harness.mjs';
+import { launch, serve, serveModel as serveModelAt } from './harness.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, '..', '..');
@@ -67,22 +67,11 @@ const shards = Object.keys(files).filter((f) => /^shard_\d+\.bin$/.test(f)).sort
 const largestTensor = Math.max(...Object.values(JSON.parse(readFileSync(join(good, 'tensors.json'), 'utf8')))
   .map((t) => t.size));
 
-// `tritium serve-model DIR --port 0`: the port it prints.
+// `tritium serve-model DIR --port 0`: the URL it serves (the server is killed at the end).
 async function serveModel(dir) {
-  const child = spawn(bin, ['serve-model', dir, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const { url, child } = await serveModelAt(bin, dir);
   children.push(child);
-  let out = '';
-  return new Promise((ok, fail) => {
-    const timer = setTimeout(() => fail(new Error(`serve-model printed no port: ${out}`)), 30000);
-    const look = (d) => {
-      out += d;
-      const m = out.match(/https?:\/\/(?:127\.0\.0\.1|localhost|\[::1\]):(\d+)/) ?? out.match(/port\D{0,3}(\d{2,5})/i);
-      if (m) { clearTimeout(timer); ok(`http://127.0.0.1:${m[1]}/`); }
-    };
-    child.stdout.on('data', look);
-    child.stderr.on('data', look);
-    child.on('exit', (code) => { clearTimeout(timer); fail(new Error(`serve-model exited (${code}): ${out}`)); });
-  });
+  return url;
 }
 
 const { server: pageServer, base } = await serve({ '/pkg/': pkgDir, '/models/': join(repo, 'models'), '/': here },

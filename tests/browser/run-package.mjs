@@ -23,13 +23,13 @@
 //
 // Environment: CHROMIUM (default /usr/bin/chromium), TRITIUM_PACKAGE_DIR (default pkg),
 // TRITIUM_BIN (default target/debug/tritium), PACKAGE_TIMEOUT_S (default 600).
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { cpSync, mkdtempSync, openSync, readdirSync, readSync, rmSync, statSync, writeSync, closeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { launch, serve } from './harness.mjs';
+import { launch, serve, serveModel as serveModelAt } from './harness.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, '..', '..');
@@ -71,21 +71,11 @@ const native = JSON.parse(execFileSync(bin, ['run', good, '-p', prompt, '--json'
   '--temperature', '0'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
 console.log(`native (${native.backend}): ${JSON.stringify(native.generated_ids)} ${JSON.stringify(native.text)}`);
 
+// `tritium serve-model DIR --port 0`: the URL it serves (the server is killed at the end).
 async function serveModel(dir) {
-  const child = spawn(bin, ['serve-model', dir, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const { url, child } = await serveModelAt(bin, dir);
   children.push(child);
-  let out = '';
-  return new Promise((ok, fail) => {
-    const timer = setTimeout(() => fail(new Error(`serve-model printed no port: ${out}`)), 30000);
-    const look = (d) => {
-      out += d;
-      const m = out.match(/https?:\/\/(?:127\.0\.0\.1|localhost|\[::1\]):(\d+)/) ?? out.match(/port\D{0,3}(\d{2,5})/i);
-      if (m) { clearTimeout(timer); ok(`http://127.0.0.1:${m[1]}/`); }
-    };
-    child.stdout.on('data', look);
-    child.stderr.on('data', look);
-    child.on('exit', (code) => { clearTimeout(timer); fail(new Error(`serve-model exited (${code}): ${out}`)); });
-  });
+  return url;
 }
 
 const { server: pageServer, base } = await serve({ '/pkg/': pkgDir, '/': here }, 'package.html');

@@ -189,12 +189,14 @@ impl GpuBackend {
         if let Some(i) = self.free_staging.iter().position(|s| s.size() >= size) {
             return Ok(self.free_staging.swap_remove(i));
         }
-        Ok(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        let buffer = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
             size: size.next_power_of_two(),
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
-        }))
+        });
+        self.ctx.keep(&buffer);
+        Ok(buffer)
     }
 
     /// The top-k output buffer with room for `pairs` `(id, value)` pairs.
@@ -250,8 +252,9 @@ impl GpuBackend {
 
     /// Free every GPU buffer now (WebGPU frees a dropped buffer only when the garbage
     /// collector gets to it): the activations, the token ids, the readback buffers and, by
-    /// destroying the device this backend owns, the weights, the KV cache and every other
-    /// buffer made on it. The backend must not be used afterwards.
+    /// releasing the context ([`GpuContext::release`]: destroying the device this backend
+    /// owns, or each buffer made on a caller's device), the weights, the KV cache and every
+    /// other buffer. The backend must not be used afterwards.
     pub fn destroy(&mut self) {
         for b in self.buffers.drain(..) {
             b.destroy();
@@ -269,7 +272,7 @@ impl GpuBackend {
         self.weights.clear();
         self.cache = None;
         self.tapes.clear();
-        self.ctx.device.destroy();
+        self.ctx.release();
     }
 }
 

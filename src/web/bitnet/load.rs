@@ -174,3 +174,29 @@ impl crate::model::AsyncTensorSource for AbortableSource<'_> {
         self.model.read(name).await
     }
 }
+
+/// The single GGUF file of the cached model `name`, for the `integrity` check: an RDRR model
+/// has no one file to check (its manifest's hashes were checked shard by shard as it
+/// downloaded).
+pub(super) async fn cached_gguf(name: &str) -> Result<web_sys::Blob, WebError> {
+    let store = OpfsStore::open().await.map_err(WebError::from)?;
+    let (dir, _kind, gguf_file) = store.complete_files(name).await.map_err(WebError::from)?;
+    let Some(file) = gguf_file else {
+        return Err(WebError::new(
+            "InvalidArgument",
+            format!(
+                "integrity is the SHA-256 of a single GGUF file, and {name} is an RDRR model \
+                 (every shard of it was checked against its manifest's hash as it downloaded)"
+            ),
+        ));
+    };
+    let mut blobs = crate::web::source::directory_blobs(&dir, name)
+        .await
+        .map_err(model_error)?;
+    blobs.remove(&file).ok_or_else(|| {
+        WebError::new(
+            "NotFound",
+            format!("{name}: the cached GGUF file {file} is missing"),
+        )
+    })
+}

@@ -20,6 +20,15 @@ pub(super) struct LoadOptions {
     pub(super) force_blob: bool,
     /// Run one pass after loading so the kernels are compiled before the first request.
     pub(super) warmup: bool,
+    /// The caller's `GPUDevice`, as the stand-in for `navigator.gpu` that hands it out
+    /// (`gpu`, which the package builds from the `device` option: see `web/device.rs`).
+    pub(super) device_gpu: Option<JsValue>,
+    /// A `tokenizer.json` to use instead of the model's own tokenizer (`tokenizerJson`: the
+    /// bytes the package fetched from the `tokenizerUrl` option).
+    pub(super) tokenizer_json: Option<Vec<u8>>,
+    /// The SHA-256 (lowercase hex) the model's single GGUF file must have (`integrity`):
+    /// checked here for a `Blob` or a cached GGUF (a download checks it as it streams).
+    pub(super) integrity: Option<String>,
 }
 
 pub(super) fn get(value: &JsValue, key: &str) -> Option<JsValue> {
@@ -41,13 +50,38 @@ pub(super) fn read_load_options(o: &JsValue) -> Result<LoadOptions, WebError> {
                 .ok_or_else(|| bad("contextLength must be a number >= 1"))? as usize,
         ),
     };
-    if get(o, "device").is_some() {
-        return Err(bad(
-            "the device option is not supported: wgpu (the GPU layer) cannot adopt a \
-             GPUDevice made outside it, so each model makes its own device",
-        ));
-    }
+    let device_gpu = match (get(o, "device"), get(o, "gpu")) {
+        (None, _) => None,
+        (Some(_), Some(gpu)) if gpu.is_object() => Some(gpu),
+        (Some(_), _) => {
+            return Err(bad(
+                "the device option needs the package's BitNet.load, which hands the device to \
+                 the GPU layer (the gpu option)",
+            ))
+        }
+    };
+    let tokenizer_json = match get(o, "tokenizerJson") {
+        None => None,
+        Some(v) if v.is_instance_of::<js_sys::Uint8Array>() => {
+            Some(js_sys::Uint8Array::from(v).to_vec())
+        }
+        Some(_) => return Err(bad("tokenizerJson must be a Uint8Array")),
+    };
+    let integrity = match get(o, "integrity") {
+        None => None,
+        Some(v) => {
+            let hex = v
+                .as_string()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+                .ok_or_else(|| bad("integrity must be a SHA-256 as 64 hex digits"))?;
+            Some(hex)
+        }
+    };
     Ok(LoadOptions {
+        device_gpu,
+        tokenizer_json,
+        integrity,
         context_length,
         on_progress: get(o, "onProgress")
             .map(|v| {

@@ -8,7 +8,7 @@
 //! model.dispose();
 //! ```
 //!
-//! Sources ([`load_model`]): the id of a complete model in OPFS (read through sync access
+//! Sources ([`load::load_model`]): the id of a complete model in OPFS (read through sync access
 //! handles in a dedicated worker, through `File.slice().arrayBuffer()` per tensor elsewhere),
 //! or a GGUF `File`/`Blob`/`ArrayBuffer` (read a tensor at a time). Downloads from a URL go
 //! through `opfs_download` first (the JS side does that), so every URL load ends up here.
@@ -41,7 +41,6 @@ use crate::text::{encode_chat, ChatTemplate, StopStream, Tokenizer};
 
 mod diagnose;
 mod load;
-use load::{load_blob, load_cached, Loaded};
 mod options;
 
 use options::{get, parse_json, parse_messages, read_load_options, GenOptions, LoadOptions};
@@ -190,28 +189,6 @@ impl State {
     }
 }
 
-/// `IntegrityError` unless `blob`'s SHA-256 is `want` (lowercase hex).
-async fn check_integrity(
-    blob: &web_sys::Blob,
-    name: &str,
-    want: &str,
-    progress: &Progress,
-) -> Result<(), WebError> {
-    let total = blob.size();
-    let got = super::source::sha256_blob(blob, name, |n| {
-        progress.send("verify", n as f64, total, "checking the model's SHA-256");
-    })
-    .await
-    .map_err(model_error)?;
-    if got != want {
-        return Err(WebError::new(
-            "IntegrityError",
-            format!("{name}: SHA-256 mismatch: expected {want}, got {got}"),
-        ));
-    }
-    Ok(())
-}
-
 /// A model on this context's WebGPU device.
 #[wasm_bindgen]
 pub struct WasmModel {
@@ -252,171 +229,6 @@ impl Progress {
 
 fn aborted_load() -> WebError {
     WebError::new("AbortError", "the load was aborted")
-}
-
-/// Load a model onto a new WebGPU device: `source` is the name of a complete model in OPFS,
-/// or a GGUF `File`/`Blob`/`ArrayBuffer`/typed array. `options`: `contextLength` (KV cache
-/// positions; default the model's, at most 4096), `onProgress` (`{ phase: 'parse' |
-/// 'upload' | 'warmup' | 'ready', loaded, total, fraction, message }`), `signal` (checked
-/// between tensors), `name` (of a `Blob` model, for messages), `readThroughBlobs` (read an
-/// OPFS model through `File` slices even in a worker), `warmup` (default true: one pass
-/// after loading, so the first request does not pay for compiling the kernels). Rejects with `WebGPUNotAvailable`,
-/// `NotFound`, `UnsupportedModel`, `InvalidArgument`, `AbortError`, `StorageError`.
-#[wasm_bindgen]
-pub async fn load_model(source: JsValue, options: JsValue) -> Result<WasmModel, JsValue> {
-    install_panic_hook();
-    let o = read_load_options(&options)?;
-    if !has_webgpu() {
-        return Err(no_webgpu().into());
-    }
-    let start = js_sys::Date::now();
-    let progress = Progress(o.on_progress.clone());
-    let check_abort = || match &o.signal {
-        Some(s) if s.aborted() => Err(aborted_load()),
-        _ => Ok(()),
-    };
-    check_abort()?;
-    // A tokenizer given instead of the model's: parsed before anything is read or uploaded.
-    let tokenizer = o
-        .tokenizer_json
-        .as_deref()
-        .map(Tokenizer::from_json)
-        .transpose()
-        .map_err(|e| WebError::new("UnsupportedModel", format!("the tokenizerUrl file: {e}")))?;
-    progress.send("parse", 0.0, 0.0, "reading the model's metadata");
-    // The device first: no WebGPU adapter fails before any reading.
-    let ctx = match &o.device_gpu {
-        Some(gpu) => super::device::context_on(gpu).await,
-        None => GpuContext::new(&DeviceOptions::default()).await,
-    }
-    .map_err(|e| match WebError::from(e) {
-        w if w.code == "NoWebGPU" => WebError::new("WebGPUNotAvailable", w.message),
-        w => w,
-    })?;
-    // A load that fails or is aborted from here on frees what it put on the GPU at once.
-    let releaser = ctx.releaser();
-    let result = load_on(ctx, source, &o, tokenizer, &progress, start).await;
-    if result.is_err() {
-        releaser.release();
-    }
-    result
-}
-
-/// The rest of [`load_model`], on the device `ctx`.
-async fn load_on(
-    ctx: GpuContext,
-    source: JsValue,
-    o: &LoadOptions,
-    tokenizer: Option<Tokenizer>,
-    progress: &Progress,
-    start: f64,
-) -> Result<WasmModel, JsValue> {
-    let check_abort = || match &o.signal {
-        Some(s) if s.aborted() => Err(aborted_load()),
-        _ => Ok(()),
-    };
-    let device = DeviceInfo {
-        adapter: ctx.adapter.name.clone(),
-        backend: ctx.adapter.backend.clone(),
-        device_type: ctx.adapter.device_type.clone(),
-        driver: ctx.adapter.driver.clone(),
-        shader_f16: ctx.features.shader_f16,
-    };
-    let backend = GpuBackend::new(ctx, BATCH).map_err(model_error)?;
-
-    let loaded = if let Some(name) = source.as_string() {
-        if let Some(want) = &o.integrity {
-            let blob = load::cached_gguf(&name).await?;
-            check_integrity(&blob, &name, want, progress).await?;
-        }
-        load_cached(&name, backend, o, progress).await?
-    } else {
-        let blob = as_blob(&source)?;
-        let name = o.name.clone().unwrap_or_else(|| {
-            Reflect::get(&blob, &"name".into())
-                .ok()
-                .and_then(|v| v.as_string())
-                .filter(|n| !n.is_empty())
-                .unwrap_or_else(|| "model.gguf".into())
-        });
-        if let Some(want) = &o.integrity {
-            check_integrity(&blob, &name, want, progress).await?;
-        }
-        let model = BlobModel::gguf(blob, &name).await.map_err(model_error)?;
-        load_blob(model, name, backend, o, progress).await?
-    };
-    check_abort()?;
-    let Loaded {
-        engine,
-        tokenizer: own_tokenizer,
-        template,
-        mut info,
-    } = loaded;
-    let tokenizer = match tokenizer {
-        Some(t) => {
-            // Every id the tokenizer makes must index the model's embedding and logits.
-            if t.vocab_size() > info.n_vocab {
-                return Err(WebError::new(
-                    "UnsupportedModel",
-                    format!(
-                        "the tokenizerUrl file has {} tokens and the model's vocabulary {}",
-                        t.vocab_size(),
-                        info.n_vocab
-                    ),
-                )
-                .into());
-            }
-            info.bos_token_id = t.bos();
-            info.eos_token_id = t.eos();
-            info.stop_token_ids = t.stop_ids().to_vec();
-            t
-        }
-        None => own_tokenizer,
-    };
-    info.gpu_bytes = engine.model.backend.bytes_used();
-    let state = Rc::new(State {
-        engine: RefCell::new(Some(engine)),
-        tokenizer,
-        template,
-        info,
-        device,
-        busy: Cell::new(false),
-        dispose_pending: Cell::new(false),
-        disposed: Cell::new(false),
-        stats: RefCell::new(Stats::default()),
-    });
-    // One pass so the pipelines are built before the first request is timed.
-    if o.warmup {
-        progress.send("warmup", 0.0, 1.0, "compiling the GPU kernels");
-        if let Err(e) = warmup(&state).await {
-            return Err(state.gpu_error(e).await.into());
-        }
-    }
-    state.stats.borrow_mut().load_ms = js_sys::Date::now() - start;
-    progress.send("ready", 1.0, 1.0, "ready");
-    Ok(WasmModel { state })
-}
-
-// The engine's `RefCell` stays borrowed across the GPU waits: `State::busy` (set by the caller)
-// keeps every other borrower out until this returns (they check it first, or only read
-// `stats`).
-#[allow(clippy::await_holding_refcell_ref)]
-async fn warmup(state: &State) -> Result<(), crate::Error> {
-    let mut guard = state.engine.borrow_mut();
-    let Some(engine) = guard.as_mut() else {
-        return Ok(());
-    };
-    let first = state.tokenizer.bos().unwrap_or(0);
-    let opts = GenerateOptions {
-        max_tokens: 1,
-        sampling: SamplerConfig::greedy(),
-        stop_ids: Vec::new(),
-    };
-    engine
-        .generate(&[first], &opts, |_| TokenControl::Continue)
-        .await?;
-    engine.reset();
-    Ok(())
 }
 
 /// What [`WasmModel::generate`] resolves to.

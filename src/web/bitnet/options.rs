@@ -1,4 +1,4 @@
-//! Reading the options and inputs that JS passes to [`super::load_model`] and
+//! Reading the options and inputs that JS passes to [`super::load::load_model`] and
 //! [`super::WasmModel::generate`].
 
 use js_sys::{Function, Reflect};
@@ -10,7 +10,7 @@ use super::super::errors::WebError;
 use crate::sampling::SamplerConfig;
 use crate::text::ChatMessage;
 
-/// Options of [`load_model`].
+/// Options of [`super::load::load_model`].
 pub(super) struct LoadOptions {
     pub(super) context_length: Option<usize>,
     pub(super) on_progress: Option<Function>,

@@ -4,27 +4,44 @@
 // RDRR) by a real `tritium serve-model`.
 //   (n) without WebGPU (Chromium launched without --enable-unsafe-webgpu) both demos show a
 //       readable WebGPUNotAvailable message;
-//   (c) chat: the model URL comes from the server's config, loading shows progress (phase,
-//       bytes, speed) and ends ready with the model listed as cached with its size; a prompt
-//       streams text into the reply, Stop ends it, the reply shows its speed; a screenshot is
-//       written to target/demos/chat.png (look at it);
+//   (c) chat: the model URL comes from the server's config; a model folder whose manifest
+//       claims shards far beyond the browser's quota (served here with CORS, no shard files)
+//       gives a readable QuotaExceeded message before any shard is requested, and nothing is
+//       listed as cached; Cancel is pressed while a download is in progress (the route holds one
+//       shard back until then): idle, a "Cancelled" notice, nothing cached; loading again
+//       resumes (the verified shard is not fetched again) with progress (phase, bytes of total,
+//       speed, ETA) and ends ready with the model listed as cached with its size, under the
+//       name the server's config gives; a prompt streams text into the reply, Stop ends it,
+//       the reply shows prefill and decode tokens/s and the time to first token; a second
+//       prompt (Max new tokens 1) continues the conversation, both turns shown, reusing the
+//       first turn's KV cache; Delete asks first, then removes the model from the list and
+//       from OPFS. Screenshots: target/demos/chat.png (after the first reply),
+//       chat-multi-turn.png, chat-storage-full.png (look at them);
 //   (t) TL;DR: the widget summarizes the demo article's main text, with its service worker in
-//       control; then the network goes off and both servers stop, the page reloads from the
-//       service worker's cache and summarizes again with the model from OPFS.
-// SwiftShader takes tens of seconds per token, so the widget is given small budgets here
-// (max-input-tokens, max-tokens attributes) and the chat reply is stopped after its first text.
+//       control; scrolled down to a paragraph, the widget is still in view (sticky); the
+//       paragraph, selected, is summarized as the selection (tldr-selection.png); once it is
+//       cleared by a click on the article the page is summarized again, and the Medium length
+//       asks with another instruction than Short (the prompt's token count differs); then the
+//       network goes off and both servers stop, the page reloads from the service worker's
+//       cache and summarizes again with the model from OPFS.
+// SwiftShader takes seconds per token, so the widget is given small budgets here
+// (max-input-tokens, max-tokens attributes), the first chat reply is stopped after its first
+// text and the second is one token long.
 //
 //   npm run build && cargo build && node tests/browser/run-demos.mjs
 //
 // Environment: CHROMIUM (default /usr/bin/chromium), TRITIUM_PKG_DIR (default pkg/),
 // TRITIUM_BIN (default target/debug/tritium), DEMOS_TIMEOUT_S (default 1200).
-import { execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import {
+  copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync,
+} from 'node:fs';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { launch } from './harness.mjs';
+import { launch, serveModel as serveModelAt } from './harness.mjs';
 import { startDemoServer } from '../../scripts/demo-server.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -63,22 +80,11 @@ const watchdog = setTimeout(async () => {
   process.exit(1);
 }, timeoutS * 1000);
 
-// `tritium serve-model DIR --port 0`: resolves to { url, child } once it prints its port.
+// `tritium serve-model DIR --port 0`: { url, child } (the server is killed at the end).
 async function serveModel(dir) {
-  const child = spawn(bin, ['serve-model', dir, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(child);
-  let out = '';
-  return new Promise((ok, fail) => {
-    const timer = setTimeout(() => fail(new Error(`serve-model printed no port: ${out}`)), 30000);
-    const look = (d) => {
-      out += d;
-      const m = out.match(/https?:\/\/(?:127\.0\.0\.1|localhost):(\d+)/);
-      if (m) { clearTimeout(timer); ok({ url: `http://127.0.0.1:${m[1]}/`, child }); }
-    };
-    child.stdout.on('data', look);
-    child.stderr.on('data', look);
-    child.on('exit', (code) => { clearTimeout(timer); fail(new Error(`serve-model exited (${code}): ${out}`)); });
-  });
+  const served = await serveModelAt(bin, dir);
+  children.push(served.child);
+  return served;
 }
 
 /** Log page errors and console errors of `page` (prefixed with `tag`). */
@@ -88,6 +94,29 @@ function watch(page, tag) {
   page.on('crash', () => check(false, `${tag}: the page crashed`));
 }
 
+// A model folder over HTTP with CORS for any origin (as `tritium serve-model` answers):
+// { url, hits (every "METHOD /path" asked for), close }.
+async function serveFolder(dir) {
+  const hits = [];
+  const cors = { 'access-control-allow-origin': '*', 'access-control-allow-headers': '*',
+    'access-control-expose-headers': '*' };
+  const server = createServer((req, res) => {
+    const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+    hits.push(`${req.method} ${path}`);
+    if (req.method === 'OPTIONS') { res.writeHead(204, cors).end(); return; }
+    try {
+      const body = readFileSync(join(dir, basename(path)));
+      res.writeHead(200, { ...cors, 'content-type': path.endsWith('.json') ? 'application/json' : 'application/octet-stream',
+        'cache-control': 'no-store' }).end(body);
+    } catch {
+      res.writeHead(404, { ...cors, 'content-type': 'text/plain' }).end('not found');
+    }
+  });
+  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+  const close = () => new Promise((ok) => { server.close(() => ok()); server.closeAllConnections?.(); });
+  return { url: `http://127.0.0.1:${server.address().port}/`, hits, close };
+}
+
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
 try {
@@ -95,7 +124,8 @@ try {
   execFileSync(bin, ['convert', gguf, model], { stdio: ['ignore', 'ignore', 'inherit'] });
   const served = await serveModel(model);
   const modelUrl = served.url;
-  const demo = await startDemoServer({ pkg: pkgDir, config: { modelUrl, modelName: 'SmolLM2-135M-Instruct-Q4_1' } });
+  const modelName = 'SmolLM2-135M-Instruct-Q4_1';
+  const demo = await startDemoServer({ pkg: pkgDir, config: { modelUrl, modelName } });
   closers.push(demo.close);
   const base = demo.base;
   console.log(`model ${modelUrl}, demos ${base}/`);
@@ -151,52 +181,134 @@ try {
   await page.waitForFunction(() => document.body.dataset.state === 'idle', null, { timeout: 60000 });
   check(await page.inputValue('#model-url') === modelUrl, '(c) the model URL field holds the served default model');
   check(await page.locator('#notice [data-code]').count() === 0, '(c) no error notice with WebGPU');
-  // Cancel during the download, then load again (the download resumes).
-  await page.locator('#load-button').click();
-  await page.waitForFunction(() => document.getElementById('progress').dataset.phase === 'download'
-    || document.body.dataset.state !== 'loading', null, { timeout: 120000 });
-  if (await page.evaluate(() => document.body.dataset.state === 'loading')) {
-    await page.locator('#cancel-button').click();
-    await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: 120000 });
-    const after = await page.evaluate(() => ({ state: document.body.dataset.state,
-      code: document.querySelector('#notice [data-code]')?.dataset.code, hidden: document.getElementById('progress').hidden }));
-    check(after.state === 'idle' && after.code === 'AbortError' && after.hidden,
-      '(c) Cancel stops the load: idle, a "Cancelled" notice, the progress bar gone', JSON.stringify(after));
-  } else {
-    console.log('  (Cancel not checked: the load ended before its download was seen)');
-  }
-  await page.locator('#load-button').click();
-  const seen = [];
-  const loadStarted = Date.now();
-  for (;;) {
-    const s = await page.evaluate(() => ({
+  // Every state the progress box shows, however briefly (one entry per change).
+  await page.evaluate(() => {
+    const log = [];
+    window.progressLog = log;
+    const box = document.getElementById('progress');
+    new MutationObserver(() => {
+      const s = {
+        state: document.body.dataset.state,
+        phase: box.dataset.phase,
+        label: document.getElementById('progress-phase').textContent,
+        detail: document.getElementById('progress-detail').textContent,
+        value: document.getElementById('progress-bar').value,
+      };
+      if (!box.hidden && JSON.stringify(log.at(-1)) !== JSON.stringify(s)) log.push(s);
+    }).observe(box, { subtree: true, childList: true, characterData: true, attributes: true });
+  });
+  const chatState = () => page.evaluate(async () => {
+    const { listCached } = await import('/pkg/index.js');
+    return {
       state: document.body.dataset.state,
-      phase: document.getElementById('progress').dataset.phase,
-      label: document.getElementById('progress-phase').textContent,
-      detail: document.getElementById('progress-detail').textContent,
-      value: document.getElementById('progress-bar').value,
-    }));
-    if (s.state !== 'loading') { seen.push(s); break; }
-    if (s.phase && JSON.stringify(seen.at(-1)) !== JSON.stringify(s)) seen.push(s);
-    if (Date.now() - loadStarted > 600000) break;
-    await sleep(100);
+      code: document.querySelector('#notice [data-code]')?.dataset.code,
+      notice: document.getElementById('notice').innerText,
+      progressHidden: document.getElementById('progress').hidden,
+      listed: [...document.querySelectorAll('#cached li[data-id]')].map((li) => li.dataset.id),
+      cached: (await listCached()).map((m) => m.id),
+    };
+  });
+
+  // Storage full, for real: a copy of the model's folder whose manifest says each shard holds
+  // 4 TB, the shard files left out (the downloader checks the quota before it asks for one).
+  {
+    const huge = join(tmp, 'too-big');
+    mkdirSync(huge);
+    const manifest = JSON.parse(readFileSync(join(model, 'manifest.json'), 'utf8'));
+    let offset = 0;
+    for (const shard of manifest.shards) {
+      shard.size = 4e12;
+      shard.offset = offset;
+      offset += shard.size;
+    }
+    manifest.totalSize = offset;
+    writeFileSync(join(huge, 'manifest.json'), JSON.stringify(manifest));
+    for (const f of readdirSync(model).filter((f) => f.endsWith('.json') && f !== 'manifest.json')) {
+      copyFileSync(join(model, f), join(huge, f));
+    }
+    const tooBig = await serveFolder(huge);
+    closers.push(tooBig.close);
+    const { quota } = await page.evaluate(() => navigator.storage.estimate());
+    await page.fill('#model-url', tooBig.url);
+    await page.locator('#load-button').click();
+    await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: 120000 });
+    const s = await chatState();
+    console.log(`  ${offset / 1e12} TB claimed, quota ${(quota / 1e9).toFixed(1)} GB: ${JSON.stringify(s)}`);
+    check(quota < offset && s.state === 'error' && s.code === 'QuotaExceeded' && /Not enough storage for this model/.test(s.notice)
+      && /Delete cached models/.test(s.notice) && /It needs 8\.0 TB more; [\d.]+ GB are available/.test(s.notice) && s.progressHidden,
+    '(c) a model larger than the storage quota gives a readable QuotaExceeded message, the sizes in units', JSON.stringify(s));
+    check(tooBig.hits.includes('GET /manifest.json') && !tooBig.hits.some((h) => /shard_/.test(h)),
+      '(c) the quota is checked before any shard is requested', JSON.stringify(tooBig.hits));
+    check(s.listed.length === 0 && s.cached.length === 0, '(c) nothing is listed as cached after it', JSON.stringify(s));
+    await page.screenshot({ path: join(shots, 'chat-storage-full.png') });
+    await page.fill('#model-url', modelUrl);
   }
+
+  // Cancel during the download, then load again (the download resumes). The first shard
+  // request goes through, the others are held until Cancel has been pressed, so the load
+  // cannot end before it.
+  const isShard = (u) => u.href.startsWith(modelUrl) && /\/shard_\d+\.bin$/.test(u.pathname);
+  const held = [];
+  let shardsLetThrough = 0;
+  await context.route(isShard, (route) => {
+    if (shardsLetThrough === 0) {
+      shardsLetThrough += 1;
+      return route.continue();
+    }
+    held.push(route);
+    return undefined;
+  });
+  await page.evaluate(() => { window.progressLog.length = 0; });
+  await page.locator('#load-button').click();
+  await page.waitForFunction(() => window.progressLog.some((s) => s.phase === 'verify')
+    || document.body.dataset.state !== 'loading', null, { timeout: 120000 });
+  const beforeCancel = await page.evaluate(() => ({ state: document.body.dataset.state, log: window.progressLog }));
+  check(beforeCancel.state === 'loading' && held.length > 0
+    && beforeCancel.log.some((s) => s.phase === 'download' && /\d.* of \d/.test(s.detail)),
+  '(c) Cancel is pressed while the download is in progress (one shard verified, one held back)',
+  JSON.stringify({ state: beforeCancel.state, held: held.length, log: beforeCancel.log.slice(-3) }));
+  const heldUrls = [...new Set(held.map((r) => r.request().url()))];
+  await page.locator('#cancel-button').click();
+  await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: 120000 });
+  const afterCancel = await chatState();
+  check(afterCancel.state === 'idle' && afterCancel.code === 'AbortError' && afterCancel.progressHidden,
+    '(c) Cancel stops the load: idle, a "Cancelled" notice, the progress bar gone', JSON.stringify(afterCancel));
+  check(afterCancel.listed.length === 0 && afterCancel.cached.length === 0, '(c) the cancelled download is not listed as cached',
+    JSON.stringify(afterCancel));
+  await context.unroute(isShard);
+  for (const r of held) await r.abort().catch(() => {});
+
+  const shardRequestsBefore = requests.length;
+  await page.evaluate(() => { window.progressLog.length = 0; });
+  await page.locator('#load-button').click();
+  const loadStarted = Date.now();
+  await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: 600000 });
   const loadS = (Date.now() - loadStarted) / 1000;
-  const final = seen.at(-1);
-  const notice = await page.locator('#notice').innerText();
-  check(final?.state === 'ready', `(c) the model loads (${loadS.toFixed(1)} s)`, `${JSON.stringify(final)} ${notice}`);
+  const seen = await page.evaluate(() => window.progressLog);
+  const final = await chatState();
+  check(final.state === 'ready', `(c) the model loads (${loadS.toFixed(1)} s)`, JSON.stringify(final));
   const downloads = seen.filter((s) => s.phase === 'download');
   console.log(`  phases seen: ${[...new Set(seen.map((s) => s.phase).filter(Boolean))].join(', ')}; ` +
-    `last download line: ${downloads.at(-1)?.detail}`);
+    `resolve: ${seen.filter((s) => s.phase === 'resolve').at(-1)?.label}; last download line: ${downloads.at(-1)?.detail}`);
+  const refetched = [...new Set(requests.slice(shardRequestsBefore).filter((u) => isShard(new URL(u))))];
+  check(seen.some((s) => s.phase === 'resolve' && /\(1 already verified\)/.test(s.label))
+    && JSON.stringify(refetched) === JSON.stringify(heldUrls),
+  '(c) loading again resumes: the shard verified before Cancel is not fetched again',
+  JSON.stringify({ resolve: seen.filter((s) => s.phase === 'resolve').map((s) => s.label), refetched, heldUrls }));
   check(downloads.some((s) => /\d.* of \d/.test(s.detail) && /\/s/.test(s.detail)),
     '(c) the progress bar shows bytes of total and speed while downloading', JSON.stringify(downloads.slice(-3)));
-  check(seen.some((s) => s.value > 0 && s.value < 1) || downloads.length > 0, '(c) the progress bar moves');
+  check(downloads.some((s) => /ETA \d+(\.\d+)? (ms|s|min)/.test(s.detail)), '(c) the progress bar shows an ETA while downloading',
+    JSON.stringify(downloads.slice(-3)));
+  check(seen.some((s) => s.value > 0 && s.value < 1), '(c) the progress bar moves', JSON.stringify(seen.slice(-3)));
   check(/ready/.test(await page.locator('#model-status').innerText()), '(c) the status line says ready');
   await page.waitForFunction(() => document.querySelectorAll('#cached li[data-id]').length > 0, null, { timeout: 30000 })
     .catch(() => {});
   const cached = await page.locator('#cached li[data-id]').allInnerTexts();
   check(cached.length >= 1 && cached.some((t) => /\d+(\.\d)? MB/.test(t)), '(c) the model is listed as cached with its size',
     JSON.stringify(cached));
+  const status = await page.locator('#model-status').innerText();
+  check(JSON.stringify(final.cached) === JSON.stringify([modelName]) && status.startsWith(`${modelName} ready`),
+    '(c) the default model is kept and shown under the name the demo server\'s config gives', JSON.stringify({ final, status }));
 
   // A short conversation: SwiftShader needs seconds per prompt token.
   await page.locator('.settings summary').click();
@@ -219,18 +331,71 @@ try {
   await page.locator('#stop-button').click();
   const stopAt = Date.now();
   await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 300000 });
-  const reply = await page.evaluate(() => {
-    const li = [...document.querySelectorAll('.message.assistant')].at(-1);
-    return { reason: li.dataset.finishReason, text: li.querySelector('.bubble').textContent, stats: li.querySelector('.stats')?.textContent };
-  });
+  const conversation = () => page.evaluate(() => [...document.querySelectorAll('#messages .message')].map((li) => ({
+    role: li.classList.contains('user') ? 'user' : 'assistant',
+    text: li.querySelector('.bubble').textContent,
+    reason: li.dataset.finishReason,
+    stats: li.querySelector('.stats')?.textContent,
+  })));
+  const reply = (await conversation()).at(-1);
   console.log(`  stopped after ${((Date.now() - stopAt) / 1000).toFixed(1)} s: ${JSON.stringify(reply)}`);
   check(reply.reason === 'abort', '(c) Stop ends the reply with finish reason abort', JSON.stringify(reply));
   check(reply.text.startsWith(streamed.trim().slice(0, 3)), '(c) the streamed text stays in the conversation');
-  check(/first token/.test(reply.stats ?? '') && /tok\/s/.test(reply.stats ?? ''),
-    '(c) the reply shows first-token time and tokens/s', reply.stats);
+  const number = String.raw`\d+(\.\d+)?`;
+  check(new RegExp(`prefill ${number} tok/s`).test(reply.stats ?? '') && new RegExp(`decode ${number} tok/s`).test(reply.stats ?? '')
+    && new RegExp(`first token ${number} (ms|s|min)`).test(reply.stats ?? ''),
+  '(c) the reply shows prefill and decode tokens/s separately and the time to first token', reply.stats);
   check(await page.locator('#send-button').isEnabled(), '(c) Send is enabled again after Stop');
   await page.screenshot({ path: join(shots, 'chat.png') });
   console.log(`  screenshot: ${join(shots, 'chat.png')}`);
+
+  // A second turn, one token long (Max new tokens 1): it continues the conversation.
+  await page.locator('.settings summary').click();
+  await page.locator('#max-tokens').fill('1');
+  await page.locator('.settings summary').click();
+  await page.locator('#prompt').fill('Thanks');
+  await page.locator('#prompt').press('Enter');
+  await page.waitForFunction(() => document.body.dataset.state === 'generating', null, { timeout: 10000 });
+  const turn2Started = Date.now();
+  await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 600000 });
+  const turns = await conversation();
+  const second = turns.at(-1);
+  console.log(`  second reply after ${((Date.now() - turn2Started) / 1000).toFixed(1)} s: ${JSON.stringify(second)}`);
+  check(JSON.stringify(turns.map((t) => t.role)) === '["user","assistant","user","assistant"]'
+    && turns[0].text === 'Hi' && turns[1].text === reply.text && turns[2].text === 'Thanks',
+  '(c) a second prompt continues the conversation: both turns are shown in order', JSON.stringify(turns));
+  check(second.reason === 'length' && second.text.trim().length > 0 && second.text !== '(no text)'
+    && /\b1 token\b/.test(second.stats ?? '') && /hit the token limit/.test(second.stats ?? ''),
+  '(c) the second reply arrives, one token long as Max new tokens says', JSON.stringify(second));
+  check(new RegExp(`prefill ${number} tok/s`).test(second.stats ?? '') && !/decode/.test(second.stats ?? ''),
+    '(c) a one-token reply shows its prefill rate and no decode rate (it had no decode step)', second.stats);
+  const reused = Number(/(\d+) prompt tokens reused/.exec(second.stats ?? '')?.[1] ?? 0);
+  check(reused > 0, `(c) the second turn reuses the first turn's KV cache (${reused} prompt tokens reused)`, second.stats);
+  await page.screenshot({ path: join(shots, 'chat-multi-turn.png') });
+  console.log(`  screenshot: ${join(shots, 'chat-multi-turn.png')}`);
+
+  // Delete from the picker: it asks first (dismissed: nothing happens), then removes the model.
+  const id = await page.locator('#cached li[data-id]').first().getAttribute('data-id');
+  const dialogs = [];
+  const answer = (accept) => page.once('dialog', (d) => {
+    dialogs.push(d.message());
+    return accept ? d.accept() : d.dismiss();
+  });
+  answer(false);
+  await page.locator('#cached li[data-id] button.danger').first().click();
+  await sleep(500);
+  const kept = await chatState();
+  check(dialogs.length === 1 && dialogs[0].includes(id) && /\d MB/.test(dialogs[0]) && kept.listed.includes(id)
+    && kept.cached.includes(id),
+  '(c) Delete asks first, naming the model and its size; dismissed, the model stays',
+  JSON.stringify({ dialogs, id, kept }));
+  answer(true);
+  await page.locator('#cached li[data-id] button.danger').first().click();
+  await page.waitForFunction((gone) => ![...document.querySelectorAll('#cached li[data-id]')].some((li) => li.dataset.id === gone),
+    id, { timeout: 30000 }).catch(() => {});
+  const afterDelete = await chatState();
+  check(dialogs.length === 2 && !afterDelete.listed.includes(id) && !afterDelete.cached.includes(id) && !afterDelete.code,
+    '(c) Delete, confirmed, removes the model from the list and from OPFS', JSON.stringify({ id, afterDelete }));
 
   // (t) TL;DR, online: the service worker takes control, the widget summarizes the article.
   watch(page, 'tldr');
@@ -251,6 +416,11 @@ try {
       const w = document.querySelector('tldr-widget');
       w.setAttribute('max-input-tokens', '8');
       w.setAttribute('max-tokens', '2');
+      window.lastSummary = null;
+      w.addEventListener('tldr-summary', (e) => {
+        const { source, done } = e.detail;
+        window.lastSummary = { source, finishReason: done?.finishReason, usage: done?.usage };
+      }, { once: true });
     });
     const started = Date.now();
     await page.locator('tldr-widget #go').click();
@@ -260,15 +430,51 @@ try {
       const w = document.querySelector('tldr-widget');
       const s = w.shadowRoot;
       return { state: w.state, summary: s.getElementById('summary').textContent, meta: s.getElementById('meta').textContent,
-        error: s.getElementById('error').innerText };
+        error: s.getElementById('error').innerText, length: s.getElementById('length').value, event: window.lastSummary };
     });
     console.log(`  ${tag}: ${((Date.now() - started) / 1000).toFixed(1)} s, ${JSON.stringify(r)}`);
     return r;
   };
   const online = await summarize('online');
   check(online.state === 'done' && online.summary.trim().length > 0, '(t) the widget summarizes the page', JSON.stringify(online));
-  check(/Summary of this page/.test(online.meta), '(t) it says it summarized the page', online.meta);
+  check(/Summary of this page/.test(online.meta) && online.event?.source === 'page', '(t) it says it summarized the page',
+    JSON.stringify(online));
   await page.screenshot({ path: join(shots, 'tldr.png') });
+
+  // (t) The selection: a paragraph selected through the Selection API, then Summarize clicked.
+  const selected = await page.evaluate(() => {
+    const p = [...document.querySelectorAll('article p')].find((e) => e.textContent.includes('Sailors also needed'));
+    p.scrollIntoView({ block: 'center' });
+    const range = document.createRange();
+    range.selectNodeContents(p);
+    getSelection().removeAllRanges();
+    getSelection().addRange(range);
+    return getSelection().toString().trim();
+  });
+  const inView = await page.evaluate(() => {
+    const r = document.querySelector('tldr-widget').shadowRoot.getElementById('go').getBoundingClientRect();
+    return { scrollY: Math.round(scrollY), top: Math.round(r.top), bottom: Math.round(r.bottom), height: innerHeight };
+  });
+  check(inView.scrollY > 0 && inView.top >= 0 && inView.bottom <= inView.height,
+    '(t) scrolled down to the paragraph, the widget\'s Summarize button stays in view', JSON.stringify(inView));
+  const fromSelection = await summarize('selection');
+  check(selected.startsWith('Sailors also needed') && fromSelection.state === 'done' && fromSelection.summary.trim().length > 0
+    && fromSelection.event?.source === 'selection' && /Summary of the selection/.test(fromSelection.meta),
+  '(t) with a paragraph selected, the widget summarizes the selection and says so', JSON.stringify(fromSelection));
+  await page.screenshot({ path: join(shots, 'tldr-selection.png') });
+
+  // (t) A click on the article clears the selection: the page again, now at the Medium length.
+  await page.locator('article h1').click();
+  const cleared = await page.evaluate(() => getSelection().toString() === '');
+  await page.locator('tldr-widget #length').selectOption('medium');
+  const medium = await summarize('page, medium');
+  check(cleared && medium.state === 'done' && medium.event?.source === 'page' && /Summary of this page/.test(medium.meta),
+    '(t) once the selection is cleared, the widget summarizes the page again', JSON.stringify({ cleared, medium }));
+  const promptTokens = [online.event?.usage?.promptTokens, medium.event?.usage?.promptTokens];
+  check(medium.length === 'medium' && online.event?.source === 'page' && medium.event?.source === 'page'
+    && promptTokens.every((n) => n > 0) && promptTokens[0] !== promptTokens[1],
+    `(t) the length choice changes the request: Medium asks with another instruction (${promptTokens[1]} prompt tokens, Short ${promptTokens[0]})`,
+    JSON.stringify({ online: online.event, medium: medium.event }));
 
   // (t) Offline: network off, both servers gone, reload.
   await context.setOffline(true);

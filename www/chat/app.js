@@ -285,7 +285,8 @@ function statsLine(done, wallMs) {
   const u = done?.usage ?? {};
   const parts = [];
   if (t.prefillTokensPerSecond != null) parts.push(`prefill ${formatRate(t.prefillTokensPerSecond)} tok/s`);
-  if (t.decodeTokensPerSecond != null) parts.push(`decode ${formatRate(t.decodeTokensPerSecond)} tok/s`);
+  // A one-token reply has no decode step, so no decode rate (the package gives 0 for it).
+  if (t.decodeTokensPerSecond > 0) parts.push(`decode ${formatRate(t.decodeTokensPerSecond)} tok/s`);
   if (t.ttftMs != null) parts.push(`first token ${formatDuration(t.ttftMs / 1000)}`);
   if (u.completionTokens != null) parts.push(`${u.completionTokens} token${u.completionTokens === 1 ? '' : 's'}`);
   if (u.cachedTokens) parts.push(`${u.cachedTokens} prompt tokens reused`);

@@ -83,13 +83,20 @@ export function describeError(err) {
           + 'another browser with WebGPU enabled, and open the page over https or from localhost. '
           + `(${message})`,
       };
-    case 'QuotaExceeded':
+    case 'QuotaExceeded': {
+      // The error names the bytes still needed and those available: say them in units.
+      const needed = Number(err?.needed);
+      const available = Number(err?.available);
+      const sizes = Number.isFinite(needed) && Number.isFinite(available)
+        ? `It needs ${formatBytes(needed)} more; ${formatBytes(available)} are available. `
+        : '';
       return {
         code,
         title: 'Not enough storage for this model',
-        detail: 'The browser will not give this site enough space to keep the model. Delete cached '
+        detail: `The browser will not give this site enough space to keep the model. ${sizes}Delete cached `
           + `models you no longer need, or free disk space, then try again. (${message})`,
       };
+    }
     case 'AbortError':
       return { code, title: 'Cancelled', detail: message };
     case 'NetworkError':
@@ -126,10 +133,10 @@ export function describeError(err) {
 }
 
 /**
- * The name to keep a model URL under in OPFS, when the package cannot make one from the URL
- * itself (a server root such as http://127.0.0.1:8765/ has no path to name it by): the demo
- * server's model name for its default model, else the URL's host and port. Returns undefined
- * when the package's own name applies.
+ * The name to keep a model URL under in OPFS: the demo server's model name for its default
+ * model (the package would name a server root such as http://127.0.0.1:8765/ after its host
+ * and port), else undefined when the package can name the URL itself, else the URL's host and
+ * port.
  * @param {string} url
  * @param {{ modelUrl: string | null, modelName: string | null }} config
  * @param {(url: string) => Promise<string | null>} cacheIdFor the package's
@@ -142,10 +149,10 @@ export async function modelNameFor(url, config, cacheIdFor) {
     return undefined; // A cached model's id, not a URL.
   }
   if (!/^https?:$/.test(abs.protocol)) return undefined;
-  if (await cacheIdFor(abs.href)) return undefined;
   if (config.modelName && config.modelUrl && new URL(config.modelUrl, location.href).href === abs.href) {
     return config.modelName;
   }
+  if (await cacheIdFor(abs.href)) return undefined;
   const port = abs.port || (abs.protocol === 'https:' ? '443' : '80');
   return `${abs.hostname}_${port}${abs.pathname}`.replace(/[^A-Za-z0-9._-]+/g, '_').replace(/_+$/, '').slice(0, 128);
 }

@@ -134,10 +134,12 @@ class TldrWidget extends HTMLElement {
     this.controller = null;
     this.ui.go.addEventListener('click', () => this.summarize());
     this.ui.stop.addEventListener('click', () => this.controller?.abort());
-    // A click on the button can clear the page's selection: remember the last one made.
+    // A press on the widget's controls can clear the page's selection before the click
+    // arrives: keep the last selection while the widget has focus. One cleared elsewhere on
+    // the page (a click on the text) is forgotten, so the page is summarized again.
     this.onSelection = () => {
       const text = selectedText(this);
-      if (text) this.lastSelection = text;
+      if (text || !this.matches(':focus-within')) this.lastSelection = text;
     };
   }
 
@@ -317,7 +319,7 @@ class TldrWidget extends HTMLElement {
       const t = done?.timings ?? {};
       const parts = [picked.source === 'selection' ? 'Summary of the selection' : 'Summary of this page'];
       if (t.ttftMs != null) parts.push(`first token in ${formatDuration(t.ttftMs / 1000)}`);
-      if (t.decodeTokensPerSecond != null) parts.push(`${formatRate(t.decodeTokensPerSecond)} tok/s`);
+      if (t.decodeTokensPerSecond > 0) parts.push(`${formatRate(t.decodeTokensPerSecond)} tok/s`);
       if (done?.finishReason === 'length') parts.push('cut at the length limit');
       if (done?.finishReason === 'abort') parts.push('stopped');
       this.ui.meta.textContent = parts.join(' · ');

@@ -10,8 +10,12 @@
 //      `tritium bench generate MODEL --prompt P --decode N --ctx C`, P being the browser's prompt
 //      tokens and C its KV cache length (the same work on both sides).
 //      The ratio isolates the browser's overhead (WebGPU validation, Dawn, wasm, the worker).
+//      The two sides alternate for --rounds rounds (browser, native, browser, native, ...) so
+//      that a machine whose speed drifts (a shared VM, a build on the other core) slows both
+//      alike; the figure is the median browser tokens/s over the median native tokens/s, with
+//      every round's pair printed beside it.
 //
-//   npm run build && cargo build && node tests/browser/bench-browser.mjs [--decode N] [--json]
+//   npm run build && cargo build && node tests/browser/bench-browser.mjs [--decode N] [--rounds R] [--json]
 //
 // Environment: CHROMIUM, TRITIUM_PKG_DIR (default pkg/), TRITIUM_BIN (default: the newer of
 // target/release/tritium and target/debug/tritium). SwiftShader runs on the CPU (about 7
@@ -41,6 +45,7 @@ const arg = (name, fallback) => {
   return i >= 0 ? process.argv[i + 1] : fallback;
 };
 const nDecode = Number(arg('decode', 32));
+const rounds = Math.max(1, Number(arg('rounds', 3)));
 const prompt = 'The capital of France is';
 const asJson = process.argv.includes('--json');
 
@@ -121,35 +126,52 @@ try {
     `phases began at ${JSON.stringify(Object.fromEntries(Object.entries(warm.phases).map(([k, v]) => [k, Math.round(v)])))} ms`);
   report.load = { modelBytes, coldMs: cold.ms, warmMs: warm.ms, coldPhases: cold.phases, warmPhases: warm.phases };
 
-  // One short warm-up generation compiles the pipelines, then the measured one.
+  // One short warm-up generation compiles the pipelines; then the rounds.
   await page.evaluate(({ p }) => window.bench.decode(p, 2), { p: prompt });
-  await page.evaluate(() => window.model.resetChat());
-  const b = await page.evaluate(({ p, n }) => window.bench.decode(p, n), { p: prompt, n: nDecode });
-  const browserTps = b.timings?.decodeTokensPerSecond;
-  console.log(`browser (${adapter ?? '?'}): prompt ${b.usage?.promptTokens} tokens (${b.usage?.cachedTokens ?? 0} cached), ` +
-    `prefill ${b.timings?.prefillTokensPerSecond?.toFixed(2)} tok/s, decode ${b.usage?.completionTokens} tokens at ` +
-    `${browserTps?.toFixed(3)} tok/s (ttft ${b.timings?.ttftMs?.toFixed(0)} ms)`);
-  report.browser = { adapter, deviceInfo: warm.deviceInfo, ...b };
-  await page.evaluate(() => window.bench.unload());
-  await close();
-
-  // Native on Chromium's SwiftShader, the same prompt length and decode count.
-  const promptTokens = Math.max(1, b.usage?.promptTokens ?? 6);
   const contextLength = warm.modelInfo?.contextLength;
-  const nativeOut = execFileSync(bin, ['bench', 'generate', model, '--prompt', String(promptTokens),
-    '--decode', String(nDecode), '--batch', String(promptTokens),
+  const browserDecode = async () => {
+    await page.evaluate(() => window.model.resetChat());
+    return page.evaluate(({ p, n }) => window.bench.decode(p, n), { p: prompt, n: nDecode });
+  };
+  // Native on Chromium's SwiftShader, the same prompt length, decode count and cache length.
+  const nativeDecode = (promptTokens) => JSON.parse(execFileSync(bin, ['bench', 'generate', model,
+    '--prompt', String(promptTokens), '--decode', String(nDecode), '--batch', String(promptTokens),
     ...(contextLength ? ['--ctx', String(contextLength)] : []), '--json'], {
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'inherit'],
     env: { ...process.env, VK_ICD_FILENAMES: swiftshaderIcd, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? tmp },
-  });
-  const native = JSON.parse(nativeOut);
-  console.log(`native (${native.adapter}, context ${native.context}): prefill ${native.prefill_tokens_per_s.toFixed(2)} tok/s, decode ` +
-    `${native.decode_tokens} tokens at ${native.decode_tokens_per_s.toFixed(3)} tok/s`);
-  report.native = native;
-  const ratio = browserTps / native.decode_tokens_per_s;
+  }));
+  const pairs = [];
+  for (let r = 1; r <= rounds; r++) {
+    const b = await browserDecode();
+    const promptTokens = Math.max(1, b.usage?.promptTokens ?? 6);
+    const n = nativeDecode(promptTokens);
+    const pair = { browser: b.timings?.decodeTokensPerSecond, native: n.decode_tokens_per_s };
+    pair.ratio = pair.browser / pair.native;
+    pairs.push(pair);
+    console.log(`round ${r}/${rounds}: browser (${adapter ?? '?'}) prompt ${b.usage?.promptTokens} tokens, prefill ` +
+      `${b.timings?.prefillTokensPerSecond?.toFixed(2)} tok/s, decode ${b.usage?.completionTokens} tokens at ` +
+      `${pair.browser?.toFixed(3)} tok/s (ttft ${b.timings?.ttftMs?.toFixed(0)} ms); native (${n.adapter}, ` +
+      `context ${n.context}) prefill ${n.prefill_tokens_per_s.toFixed(2)} tok/s, decode ${n.decode_tokens} tokens at ` +
+      `${pair.native.toFixed(3)} tok/s; ratio ${pair.ratio.toFixed(2)}`);
+    if (r === rounds) {
+      report.browser = { adapter, deviceInfo: warm.deviceInfo, ...b };
+      report.native = n;
+    }
+  }
+  const median = (xs) => {
+    const s = [...xs].sort((a, b) => a - b);
+    return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+  };
+  const browserTps = median(pairs.map((p) => p.browser));
+  const nativeTps = median(pairs.map((p) => p.native));
+  const ratio = browserTps / nativeTps;
+  report.rounds = pairs;
   report.ratio = ratio;
-  console.log(`browser / native decode on SwiftShader: ${ratio.toFixed(2)} (target >= 0.90)`);
+  console.log(`browser / native decode on SwiftShader: median ${browserTps.toFixed(3)} / ${nativeTps.toFixed(3)} tok/s = ` +
+    `${ratio.toFixed(2)} (target >= 0.90); per round ${pairs.map((p) => p.ratio.toFixed(2)).join(', ')}`);
+  await page.evaluate(() => window.bench.unload());
+  await close();
   if (asJson) console.log(JSON.stringify(report, null, 1));
 } finally {
   await close();

@@ -73,10 +73,23 @@ pub struct PullArgs {
     pub json: bool,
 }
 
-/// A multi-threaded tokio runtime for the network commands.
+/// A multi-threaded tokio runtime for the network commands: a worker per core, 2 to 8. The
+/// workers receive the parallel shards and write them to the store (hashing has threads of
+/// its own).
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    runtime_with(network_workers())
+}
+
+/// The worker threads of [`runtime`].
+pub(crate) fn network_workers() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    cores.clamp(2, 8)
+}
+
+/// A multi-threaded tokio runtime with `workers` worker threads.
+pub(crate) fn runtime_with(workers: usize) -> Result<tokio::runtime::Runtime, Error> {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))

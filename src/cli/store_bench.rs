@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Serialize;
 
-use super::store::runtime;
+use super::store::{network_workers, runtime, runtime_with};
 use crate::formats::rdrr::{HashAlgorithm, RdrrWriter, StreamHasher, WriterOptions};
 use crate::formats::source::MemoryFiles;
 use crate::storage::download::{download_rdrr, DownloadOptions, ReqwestClient};
@@ -206,17 +206,20 @@ fn fetch_in(tmp: &Path, args: &FetchBenchArgs, alg: HashAlgorithm) -> Result<Exi
             .collect(),
     );
 
+    // The server on threads of its own, as `tritium serve-model` or any server would be: it
+    // must not take the downloader's workers.
+    let server_rt = runtime_with(4)?;
+    let listener = server_rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .map_err(io)?;
+    let addr = listener.local_addr().map_err(io)?;
+    let app = axum::Router::new().fallback(serve_file).with_state(served);
+    let server = server_rt.spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
     let rt = runtime()?;
     let client = ReqwestClient::new().map_err(|e| Error::Usage(e.message))?;
     let rows = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(io)?;
-        let addr = listener.local_addr().map_err(io)?;
-        let app = axum::Router::new().fallback(serve_file).with_state(served);
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
         let url = format!("http://{addr}/");
         let mut rows = Vec::new();
         for (i, check_groups) in [(0, true), (1, false)] {
@@ -253,18 +256,20 @@ fn fetch_in(tmp: &Path, args: &FetchBenchArgs, alg: HashAlgorithm) -> Result<Exi
             "parallel": args.parallel,
             "algorithm": alg.display_name(),
             "dir": tmp.display().to_string(),
+            "downloader_workers": network_workers(),
             "hash_mb_per_s": hash_mbs,
             "results": rows,
         });
         println!("{v}");
     } else {
         println!(
-            "{:.0} MiB RDRR model, {} MiB shards, {} at once, {} hashes, loopback HTTP, into a \
-             store in {}",
+            "{:.0} MiB RDRR model, {} MiB shards, {} at once, {} hashes, loopback HTTP (the \
+             server on 4 threads of its own, the downloader on {}), into a store in {}",
             bytes as f64 / (1 << 20) as f64,
             args.shard_mib,
             args.parallel,
             alg.display_name(),
+            network_workers(),
             tmp.display()
         );
         println!(

@@ -3,8 +3,9 @@
 // environment.md.
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { extname, join, resolve, sep } from 'node:path';
 import { chromium } from 'playwright-core';
 
@@ -100,4 +101,27 @@ export function checker({ timed = false } = {}) {
     return counts.failed ? 1 : 0;
   };
   return { check, counts, summary };
+}
+
+// Where the package runners find things: the repository, cargo's target folder, the built
+// package (TRITIUM_PACKAGE_DIR, default pkg/), the tritium binary (TRITIUM_BIN, default the
+// debug build), Chromium (CHROMIUM) and the default model's GGUF.
+const repoDir = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const targetDir = process.env.CARGO_TARGET_DIR ?? join(repoDir, 'target');
+export const paths = {
+  repo: repoDir,
+  target: targetDir,
+  pkgDir: resolve(process.env.TRITIUM_PACKAGE_DIR ?? join(repoDir, 'pkg')),
+  bin: process.env.TRITIUM_BIN ?? join(targetDir, 'debug', 'tritium'),
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  gguf: join(repoDir, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf'),
+};
+
+// Fail `check` for each of `files` that does not exist; true when all do.
+export function requireFiles(check, files) {
+  let ok = true;
+  for (const p of files) {
+    if (!existsSync(p)) ok = check(false, `missing ${p} (run scripts/setup.sh, npm run build, cargo build)`) && ok;
+  }
+  return ok;
 }

@@ -26,31 +26,23 @@
 // TRITIUM_BIN (default target/debug/tritium), PACKAGE_TIMEOUT_S (default 900).
 import { createHash } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { checker, launch, serve, serveModel } from './harness.mjs';
+import { checker, launch, paths, requireFiles, serve, serveModel } from './harness.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const repo = resolve(here, '..', '..');
-const target = process.env.CARGO_TARGET_DIR ?? join(repo, 'target');
-const pkgDir = resolve(process.env.TRITIUM_PACKAGE_DIR ?? join(repo, 'pkg'));
-const bin = process.env.TRITIUM_BIN ?? join(target, 'debug', 'tritium');
-const executablePath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const { pkgDir, bin, executablePath, gguf } = paths;
 const timeoutS = Number(process.env.PACKAGE_TIMEOUT_S ?? 900);
-const modelsDir = join(repo, 'models');
-const ggufName = 'SmolLM2-135M-Instruct.Q4_1.gguf';
-const gguf = join(modelsDir, ggufName);
+const modelsDir = dirname(gguf);
+const ggufName = basename(gguf);
 const prompt = 'The capital of France is';
 // A chat turn the model answers in a few tokens and ends (native finish 'stop'), for ignoreEos.
 const shortTurn = [{ role: 'user', content: 'Reply with one word: yes or no?' }];
 
-const { check, counts, summary } = checker({ timed: true });
-for (const p of [join(pkgDir, 'index.js'), executablePath, bin, gguf]) {
-  try { statSync(p); } catch { check(false, `missing ${p} (run scripts/setup.sh, npm run build, cargo build)`); }
-}
-if (counts.failed) process.exit(summary());
+const { check, summary } = checker({ timed: true });
+if (!requireFiles(check, [join(pkgDir, 'index.js'), executablePath, bin, gguf])) process.exit(summary());
 
 const tmp = mkdtempSync(join(tmpdir(), 'tritium-package-options-'));
 const children = [];

@@ -24,36 +24,23 @@
 // Environment: CHROMIUM (default /usr/bin/chromium), TRITIUM_PACKAGE_DIR (default pkg),
 // TRITIUM_BIN (default target/debug/tritium), PACKAGE_TIMEOUT_S (default 600).
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdtempSync, openSync, readdirSync, readSync, rmSync, statSync, writeSync, closeSync } from 'node:fs';
+import { cpSync, mkdtempSync, openSync, readdirSync, readSync, rmSync, writeSync, closeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { launch, serve, serveModel as serveModelAt } from './harness.mjs';
+import { checker, launch, paths, requireFiles, serve, serveModel as serveModelAt } from './harness.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const repo = resolve(here, '..', '..');
-const target = process.env.CARGO_TARGET_DIR ?? join(repo, 'target');
-const pkgDir = resolve(process.env.TRITIUM_PACKAGE_DIR ?? join(repo, 'pkg'));
-const bin = process.env.TRITIUM_BIN ?? join(target, 'debug', 'tritium');
-const executablePath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const { pkgDir, bin, executablePath, gguf } = paths;
 const timeoutS = Number(process.env.PACKAGE_TIMEOUT_S ?? 600);
-const gguf = join(repo, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf');
 const prompt = 'The capital of France is';
 const n = 3;
 
-let passed = 0;
-let failed = 0;
-const t0 = Date.now();
-const at = () => `[${((Date.now() - t0) / 1000).toFixed(0)} s]`;
-const check = (ok, what, detail = '') => {
-  if (ok) { passed += 1; console.log(`ok   ${at()} ${what}`); } else { failed += 1; console.error(`FAIL ${at()} ${what}${detail ? `: ${detail}` : ''}`); }
-  return ok;
-};
-for (const p of [join(pkgDir, 'index.js'), join(pkgDir, 'wasm', 'tritium_bg.wasm'), executablePath, bin, gguf]) {
-  try { statSync(p); } catch { check(false, `missing ${p} (run scripts/setup.sh, npm run build, cargo build)`); }
+const { check, summary } = checker({ timed: true });
+if (!requireFiles(check, [join(pkgDir, 'index.js'), join(pkgDir, 'wasm', 'tritium_bg.wasm'), executablePath, bin, gguf])) {
+  process.exit(summary());
 }
-if (failed) { console.log(`0 passed, ${failed} failed`); process.exit(1); }
 
 const tmp = mkdtempSync(join(tmpdir(), 'tritium-package-'));
 const children = [];
@@ -318,5 +305,4 @@ try {
 clearTimeout(watchdog);
 pageServer.close();
 cleanup();
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+process.exit(summary());

@@ -14,29 +14,19 @@
 // Environment: CHROMIUM (default /usr/bin/chromium), TRITIUM_PACKAGE_DIR (default pkg),
 // TRITIUM_BIN (default target/debug/tritium), VITE_TIMEOUT_S (default 600).
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { build, createServer } from 'vite';
-import { checker, launch, serve, serveModel } from './harness.mjs';
+import { checker, launch, paths, requireFiles, serve, serveModel } from './harness.mjs';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const repo = resolve(here, '..', '..');
-const target = process.env.CARGO_TARGET_DIR ?? join(repo, 'target');
-const pkgDir = resolve(process.env.TRITIUM_PACKAGE_DIR ?? join(repo, 'pkg'));
-const bin = process.env.TRITIUM_BIN ?? join(target, 'debug', 'tritium');
-const executablePath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const { target, pkgDir, bin, executablePath, gguf } = paths;
 const timeoutS = Number(process.env.VITE_TIMEOUT_S ?? 600);
-const gguf = join(repo, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf');
 const prompt = 'The capital of France is';
 const n = 3;
 
-const { check, counts, summary } = checker({ timed: true });
-for (const p of [join(pkgDir, 'index.js'), executablePath, bin, gguf]) {
-  try { statSync(p); } catch { check(false, `missing ${p} (run scripts/setup.sh, npm run build, cargo build)`); }
-}
-if (counts.failed) process.exit(summary());
+const { check, summary } = checker({ timed: true });
+if (!requireFiles(check, [join(pkgDir, 'index.js'), executablePath, bin, gguf])) process.exit(summary());
 
 // The app: a page and a module that imports the package by its name.
 const app = join(target, 'vite-app');

@@ -26,6 +26,13 @@
 // first query head of each KV group writes them into the cache for later passes (nothing in
 // this dispatch reads the cache at pos0).
 //
+// Quantized output (quantize == 1, with n_splits > 1 and head_dim a multiple of 32): the
+// combine also writes the int8 activation records of its output (quant/q8.wgsl's layout, for
+// the rows of n_heads * head_dim values of each token) into src3, for the integer-dot product
+// that reads the attention's output (attn_output); with q8_quarter.wgsl's arithmetic, on the
+// f32 values it writes to `out`, so the records are those quantize_q8.wgsl makes of `out`,
+// bit for bit, and that product's own quantization dispatch goes.
+//
 // RoPE (rope_dim > 0): the new keys are rotated as they are appended and each query as it is
 // loaded, with rope.wgsl's pairs and arithmetic, so the rope dispatches of q and k and their
 // barriers go; the q and k buffers themselves are left as they were.
@@ -50,7 +57,8 @@
 //   7  partials: (n_tokens, n_heads, n_splits, head_dim / 4) vec4 acc, then
 //      (n_tokens, n_heads, n_splits) vec4 (m, l, 0, 0)
 //   8  freqs: (rope_dim / 2) vec2<u32>, rope.wgsl's table (any buffer without RoPE)
-//   9  src3: fused attend: new K (1, n_kv_heads, head_dim) f32; otherwise unused
+//   9  src3: fused attend: new K (1, n_kv_heads, head_dim) f32 bits; quantized combine: the
+//      output's q8 records (n_tokens, record words), written; otherwise unused
 
 struct AttentionParams {
     mode: u32,
@@ -66,7 +74,7 @@ struct AttentionParams {
     rope_dim: u32, // dimensions rotated (0: no RoPE here)
     rope_neox: u32, // 1: pairs (i, i + rope_dim/2); 0: pairs (2i, 2i+1)
     fused: u32, // attend: 1 also appends the one new token's K and V (decode)
-    pad0: u32,
+    quantize: u32, // combine: 1 also writes the output's q8 records into src3
     pad1: u32,
     pad2: u32,
 }
@@ -80,7 +88,7 @@ struct AttentionParams {
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 @group(0) @binding(7) var<storage, read_write> partials: array<vec4<f32>>;
 @group(0) @binding(8) var<storage, read> freqs: array<vec2<u32>>;
-@group(0) @binding(9) var<storage, read> src3: array<f32>;
+@group(0) @binding(9) var<storage, read_write> src3: array<u32>;
 
 // Keys per tile: 256, or 4 per invocation in narrower workgroups (CPU adapters). At least 64
 // (the combine keeps its pieces' weights in `scores`).
@@ -141,7 +149,7 @@ fn input(which: u32, i: u32) -> f32 {
     if (which == 1u) {
         return src2[i];
     }
-    return src3[i];
+    return bitcast<f32>(src3[i]);
 }
 
 // Value j of the head row starting at `row` of input `which`, rotated for position pos when
@@ -405,18 +413,13 @@ fn attend(wid: vec3<u32>, lid: u32) {
     workgroupBarrier();
     let piece_at = (token * p.n_heads + head) * p.n_splits + split;
     for (var i = lid; i < d4; i = i + WG) {
-        var o = vec4<f32>(0.0);
-        for (var k = 0u; k < lanes; k = k + 1u) {
-            o = o + lane_acc[k * d4 + i];
-        }
         if (p.n_splits == 1u) {
-            let b = qbase + 4u * i;
-            let r = o / l;
-            out[b] = r.x;
-            out[b + 1u] = r.y;
-            out[b + 2u] = r.z;
-            out[b + 3u] = r.w;
+            store4(qbase + 4u * i, head_value(i, lanes, l));
         } else {
+            var o = vec4<f32>(0.0);
+            for (var k = 0u; k < lanes; k = k + 1u) {
+                o = o + lane_acc[k * d4 + i];
+            }
             partials[piece_at * d4 + i] = o;
         }
     }
@@ -483,15 +486,51 @@ fn combine(wid: vec3<u32>, lid: u32) {
     }
     workgroupBarrier();
     let base = (token * p.n_heads + head) * p.head_dim;
-    for (var j = lid; j < d4; j = j + WG) {
-        var sum = vec4<f32>(0.0);
-        for (var k = 0u; k < groups; k = k + 1u) {
-            sum = sum + lane_acc[k * d4 + j];
+    if (p.quantize == 0u) {
+        for (var j = lid; j < d4; j = j + WG) {
+            store4(base + 4u * j, head_value(j, groups, l));
         }
-        let r = sum / l;
-        out[base + 4u * j] = r.x;
-        out[base + 4u * j + 1u] = r.y;
-        out[base + 4u * j + 2u] = r.z;
-        out[base + 4u * j + 3u] = r.w;
+        return;
     }
+    // Invocation i < head_dim / 8 holds values 8i .. 8i + 7 of the head, a quarter of a
+    // block of 32 (head_dim is a multiple of 32, so the head's blocks are whole and four
+    // consecutive invocations hold one); every invocation takes part in the block maxima.
+    let holds = lid < d4 / 2u;
+    var v0 = vec4<f32>(0.0);
+    var v1 = vec4<f32>(0.0);
+    if (holds) {
+        v0 = head_value(2u * lid, groups, l);
+        v1 = head_value(2u * lid + 1u, groups, l);
+        store4(base + 8u * lid, v0);
+        store4(base + 8u * lid + 4u, v1);
+    }
+    let s = q8_quarter_scale(lid, v0, v1);
+    if (holds) {
+        let cols = p.n_heads * p.head_dim;
+        let rec = token * (cols / 4u + 4u * ((cols + 127u) / 128u));
+        let e = head * p.head_dim + 8u * lid; // first value, in the token's row
+        src3[rec + e / 4u] = q8_pack4(v0, s);
+        src3[rec + e / 4u + 1u] = q8_pack4(v1, s);
+        if (lid % 4u == 0u) {
+            src3[rec + cols / 4u + e / 32u] = q8_scale_word(s);
+        }
+    }
+}
+
+// Output vec4 j of a head: the sum of `count` partial sums in lane_acc (stride head_dim / 4)
+// over the softmax denominator l.
+fn head_value(j: u32, count: u32, l: f32) -> vec4<f32> {
+    let d4 = p.head_dim / 4u;
+    var sum = vec4<f32>(0.0);
+    for (var k = 0u; k < count; k = k + 1u) {
+        sum = sum + lane_acc[k * d4 + j];
+    }
+    return sum / l;
+}
+
+fn store4(b: u32, r: vec4<f32>) {
+    out[b] = r.x;
+    out[b + 1u] = r.y;
+    out[b + 2u] = r.z;
+    out[b + 3u] = r.w;
 }

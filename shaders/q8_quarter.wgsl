@@ -6,7 +6,9 @@
 // iscale), -127, 127), d = 1 / iscale; a block with amax < 1e-30 (or not finite) is all zeros
 // with d = 0. WG at most 256.
 
-var<workgroup> q8_amax: array<f32, 256>;
+// One slot per invocation, sized by the workgroup (WebGPU zero-initializes workgroup memory
+// at the start of every workgroup, so a CPU adapter's narrow workgroups pay only for theirs).
+var<workgroup> q8_amax: array<f32, WG>;
 
 // iscale of the block whose quarter v0, v1 this invocation holds (0: all zeros). Every
 // invocation of the workgroup calls it (a barrier); reusing q8_amax needs another barrier.

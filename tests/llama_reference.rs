@@ -568,3 +568,67 @@ fn gpu_backend_agrees_with_cpu() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Decoding with the attention cut into pieces, as GPUs decode (a CPU adapter attends in one
+/// piece unless told otherwise), so that the attention's combine writes the int8 records of
+/// its output for `attn_output`'s integer-dot product instead of a quantization dispatch
+/// (`attention.wgsl`'s quantized combine): every position of the France prompt and llama.cpp's
+/// greedy continuation, one decode pass per token, with the fusion on and off. The records are
+/// the same bits either way (ops/attention in `tritium selftest` checks them against the CPU's
+/// `quantize_q8`), so the logits must be identical, not close: a record read before it is
+/// written, or the wrong tensor's, changes them. And the fused decode must pick llama.cpp's
+/// greedy tokens over the confident prefix (as `gpu_backend_agrees_with_cpu` requires of the
+/// CLI's decode).
+#[test]
+fn attention_writing_q8_records_decodes_as_the_quantize_dispatch() {
+    use tritium::backend::gpu::GpuBackend;
+    use tritium::engine::Engine;
+    use tritium::formats::gguf::GgufFile;
+    use tritium::gpu::{DeviceOptions, GpuContext};
+    use tritium::model::{GgufTensors, Model, ModelConfig};
+
+    let g = golden("Q4_1");
+    let bytes = std::fs::read(model(&g)).unwrap();
+    let file = GgufFile::read(&bytes).unwrap();
+    let c = g.cases.iter().find(|c| c.prompt == FRANCE).unwrap();
+    let seq: Vec<u32> = c.prompt_ids.iter().chain(&c.greedy_ids).copied().collect();
+    let decode = |fuse: bool| -> Vec<f32> {
+        let ctx = pollster::block_on(GpuContext::new(&DeviceOptions::default())).unwrap();
+        // One token per pass: every position is a decode pass.
+        let mut b = GpuBackend::new(ctx, 1).unwrap();
+        assert!(
+            b.int_dot(),
+            "the integer-dot decode path is off on this adapter"
+        );
+        b.set_attention_splits(Some(3));
+        b.set_fuse_attention_q8(fuse);
+        let config = ModelConfig::from_gguf(&file).unwrap();
+        let tensors = GgufTensors {
+            file: &file,
+            src: &bytes,
+        };
+        let model = Model::load(b, config, &tensors, seq.len()).unwrap();
+        pollster::block_on(Engine::new(model).logits_all(&seq)).unwrap()
+    };
+    let (fused, unfused) = (decode(true), decode(false));
+    let differ = fused
+        .iter()
+        .zip(&unfused)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(
+        differ, 0,
+        "{differ} logits differ between the attention's records and the quantize dispatch's"
+    );
+    let n_vocab = g.n_vocab;
+    let n = confident_prefix(c);
+    let start = c.prompt_ids.len() - 1;
+    let ours: Vec<u32> = (start..start + n)
+        .map(|p| argmax(&fused[p * n_vocab..(p + 1) * n_vocab]))
+        .collect();
+    assert_eq!(
+        ours[..],
+        c.greedy_ids[..n],
+        "greedy tokens against llama.cpp's"
+    );
+}

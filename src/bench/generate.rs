@@ -165,6 +165,7 @@ pub fn run(
         engine.model.backend.set_fuse_residual(fuse);
         engine.model.backend.set_fuse_bitlinear(fuse);
         engine.model.backend.set_fold_rope(fuse);
+        engine.model.backend.set_fuse_attention_q8(fuse);
         if opts.warmup {
             run(engine, opts.decode_tokens.min(16))?;
         }

@@ -4,8 +4,21 @@
 //! keys itself (`attention.wgsl` with RoPE on) and the two rope dispatches, with the barriers
 //! between them and the append, are gone. The q and k buffers are then left unrotated, which
 //! [`crate::backend::Backend::attention`] allows.
+//!
+//! A one-token attention whose output feeds an integer-dot product (attn_output) is recorded
+//! with that product: its combine dispatch also writes the output's q8 records, so the
+//! product's quantization dispatch goes (`attention.wgsl`'s quantized combine).
 
 use super::{GpuBackend, Key, Step};
+
+/// A one-token attention not recorded yet (the next op may take its output's q8 records).
+#[derive(Copy, Clone)]
+pub(super) struct PendingAttention {
+    layer: usize,
+    tensors: [Tensor; 4],
+    n_heads: usize,
+    fold: bool,
+}
 use crate::backend::Tensor;
 use crate::gpu::ops::{AttentionBuffers, AttentionCall, AttentionOp, RopeOp};
 use crate::gpu::GpuError;
@@ -40,8 +53,12 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// Record everything noted but not yet recorded (RoPEs, a SiluMul, then an RMSNorm).
+    /// Record everything noted but not yet recorded (an attention, RoPEs, a SiluMul, then an
+    /// RMSNorm).
     pub(super) fn flush_pending(&mut self) -> Result<(), Error> {
+        if let Some(a) = self.pending_attention.take() {
+            self.record_attention_now(a, None)?;
+        }
         self.flush_ropes()?;
         self.flush_silu()?;
         self.flush_norm()
@@ -76,6 +93,21 @@ impl GpuBackend {
             && matches!(self.pending_rope.as_slice(), [a, b] if (*a, *b) == (qh, kh) || (*a, *b) == (kh, qh))
     }
 
+    /// Fuse the q8 quantization of a one-token attention's output into the attention where
+    /// the next op is an integer-dot product of it (the default), or quantize in a dispatch
+    /// of its own (for comparisons).
+    pub fn set_fuse_attention_q8(&mut self, on: bool) {
+        self.fuse_attention_q8 = on;
+        self.tapes.clear();
+    }
+
+    /// Cut every attention's context into `n` pieces (`None`: the op chooses), for tests that
+    /// take the split path on CPU adapters, which otherwise attend in one piece.
+    pub fn set_attention_splits(&mut self, n: Option<u32>) {
+        self.attention_splits = n;
+        self.tapes.clear();
+    }
+
     pub(super) fn record_attention(
         &mut self,
         layer: usize,
@@ -88,13 +120,75 @@ impl GpuBackend {
         }
         self.flush_pending()?;
         self.wrote(out);
+        let a = PendingAttention {
+            layer,
+            tensors: [q, k, v, out],
+            n_heads,
+            fold,
+        };
+        if self.attention_quantizes(n_heads) {
+            // Recorded with the next op, which may take its records.
+            self.pending_attention = Some(a);
+            return Ok(());
+        }
+        self.record_attention_now(a, None)
+    }
+
+    /// Whether a one-token attention over `n_heads` query heads can write the q8 records of
+    /// its output (its combine does, [`AttentionOp::quantizes`]).
+    fn attention_quantizes(&self, n_heads: usize) -> bool {
+        let Some(cache) = self.cache.as_ref() else {
+            return false;
+        };
+        let splits = self
+            .attention_splits
+            .unwrap_or_else(|| AttentionOp::default_splits(&self.ctx, cache, 1, n_heads as u32));
+        self.int_dot
+            && self.fuse_attention_q8
+            && self.n_tokens == 1
+            && AttentionOp::quantizes(splits, cache.head_dim)
+    }
+
+    /// The pending attention when `x` is its output, recorded now with the q8 records of `x`
+    /// (rows of `cols` values) written into `records`; whether it was.
+    pub(super) fn attention_into_records(
+        &mut self,
+        x: Tensor,
+        cols: usize,
+        records: &wgpu::Buffer,
+    ) -> Result<bool, Error> {
+        let head_dim = self.cache.as_ref().map_or(0, |c| c.head_dim as usize);
+        match self.pending_attention {
+            Some(a) if a.tensors[3] == x && a.n_heads * head_dim == cols => {
+                self.pending_attention = None;
+                self.record_attention_now(a, Some(records.clone()))?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn record_attention_now(
+        &mut self,
+        a: PendingAttention,
+        records: Option<wgpu::Buffer>,
+    ) -> Result<(), Error> {
+        let PendingAttention {
+            layer,
+            tensors: [q, k, v, out],
+            n_heads,
+            fold,
+        } = a;
         let n = self.n_tokens as u32;
-        self.step(Key::Attention(layer, [q, k, v, out], n_heads, fold), |s| {
+        let splits = self.attention_splits;
+        let key = Key::Attention(layer, [q, k, v, out], n_heads, fold, records.is_some());
+        self.step(key, move |s| {
             let io = AttentionBuffers {
                 q: s.buf(q),
                 k: s.buf(k),
                 v: s.buf(v),
                 out: s.buf(out),
+                records: records.as_ref(),
             };
             let rope = match (fold, &s.rope) {
                 (false, _) => None,
@@ -109,7 +203,7 @@ impl GpuBackend {
                 layer,
                 n_heads: n_heads as u32,
                 n_tokens: n,
-                splits: None,
+                splits,
                 rope,
             };
             Ok(Step::Attention(AttentionOp::new(

@@ -79,6 +79,13 @@ pub struct GpuBackend {
     /// Tensors whose records hold their current values in this pass.
     quantized: Vec<Tensor>,
     pending_norm: Option<PendingNorm>,
+    /// A one-token attention not recorded yet: the integer-dot product of its output takes
+    /// the output's records from it.
+    pending_attention: Option<attention::PendingAttention>,
+    /// Write those records in the attention (else a quantization dispatch makes them).
+    fuse_attention_q8: bool,
+    /// Pieces every attention's context is cut into (`None`: the op chooses).
+    attention_splits: Option<u32>,
     /// RoPE calls not recorded yet (tensor, heads): folded into the attention that reads them.
     pending_rope: Vec<(Tensor, usize)>,
     /// A one-token SiluMul not recorded yet (gate, up, values): fused into the quantization
@@ -134,6 +141,9 @@ impl GpuBackend {
             records: HashMap::new(),
             quantized: Vec::new(),
             pending_norm: None,
+            pending_attention: None,
+            fuse_attention_q8: true,
+            attention_splits: None,
             pending_rope: Vec::new(),
             pending_silu: None,
             fold_rope: true,
@@ -178,6 +188,7 @@ impl GpuBackend {
         self.quantized.clear();
         self.q8_quantized.clear();
         self.pending_norm = None;
+        self.pending_attention = None;
         self.pending_rope.clear();
         self.pending_silu = None;
         Ok(())

@@ -120,6 +120,10 @@ impl GpuBackend {
                 self.q8_quantized.push((x, cols));
             }
         }
+        // The attention that makes `x`: its combine writes the records.
+        if self.attention_into_records(x, cols, &xq)? {
+            self.q8_quantized.push((x, cols));
+        }
         match self.pending_norm {
             // The norm that makes `x`: one dispatch writes `x` and its records.
             Some(n) if self.fuse_norm_q8 && n.out == x && n.dim == cols && n.rows == 1 => {

@@ -51,8 +51,8 @@ pub(super) enum Key {
     /// The product, or (`true`) the product added to the output.
     MatvecQ8(Weight, Tensor, Tensor, bool),
     Rope(Tensor, usize),
-    /// Layer, q/k/v/out, query heads, RoPE folded in.
-    Attention(usize, [Tensor; 4], usize, bool),
+    /// Layer, q/k/v/out, query heads, RoPE folded in, the output's q8 records written too.
+    Attention(usize, [Tensor; 4], usize, bool, bool),
     Elementwise(Elementwise, Tensor, Option<Tensor>, Option<Tensor>, usize),
     CopyRow(Tensor, usize, usize, Tensor),
     TopK(Tensor, usize, usize, usize),
@@ -215,8 +215,11 @@ impl GpuBackend {
                 format!("rms_norm+bitlinear {mode:?} {}", shapes.join(" + "))
             }
             Key::Rope(_, heads) => format!("rope {n}x{heads} heads"),
-            Key::Attention(_, _, heads, false) => format!("attention {n}x{heads} heads"),
-            Key::Attention(_, _, heads, true) => format!("attention+rope {n}x{heads} heads"),
+            Key::Attention(_, _, heads, rope, q8) => format!(
+                "attention{}{} {n}x{heads} heads",
+                if *rope { "+rope" } else { "" },
+                if *q8 { "+quantize_q8" } else { "" }
+            ),
             Key::Elementwise(f, _, _, _, len) => format!("{f:?} {len}"),
             Key::CopyRow(..) => "copy".into(),
             Key::TopK(_, rows, vocab, k) => format!("top-{k} {rows}x{vocab}"),

@@ -56,7 +56,13 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         // 256: one key per thread in the scores loop (TILE = 256 keys); a power of two from 16
         // to 256, at least head_dim / 4 (`AttentionOp` takes less on CPU adapters).
         Kernel::Attention => (
-            &["position_params.wgsl", "rope_angle.wgsl", "attention.wgsl"],
+            &[
+                "position_params.wgsl",
+                "rope_angle.wgsl",
+                "absmax_scale.wgsl",
+                "q8_quarter.wgsl",
+                "attention.wgsl",
+            ],
             256,
         ),
         Kernel::Softmax => (&["softmax.wgsl"], 256),

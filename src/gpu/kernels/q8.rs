@@ -28,9 +28,10 @@ pub const FILES: &[(&str, &str)] = &[
 /// Invocations per QuantizeQ8 workgroup (four per block of 32 values; a multiple of 4).
 pub const QUANTIZE_WG: u32 = 64;
 
-/// quantize_q8.wgsl and what it includes: scale_for_absmax from the BitLinear quantizer's
-/// helpers, the shared record arithmetic, silu_mul.wgsl's `apply` from the SiluMul op.
+/// quantize_q8.wgsl and what it includes: scale_for_absmax (shared with the BitLinear
+/// quantizer), the shared record arithmetic, silu_mul.wgsl's `apply` from the SiluMul op.
 const QUANTIZE_FILES: &[&str] = &[
+    "absmax_scale.wgsl",
     "activation_quant.wgsl",
     "q8_quarter.wgsl",
     "silu_mul.wgsl",
@@ -51,6 +52,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         }),
         Kernel::RmsNormQuantizeQ8 => Some(KernelSource {
             files: &[
+                "absmax_scale.wgsl",
                 "activation_quant.wgsl",
                 "q8_quarter.wgsl",
                 "rms_norm_quantize_q8.wgsl",

@@ -59,6 +59,10 @@ pub const MATMUL_TILE_TOKENS: u32 = 8;
 
 pub const FILES: &[(&str, &str)] = &[
     (
+        "absmax_scale.wgsl",
+        include_str!("../../../shaders/absmax_scale.wgsl"),
+    ),
+    (
         "activation_quant.wgsl",
         include_str!("../../../shaders/activation_quant.wgsl"),
     ),
@@ -132,22 +136,23 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
     use GgmlType::*;
     const P: &str = "matmul_params.wgsl";
     const C: &str = "quant/ternary_codes.wgsl";
+    const S: &str = "absmax_scale.wgsl";
     const A: &str = "activation_quant.wgsl";
     const R: &str = "activation_record.wgsl";
     const Q: &str = "quant/q8.wgsl";
     let (files, default_workgroup_size): (&'static [&'static str], u32) = match kernel {
-        Kernel::QuantizeActivations => (&[A, R, "quantize_activations.wgsl"], 256),
+        Kernel::QuantizeActivations => (&[S, A, R, "quantize_activations.wgsl"], 256),
         Kernel::QuantizeActivationsQ8 => {
             return Some(KernelSource {
-                files: &[A, R, "quantize_activations.wgsl"],
+                files: &[S, A, R, "quantize_activations.wgsl"],
                 entry: "main_q8",
                 default_workgroup_size: 256,
             })
         }
-        Kernel::FakeQuantizeActivations => (&[A, "fake_quantize_activations.wgsl"], 256),
-        Kernel::RmsNormQuantize => (&[A, R, "rms_norm_quantize.wgsl"], 256),
+        Kernel::FakeQuantizeActivations => (&[S, A, "fake_quantize_activations.wgsl"], 256),
+        Kernel::RmsNormQuantize => (&[S, A, R, "rms_norm_quantize.wgsl"], 256),
         Kernel::NormBitLinear(..) => (
-            &[A, "quant/i2s.wgsl", "norm_bitlinear.wgsl"],
+            &[S, A, "quant/i2s.wgsl", "norm_bitlinear.wgsl"],
             crate::gpu::bitlinear::NORM_BITLINEAR_WORKGROUP,
         ),
         Kernel::Matvec(I2_S) => (&[P, "quant/i2s.wgsl", "matvec_i2s.wgsl"], 64),

@@ -34,7 +34,8 @@ gpu_uniform! {
         pub rope_neox: u32,
         /// Attend: 1 also appends the one new token's K and V (decode: no append dispatch).
         pub fused: u32,
-        pub pad0: u32,
+        /// Combine: 1 also writes the output's q8 records (into binding 9).
+        pub quantize: u32,
         pub pad1: u32,
         pub pad2: u32,
     }
@@ -141,6 +142,9 @@ pub struct AttentionBuffers<'a> {
     pub v: &'a wgpu::Buffer,
     /// `(n_tokens, n_heads, head_dim)`, distinct from the others.
     pub out: &'a wgpu::Buffer,
+    /// Also the int8 records of `out` (`crate::gpu::q8`'s layout, rows of `n_heads *
+    /// head_dim` values), written by the combine: only where [`AttentionOp::quantizes`].
+    pub records: Option<&'a wgpu::Buffer>,
 }
 
 /// What one attention call covers.
@@ -221,20 +225,8 @@ impl AttentionOp {
         need("attention k", io.k, kv_bytes)?;
         need("attention v", io.v, kv_bytes)?;
 
-        // Decode: one piece per DECODE_KEYS_PER_SPLIT positions of the cache; prefill: as many
-        // pieces as keep a few hundred workgroups busy. A CPU adapter has a few cores, which
-        // the heads and tokens already fill, and pays for every workgroup it starts, even one
-        // whose piece is past the text and returns at once (SwiftShader: SmolLM2 decoded at
-        // 0.80 tokens/s with a 4096-position cache against 3.2 with 13 positions): one piece.
-        let n_splits = splits.unwrap_or_else(|| {
-            if ctx.is_software() {
-                return 1;
-            }
-            let per_ctx = cache.max_ctx.div_ceil(DECODE_KEYS_PER_SPLIT);
-            per_ctx
-                .min(512u32.div_ceil(n_tokens * n_heads))
-                .clamp(1, MAX_SPLITS)
-        });
+        let n_splits =
+            splits.unwrap_or_else(|| Self::default_splits(ctx, cache, n_tokens, n_heads));
         check((1..=MAX_SPLITS).contains(&n_splits), || {
             format!("{n_splits} attention splits (1 ..= {MAX_SPLITS})")
         })?;
@@ -245,6 +237,17 @@ impl AttentionOp {
             1
         };
         let partials = ctx.storage("attention.partials", partial_vec4s * 16)?;
+        if let Some(r) = io.records {
+            check(Self::quantizes(n_splits, d), || {
+                format!("q8 records of an attention with {n_splits} pieces and head_dim {d}")
+            })?;
+            let cols = n_heads * d;
+            need(
+                "attention records",
+                r,
+                u64::from(n_tokens) * crate::gpu::q8::record_bytes(cols),
+            )?;
+        }
         if let Some(t) = rope {
             check(t.config.head_dim as u32 == d, || {
                 format!(
@@ -276,12 +279,16 @@ impl AttentionOp {
             rope_dim: rope.map_or(0, |t| t.config.rot_dim as u32),
             rope_neox: u32::from(rope.is_some_and(|t| t.config.style == RopeStyle::NeoX)),
             fused: u32::from(fused && mode == MODE_ATTEND),
+            quantize: u32::from(io.records.is_some() && mode == MODE_COMBINE),
             ..Default::default()
         };
         let max_dim = ctx.limits.max_compute_workgroups_per_dimension;
         check(n_tokens <= max_dim && n_heads <= max_dim, || {
             format!("attention over {n_tokens} tokens and {n_heads} heads in one dispatch")
         })?;
+        // Binding 9 is writable (the combine's records), so it may not alias another binding:
+        // the append and a combine without records bind a buffer of their own there.
+        let spare = ctx.storage("attention.spare", 16)?;
         let mut buffers = Vec::new();
         let mut dispatch = |mode: u32, [a, b, c]: [&wgpu::Buffer; 3], workgroups| {
             let u = ctx.uniform("attention.params", &params(mode));
@@ -310,7 +317,7 @@ impl AttentionOp {
         let append_threads = n_tokens * n_kv * slots;
         let append = dispatch(
             MODE_APPEND,
-            [io.k, io.v, io.k],
+            [io.k, io.v, &spare],
             grid(append_threads.div_ceil(wg), max_dim),
         );
         let attend = dispatch(
@@ -318,9 +325,12 @@ impl AttentionOp {
             [io.q, io.v, io.k],
             [n_splits, n_heads, n_tokens],
         );
-        let combine = (n_splits > 1)
-            .then(|| dispatch(MODE_COMBINE, [io.q, io.q, io.q], [n_heads, n_tokens, 1]));
+        let combine = (n_splits > 1).then(|| {
+            let records = io.records.unwrap_or(&spare);
+            dispatch(MODE_COMBINE, [io.q, io.q, records], [n_heads, n_tokens, 1])
+        });
         buffers.extend(no_rope);
+        buffers.push(spare);
         Ok(AttentionOp {
             append,
             attend,
@@ -330,6 +340,28 @@ impl AttentionOp {
             partials,
             _buffers: buffers,
         })
+    }
+
+    /// Pieces per query when the caller does not choose: decode one per
+    /// `DECODE_KEYS_PER_SPLIT` positions of the cache; prefill as many as keep a few hundred
+    /// workgroups busy. A CPU adapter has a few cores, which the heads and tokens already
+    /// fill, and pays for every workgroup it starts, even one whose piece is past the text and
+    /// returns at once (SwiftShader: SmolLM2 decoded at 0.80 tokens/s with a 4096-position
+    /// cache against 3.2 with 13 positions): one piece.
+    pub fn default_splits(ctx: &GpuContext, cache: &KvCache, n_tokens: u32, n_heads: u32) -> u32 {
+        if ctx.is_software() {
+            return 1;
+        }
+        let per_ctx = cache.max_ctx.div_ceil(DECODE_KEYS_PER_SPLIT);
+        per_ctx
+            .min(512u32.div_ceil(n_tokens.max(1) * n_heads.max(1)))
+            .clamp(1, MAX_SPLITS)
+    }
+
+    /// Whether an attention cut into `n_splits` pieces over heads of `head_dim` can write the
+    /// q8 records of its output (the combine writes them, a head's values in whole blocks).
+    pub fn quantizes(n_splits: u32, head_dim: u32) -> bool {
+        n_splits > 1 && head_dim % 32 == 0
     }
 
     /// The buffer of the pieces' partial results, for tests that poison it: the combine must

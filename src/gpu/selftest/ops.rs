@@ -14,6 +14,7 @@ use crate::gpu::ops::{
     ArgmaxOp, AttentionBuffers, AttentionCall, AttentionOp, Elementwise, ElementwiseOp, KvCache,
     KvDtype, Position, RmsNormOp, RopeOp, RopeTable, SoftmaxOp, TopKOp,
 };
+use crate::gpu::q8::record_bytes;
 use crate::gpu::GpuContext;
 
 pub const CHECKS: &[Check] = &[
@@ -311,7 +312,7 @@ async fn attention_cases(
         let k = rng.vec(total * n_kv * d, 1.5);
         let v = rng.vec(total * n_kv * d, 1.0);
         let q = rng.vec(n_tokens * n_heads * d, 3.0);
-        let got = run_attention(
+        let (got, records) = run_attention(
             ctx,
             dtype,
             (max_ctx, pos0, n_tokens, splits),
@@ -377,15 +378,17 @@ async fn attention_cases(
         let roped = rope.map_or(String::new(), |c| {
             format!(", RoPE {:?} {}/{}", c.style, c.rot_dim, c.head_dim)
         });
-        stats.merge(compare(
-            &format!(
-                "attention {n_heads}/{n_kv} heads of {d}, {dtype:?} cache of {max_ctx}, \
-                 {n_tokens} tokens at {pos0}, splits {splits:?}{roped}"
-            ),
-            &got,
-            &want,
-            &bound,
-        )?);
+        let what = format!(
+            "attention {n_heads}/{n_kv} heads of {d}, {dtype:?} cache of {max_ctx}, \
+             {n_tokens} tokens at {pos0}, splits {splits:?}{roped}"
+        );
+        stats.merge(compare(&what, &got, &want, &bound)?);
+        // The combine's q8 records of the output: those the CPU makes of the f32 output the
+        // kernel wrote (QuantizeQ8's check and tolerances).
+        if let Some(records) = records {
+            let what = format!("{what}, q8 records");
+            super::q8::check_records(&got, &records, n_heads * d, n_tokens, &what, &mut stats)?;
+        }
     }
     Ok(stats)
 }
@@ -396,7 +399,8 @@ fn to_f16(x: &[f32]) -> Vec<f32> {
 }
 
 /// Fill positions `0..pos0` of a fresh cache with the first rows of `k`, `v`, then append the
-/// rest and attend for `q`; returns the attention output.
+/// rest and attend for `q`; returns the attention output, and the q8 records of it where the
+/// op can write them (cut into pieces, [`AttentionOp::quantizes`]).
 async fn run_attention(
     ctx: &GpuContext,
     dtype: KvDtype,
@@ -404,7 +408,7 @@ async fn run_attention(
     shape: cpu::AttentionShape,
     rope: Option<&RopeTable>,
     [q, k, v]: [&[f32]; 3],
-) -> Result<Vec<f32>, String> {
+) -> Result<(Vec<f32>, Option<Vec<u8>>), String> {
     let (n_heads, n_kv, d) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
     let cache = KvCache::new(ctx, 1, max_ctx, n_kv as u32, d as u32, dtype).map_err(gpu_err)?;
     let position = Position::new(ctx, 0);
@@ -420,6 +424,7 @@ async fn run_attention(
             k: &kb,
             v: &vb,
             out: &ob,
+            records: None,
         };
         let call = AttentionCall {
             layer: 0,
@@ -436,11 +441,20 @@ async fn run_attention(
     let kb = upload_f32(ctx, "k", &k[pos0 * row..])?;
     let vb = upload_f32(ctx, "v", &v[pos0 * row..])?;
     let out = poisoned(ctx, q.len())?;
+    let n_splits = splits.unwrap_or_else(|| {
+        AttentionOp::default_splits(ctx, &cache, n_tokens as u32, n_heads as u32)
+    });
+    let record_words = n_tokens * record_bytes((n_heads * d) as u32) as usize / 4;
+    let records = match AttentionOp::quantizes(n_splits, d as u32) {
+        true => Some(poisoned(ctx, record_words)?),
+        false => None,
+    };
     let io = AttentionBuffers {
         q: &qb,
         k: &kb,
         v: &vb,
         out: &out,
+        records: records.as_ref(),
     };
     let call = AttentionCall {
         layer: 0,
@@ -455,7 +469,11 @@ async fn run_attention(
     let partials = op.partials();
     ctx.write(partials, 0, &vec![u32::MAX; (partials.size() / 4) as usize]);
     submit(ctx, |pass| op.record(pass));
-    read_f32(ctx, &out, q.len()).await
+    let records = match records {
+        Some(r) => Some(bytemuck::cast_slice(&read_u32(ctx, &r, record_words).await?).to_vec()),
+        None => None,
+    };
+    Ok((read_f32(ctx, &out, q.len()).await?, records))
 }
 
 /// Rows of one workgroup (up to 2048 columns) and rows split into chunks (2560 = 2 chunks,

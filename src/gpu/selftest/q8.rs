@@ -149,7 +149,7 @@ async fn quantize(ctx: &GpuContext) -> Result<Stats, String> {
 
 /// The records of `n_tokens` rows of `cols` against the CPU quantization of `x` (tolerances in
 /// the module docs).
-fn check_records(
+pub(super) fn check_records(
     x: &[f32],
     records: &[u8],
     cols: usize,

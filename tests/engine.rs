@@ -230,3 +230,42 @@ impl<B: Backend> GenerateDyn for Engine<B> {
             .expect("generate")
     }
 }
+
+/// Prompts of many lengths: each pass size has its tape of ops; at most `MAX_TAPES` (6) are
+/// kept, the least recently used dropped, and the uniforms and scratch buffers of a dropped
+/// tape's ops go back to the context's buffer pool, from which the next tape's ops take
+/// theirs. Every length's logits must equal a fresh backend's bit for bit (a pooled buffer
+/// handed to two live ops, or read before it is written, would change them), the tapes stay
+/// at six, and once every size has been built the pool makes no new buffers for rebuilds.
+#[test]
+fn evicted_tapes_give_their_buffers_to_the_next() {
+    let mut e = load(gpu(16));
+    let vocab = e.model.config.n_vocab;
+    let mut created = Vec::new();
+    for round in 0..3 {
+        for k in 1..=IDS.len() {
+            let got = pollster::block_on(e.logits_all(&IDS[..k])).expect("logits");
+            if round == 0 {
+                let want = pollster::block_on(load(gpu(16)).logits_all(&IDS[..k])).unwrap();
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{k} tokens: logits differ from a fresh backend's");
+            }
+            assert_eq!(got.len(), k * vocab);
+            assert!(
+                e.model.backend.tapes() <= 6,
+                "{} tapes",
+                e.model.backend.tapes()
+            );
+        }
+        created.push(e.model.backend.ctx.pool_stats().created);
+    }
+    assert_eq!(
+        created[1], created[2],
+        "rebuilt tapes made new buffers instead of reusing the pool's: {created:?}"
+    );
+    let st = e.model.backend.ctx.pool_stats();
+    assert!(st.reused > 0, "{st:?}");
+}

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use super::kernels::{ternary, Kernel};
 use super::matmul::{grid, Dispatch, MatmulOp};
 use super::weights::GpuWeight;
-use super::{GpuContext, GpuError, GpuFeatures};
+use super::{GpuContext, GpuError, GpuFeatures, Pooled};
 use crate::gpu_uniform;
 use crate::quant::GgmlType;
 
@@ -138,7 +138,7 @@ pub fn decode_record(record: &[u8], cols: usize) -> Option<(f32, i32, Vec<i8>)> 
 /// ([`QuantizeActivationsOp::fake`], for TQ1_0/TQ2_0). Built once, recorded every pass.
 pub struct QuantizeActivationsOp {
     pub dispatch: Dispatch,
-    _params: wgpu::Buffer,
+    _params: Pooled,
 }
 
 impl QuantizeActivationsOp {
@@ -228,7 +228,7 @@ impl QuantizeActivationsOp {
     fn build(
         ctx: &GpuContext,
         kernel: Kernel,
-        params: wgpu::Buffer,
+        params: Pooled,
         x: &wgpu::Buffer,
         out: &wgpu::Buffer,
         n_tokens: u32,
@@ -256,7 +256,7 @@ impl QuantizeActivationsOp {
 /// into `xq` (the input of I2_S BitLinear products), in one dispatch.
 pub struct RmsNormQuantizeOp {
     pub dispatch: Dispatch,
-    _params: wgpu::Buffer,
+    _params: Pooled,
 }
 
 impl RmsNormQuantizeOp {
@@ -421,7 +421,7 @@ pub enum NormBitLinearMode {
 /// two residual updates of BitNet. Built once, recorded every pass.
 pub struct NormBitLinearOp {
     pub dispatch: Dispatch,
-    _params: wgpu::Buffer,
+    _params: Pooled,
 }
 
 /// Invocations per workgroup of the NormBitLinear kernel.

@@ -2,7 +2,7 @@
 
 use wgpu::util::DeviceExt;
 
-use super::{GpuContext, GpuError};
+use super::{GpuContext, GpuError, PoolStats, Pooled};
 
 impl GpuContext {
     /// A storage buffer holding `bytes` (padded with zeros to a multiple of 4).
@@ -54,17 +54,54 @@ impl GpuContext {
         Ok(buffer)
     }
 
-    /// A uniform buffer holding one `#[repr(C)]` value; update it with [`GpuContext::write`].
-    pub fn uniform<T: bytemuck::Pod>(&self, label: &str, value: &T) -> wgpu::Buffer {
-        let buffer = self
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents: bytemuck::bytes_of(value),
-                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            });
-        self.keep(&buffer);
+    /// A uniform buffer holding one `#[repr(C)]` value, from the pool; update it with
+    /// [`GpuContext::write`].
+    pub fn uniform<T: bytemuck::Pod>(&self, label: &str, value: &T) -> Pooled {
+        let usage = wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST;
+        let bytes = bytemuck::bytes_of(value);
+        let buffer = self.pooled(label, bytes.len() as u64, usage);
+        self.queue.write_buffer(&buffer, 0, bytes);
         buffer
+    }
+
+    /// A read-write storage buffer of at least `size` bytes from the pool, for space an op
+    /// writes before it reads (its contents are whatever its last user left).
+    pub fn scratch(&self, label: &str, size: u64) -> Result<Pooled, GpuError> {
+        let size = size.next_multiple_of(4).max(4);
+        self.check_size(label, size)?;
+        let usage = wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_DST
+            | wgpu::BufferUsages::COPY_SRC;
+        Ok(self.pooled(label, size, usage))
+    }
+
+    /// A readback buffer of at least `size` bytes from the pool.
+    pub fn staging(&self, size: u64) -> Pooled {
+        let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+        self.pooled("readback", size.next_multiple_of(4).max(4), usage)
+    }
+
+    /// What the buffer pool has made, reused and holds.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+
+    /// Release the pool's free buffers (those in use stay with their owners).
+    pub fn trim_pool(&self) {
+        self.pool.trim();
+    }
+
+    fn pooled(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> Pooled {
+        self.pool.take(usage, size, |class| {
+            let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: class,
+                usage,
+                mapped_at_creation: false,
+            });
+            self.keep(&buffer);
+            buffer
+        })
     }
 
     /// Queue a write of plain data into a buffer at `offset`.
@@ -93,12 +130,7 @@ impl GpuContext {
         len: u64,
     ) -> Result<Vec<u8>, GpuError> {
         let size = len.next_multiple_of(4).max(4);
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let staging = self.staging(size);
         let mut enc = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -114,16 +146,14 @@ impl GpuContext {
         rx.await
             .map_err(|_| GpuError::Readback("the map callback was dropped".into()))?
             .map_err(|e| GpuError::Readback(e.to_string()))?;
-        let view = staging
+        // Unmapped on every path: the buffer goes back to the pool.
+        let out = staging
             .slice(..)
             .get_mapped_range()
-            .map_err(|e| GpuError::Readback(e.to_string()))?;
-        let out = view[..len as usize].to_vec();
-        drop(view);
+            .map(|view| view[..len as usize].to_vec())
+            .map_err(|e| GpuError::Readback(e.to_string()));
         staging.unmap();
-        // Freed now, not when the garbage collector gets to it (in the browser).
-        staging.destroy();
-        Ok(out)
+        out
     }
 
     /// Read back `n` f32 values starting at element `first`.

@@ -95,6 +95,8 @@ pub struct GpuContext {
     releaser: Releaser,
     /// Set by the device-lost callback: why the device was lost.
     lost: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// Uniforms, scratch and readback buffers, reused (src/gpu/pool.rs).
+    pub(crate) pool: std::sync::Arc<super::BufferPool>,
 }
 
 /// Frees the GPU memory of everything made through one [`GpuContext`], also after the
@@ -298,6 +300,7 @@ impl GpuContext {
             limits,
             pipelines: PipelineCache::default(),
             lost,
+            pool: Default::default(),
         }
     }
 
@@ -325,6 +328,7 @@ impl GpuContext {
 
     /// Free the GPU memory of everything made through this context now ([`Releaser`]).
     pub fn release(&self) {
+        self.pool.trim();
         self.releaser.release();
     }
 

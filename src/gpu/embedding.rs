@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::kernels::Kernel;
 use super::matmul::{grid, Dispatch};
 use super::weights::GpuWeight;
-use super::{GpuContext, GpuError};
+use super::{GpuContext, GpuError, Pooled};
 use crate::gpu_uniform;
 
 gpu_uniform! {
@@ -28,7 +28,7 @@ gpu_uniform! {
 /// `out[t, :] = table[ids[t], :]` as f32, built once and recorded every forward pass.
 pub struct EmbeddingOp {
     pub dispatches: Vec<Dispatch>,
-    _uniforms: Vec<wgpu::Buffer>,
+    _uniforms: Vec<Pooled>,
 }
 
 impl EmbeddingOp {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::kernels::{kquants, legacy, ternary, Kernel};
 use super::weights::GpuWeight;
-use super::{GpuContext, GpuError};
+use super::{GpuContext, GpuError, Pooled};
 use crate::gpu_uniform;
 use crate::quant::GgmlType;
 
@@ -60,7 +60,7 @@ impl Dispatch {
 /// `y[t, :] = W x[t, :]` for `n_tokens` tokens, built once and recorded every forward pass.
 pub struct MatmulOp {
     pub dispatches: Vec<Dispatch>,
-    _uniforms: Vec<wgpu::Buffer>,
+    _uniforms: Vec<Pooled>,
 }
 
 /// The legacy matvec's workgroup on CPU adapters: 4 invocations (one SIMD group of

@@ -4,6 +4,8 @@
 //! - [`kernels`]: the typed registry of WGSL kernels (one file per kernel in `shaders/`) and
 //!   the pipeline cache keyed by [`kernels::PipelineKey`].
 //! - [`buffers`]: storage, uniform and readback buffers.
+//! - [`pool`]: the buffer pool the uniforms, scratch space and readback buffers of ops come
+//!   from and return to.
 //! - [`weights`]: quantized weights uploaded as-is (or repacked losslessly), split across
 //!   bindings when they exceed the binding limit.
 //! - [`matmul`]: matrix-vector and matrix-matrix products over any weight format.
@@ -15,6 +17,7 @@ pub mod embedding;
 pub mod kernels;
 pub mod matmul;
 pub mod ops;
+pub mod pool;
 pub mod q8;
 pub mod selftest;
 pub mod uniforms;
@@ -22,6 +25,7 @@ pub mod weights;
 
 pub use context::{AdapterSummary, DeviceOptions, GpuContext, GpuFeatures, GpuLimits, Releaser};
 pub use kernels::{Kernel, PipelineKey, Variant};
+pub use pool::{BufferPool, PoolStats, Pooled};
 
 /// Errors of the GPU layer.
 #[derive(Debug, thiserror::Error)]

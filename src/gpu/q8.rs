@@ -23,7 +23,7 @@ use super::bitlinear::NormQuantParams;
 use super::kernels::{q8, Kernel};
 use super::matmul::{grid, Dispatch, MatmulOp};
 use super::weights::GpuWeight;
-use super::{GpuContext, GpuError};
+use super::{GpuContext, GpuError, Pooled};
 use crate::gpu_uniform;
 use crate::quant::GgmlType;
 
@@ -70,7 +70,7 @@ pub fn decode_record(record: &[u8], cols: usize) -> Option<(Vec<i8>, Vec<f32>)> 
 /// The QuantizeQ8 dispatch for `n_tokens` rows of `cols` f32, built once, recorded every pass.
 pub struct QuantizeQ8Op {
     pub dispatch: Dispatch,
-    _params: wgpu::Buffer,
+    _params: Pooled,
 }
 
 impl QuantizeQ8Op {
@@ -161,7 +161,7 @@ impl QuantizeQ8Op {
 /// bit. Built once, recorded every pass.
 pub struct RmsNormQuantizeQ8Op {
     pub dispatch: Dispatch,
-    _params: wgpu::Buffer,
+    _params: Pooled,
 }
 
 impl RmsNormQuantizeQ8Op {

@@ -6,7 +6,9 @@
 //! at the same place on the tape and only record the stored op, so a steady decode loop
 //! creates no buffers, bind groups or uniforms: advancing to the next token is a write of the
 //! token ids and of the shared position uniform. A call whose key differs rebuilds the tape
-//! from that point on.
+//! from that point on. At most `tape::MAX_TAPES` tapes are kept (the least recently used goes);
+//! the uniforms, scratch and readback buffers of dropped ops return to the context's buffer
+//! pool ([`crate::gpu::pool`]), and the ops built next take theirs from it.
 
 use std::collections::HashMap;
 
@@ -37,7 +39,7 @@ use tape::{Key, Step, Tape};
 /// wait frees its readback buffer).
 pub struct GpuPending {
     submission: wgpu::SubmissionIndex,
-    read: Option<(wgpu::Buffer, u64)>,
+    read: Option<(crate::gpu::Pooled, u64)>,
     readback: Readback,
 }
 
@@ -68,8 +70,6 @@ pub struct GpuBackend {
     ids: wgpu::Buffer,
     /// Top-k output (`max_batch * k` pairs, grown on demand).
     top: Option<(wgpu::Buffer, usize)>,
-    /// Readback buffers not in use by a submitted pass.
-    free_staging: Vec<wgpu::Buffer>,
     /// The last submitted pass read back its top-k (so its best id is in `ids`).
     chain_ready: bool,
     timings: PassTimings,
@@ -111,6 +111,8 @@ pub struct GpuBackend {
     /// GPU time per op (benchmarks); passes are not run ahead while it is on.
     profiler: Option<Profiler>,
     tapes: HashMap<usize, Tape>,
+    /// Counts passes begun; each tape notes the last pass that used it.
+    tape_clock: u64,
     n_tokens: usize,
     cursor: usize,
     bytes: u64,
@@ -134,7 +136,6 @@ impl GpuBackend {
             position,
             ids,
             top: None,
-            free_staging: Vec::new(),
             chain_ready: false,
             timings: PassTimings::default(),
             profiler: None,
@@ -155,6 +156,7 @@ impl GpuBackend {
             fuse_bitlinear: true,
             spare: None,
             tapes: HashMap::new(),
+            tape_clock: 0,
             n_tokens: 0,
             cursor: 0,
             bytes: max_batch as u64 * 4,
@@ -183,6 +185,10 @@ impl GpuBackend {
         let max_ctx = self.cache.as_ref().map(|c| c.max_ctx as usize);
         super::check_pass(n, self.max_batch, pos0, max_ctx)?;
         self.position.set(&self.ctx, pos0 as u32);
+        self.tape_clock += 1;
+        if let Some(t) = self.tapes.get_mut(&n) {
+            t.last_used = self.tape_clock;
+        }
         self.n_tokens = n;
         self.cursor = 0;
         self.quantized.clear();
@@ -194,20 +200,10 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// A readback buffer of at least `bytes` bytes that no submitted pass uses.
-    fn take_staging(&mut self, bytes: u64) -> Result<wgpu::Buffer, GpuError> {
-        let size = bytes.next_multiple_of(4).max(4);
-        if let Some(i) = self.free_staging.iter().position(|s| s.size() >= size) {
-            return Ok(self.free_staging.swap_remove(i));
-        }
-        let buffer = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size: size.next_power_of_two(),
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        self.ctx.keep(&buffer);
-        Ok(buffer)
+    /// A readback buffer of at least `bytes` bytes that no submitted pass uses (from the
+    /// context's pool; a pass dropped without a wait returns it there).
+    fn take_staging(&mut self, bytes: u64) -> Result<crate::gpu::Pooled, GpuError> {
+        Ok(self.ctx.staging(bytes))
     }
 
     /// The top-k output buffer with room for `pairs` `(id, value)` pairs.
@@ -268,9 +264,6 @@ impl GpuBackend {
     /// other buffer. The backend must not be used afterwards.
     pub fn destroy(&mut self) {
         for b in self.buffers.drain(..) {
-            b.destroy();
-        }
-        for b in self.free_staging.drain(..) {
             b.destroy();
         }
         for (_, b) in self.records.drain().chain(self.q8_records.drain()) {
@@ -665,7 +658,7 @@ impl Backend for GpuBackend {
             Ok(view.to_vec())
         });
         staging.unmap();
-        self.free_staging.push(staging);
+        drop(staging); // back to the pool
         self.timings.wait_s += started.elapsed().as_secs_f64();
         let data = data?;
         Ok(match readback {

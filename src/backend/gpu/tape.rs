@@ -105,7 +105,14 @@ impl Step {
 #[derive(Default)]
 pub(super) struct Tape {
     pub(super) steps: Vec<(Key, Step)>,
+    /// The backend's `tape_clock` when a pass last used it.
+    pub(super) last_used: u64,
 }
+
+/// Most tapes kept (one per batch size): decode, full prefill batches and the last, shorter
+/// batches of recent prompts. Beyond it the least recently used tape is dropped, and its ops'
+/// uniforms and scratch buffers go back to the context's buffer pool for the next tape.
+pub(super) const MAX_TAPES: usize = 6;
 
 impl GpuBackend {
     /// Advance the tape by one op with `key`, building it with `build` unless the tape
@@ -124,12 +131,41 @@ impl GpuBackend {
             .is_some_and(|(k, _)| *k == key);
         if !hit {
             let step = build(self)?;
-            let tape = self.tapes.entry(n).or_default();
+            if !self.tapes.contains_key(&n) {
+                self.evict_tapes(MAX_TAPES - 1);
+            }
+            let clock = self.tape_clock;
+            let tape = self.tapes.entry(n).or_insert_with(|| Tape {
+                steps: Vec::new(),
+                last_used: clock,
+            });
             tape.steps.truncate(cursor);
             tape.steps.push((key, step));
         }
         self.cursor += 1;
         Ok(())
+    }
+
+    /// Drop the least recently used tapes until at most `keep` remain.
+    fn evict_tapes(&mut self, keep: usize) {
+        while self.tapes.len() > keep {
+            let oldest = self
+                .tapes
+                .iter()
+                .min_by_key(|(_, t)| t.last_used)
+                .map(|(n, _)| *n);
+            match oldest {
+                Some(n) => {
+                    self.tapes.remove(&n);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// How many tapes (batch sizes) the backend holds.
+    pub fn tapes(&self) -> usize {
+        self.tapes.len()
     }
 
     /// Record the current tape into one command encoder.

@@ -7,7 +7,7 @@ use super::{check, need, Position};
 use crate::cpu::ops::RopeStyle;
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::{grid, Dispatch};
-use crate::gpu::{GpuContext, GpuError};
+use crate::gpu::{GpuContext, GpuError, Pooled};
 use crate::gpu_uniform;
 
 gpu_uniform! {
@@ -170,8 +170,8 @@ pub struct AttentionOp {
     fused: bool,
     pub n_splits: u32,
     /// The pieces' partial results (with one split: an unused 16 bytes).
-    partials: wgpu::Buffer,
-    _buffers: Vec<wgpu::Buffer>,
+    partials: Pooled,
+    _buffers: Vec<Pooled>,
 }
 
 impl AttentionOp {
@@ -236,7 +236,7 @@ impl AttentionOp {
         } else {
             1
         };
-        let partials = ctx.storage("attention.partials", partial_vec4s * 16)?;
+        let partials = ctx.scratch("attention.partials", partial_vec4s * 16)?;
         if let Some(r) = io.records {
             check(Self::quantizes(n_splits, d), || {
                 format!("q8 records of an attention with {n_splits} pieces and head_dim {d}")
@@ -261,7 +261,7 @@ impl AttentionOp {
         let mut no_rope = None;
         let freqs: &wgpu::Buffer = match rope {
             Some(t) => &t.buffer,
-            None => no_rope.insert(ctx.storage("attention.no_rope", 16)?),
+            None => no_rope.insert(ctx.scratch("attention.no_rope", 16)?),
         };
         // Decode appends inside the attend dispatch.
         let fused = n_tokens == 1;
@@ -288,7 +288,7 @@ impl AttentionOp {
         })?;
         // Binding 9 is writable (the combine's records), so it may not alias another binding:
         // the append and a combine without records bind a buffer of their own there.
-        let spare = ctx.storage("attention.spare", 16)?;
+        let spare = ctx.scratch("attention.spare", 16)?;
         let mut buffers = Vec::new();
         let mut dispatch = |mode: u32, [a, b, c]: [&wgpu::Buffer; 3], workgroups| {
             let u = ctx.uniform("attention.params", &params(mode));

@@ -4,7 +4,7 @@
 use super::{check, need, pipeline};
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::{grid, Dispatch};
-use crate::gpu::{GpuContext, GpuError};
+use crate::gpu::{GpuContext, GpuError, Pooled};
 use crate::gpu_uniform;
 
 gpu_uniform! {
@@ -32,7 +32,7 @@ fn kernel(f: Elementwise) -> Kernel {
 /// `out[i] = f(first[i], second[i])` over `n` f32, with `first` = `out` when in place.
 pub struct ElementwiseOp {
     dispatch: Dispatch,
-    _params: wgpu::Buffer,
+    _params: Pooled,
     _placeholder: Option<wgpu::Buffer>,
 }
 

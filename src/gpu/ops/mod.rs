@@ -38,7 +38,7 @@ gpu_uniform! {
 
 /// The uniform holding the current position; one per forward pass, shared by its ops.
 pub struct Position {
-    pub buffer: wgpu::Buffer,
+    pub buffer: crate::gpu::Pooled,
 }
 
 impl Position {

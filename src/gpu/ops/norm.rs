@@ -3,7 +3,7 @@
 use super::{check, need, pipeline};
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::{grid, Dispatch};
-use crate::gpu::{GpuContext, GpuError};
+use crate::gpu::{GpuContext, GpuError, Pooled};
 use crate::gpu_uniform;
 
 gpu_uniform! {
@@ -36,7 +36,7 @@ gpu_uniform! {
 /// `out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight` for `n_rows` rows of `dim`.
 pub struct RmsNormOp {
     dispatch: Dispatch,
-    _params: wgpu::Buffer,
+    _params: Pooled,
 }
 
 impl RmsNormOp {
@@ -87,7 +87,7 @@ const SOFTMAX_CHUNK: u32 = 2048;
 pub struct SoftmaxOp {
     dispatches: Vec<Dispatch>,
     /// One uniform per dispatch (its mode), all with the same shape and scale.
-    params: Vec<(wgpu::Buffer, SoftmaxParams)>,
+    params: Vec<(Pooled, SoftmaxParams)>,
     _stats: wgpu::Buffer,
 }
 

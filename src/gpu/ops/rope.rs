@@ -6,7 +6,7 @@ use super::{check, need, pipeline, Position};
 use crate::cpu::ops::{RopeConfig, RopeStyle};
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::{grid, Dispatch};
-use crate::gpu::{GpuContext, GpuError};
+use crate::gpu::{GpuContext, GpuError, Pooled};
 use crate::gpu_uniform;
 
 gpu_uniform! {
@@ -72,7 +72,7 @@ pub fn turns_fraction(inv_freq: f64) -> [u32; 2] {
 /// Rotate `x: (n_tokens, n_heads, head_dim)` in place; token `t` at `position + t`.
 pub struct RopeOp {
     dispatch: Dispatch,
-    _params: wgpu::Buffer,
+    _params: Pooled,
 }
 
 impl RopeOp {

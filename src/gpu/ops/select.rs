@@ -5,7 +5,7 @@
 use super::{check, need, pipeline};
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::Dispatch;
-use crate::gpu::{GpuContext, GpuError};
+use crate::gpu::{GpuContext, GpuError, Pooled};
 use crate::gpu_uniform;
 
 gpu_uniform! {
@@ -65,7 +65,7 @@ fn build(
     out: &wgpu::Buffer,
     shape: (u32, u32),
     (chunk, k, index_only): (u32, u32, bool),
-) -> Result<(Vec<Dispatch>, Vec<wgpu::Buffer>), GpuError> {
+) -> Result<(Vec<Dispatch>, Vec<Pooled>), GpuError> {
     let (n_rows, cols) = shape;
     check(n_rows > 0 && cols > 0, || {
         format!("{} over an empty row", kernel.label())
@@ -84,8 +84,8 @@ fn build(
     let scratch_pairs = u64::from(n_rows) * u64::from(plan[0].workgroups) * u64::from(k);
     let scratch = if plan.len() > 1 {
         vec![
-            ctx.storage("select.scratch0", scratch_pairs * 8)?,
-            ctx.storage("select.scratch1", scratch_pairs * 8)?,
+            ctx.scratch("select.scratch0", scratch_pairs * 8)?,
+            ctx.scratch("select.scratch1", scratch_pairs * 8)?,
         ]
     } else {
         Vec::new()
@@ -128,7 +128,7 @@ fn build(
 /// `u32::MAX` when the row holds no number).
 pub struct ArgmaxOp {
     dispatches: Vec<Dispatch>,
-    _buffers: Vec<wgpu::Buffer>,
+    _buffers: Vec<Pooled>,
 }
 
 impl ArgmaxOp {
@@ -167,7 +167,7 @@ impl ArgmaxOp {
 /// `(u32::MAX, NaN)`.
 pub struct TopKOp {
     dispatches: Vec<Dispatch>,
-    _buffers: Vec<wgpu::Buffer>,
+    _buffers: Vec<Pooled>,
 }
 
 impl TopKOp {

@@ -10,12 +10,17 @@ fn ctx() -> GpuContext {
 }
 
 #[test]
-fn size_classes_are_powers_of_two_from_256() {
-    assert_eq!(size_class(0), MIN_CLASS);
-    assert_eq!(size_class(1), 256);
-    assert_eq!(size_class(256), 256);
-    assert_eq!(size_class(257), 512);
-    assert_eq!(size_class(3 << 20), 4 << 20);
+fn size_classes_are_powers_of_two_from_256_and_uniforms_exact() {
+    let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+    assert_eq!(size_class(storage, 0), MIN_CLASS);
+    assert_eq!(size_class(storage, 1), 256);
+    assert_eq!(size_class(storage, 256), 256);
+    assert_eq!(size_class(storage, 257), 512);
+    assert_eq!(size_class(storage, 3 << 20), 4 << 20);
+    let uniform = wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST;
+    assert_eq!(size_class(uniform, 4), 16);
+    assert_eq!(size_class(uniform, 64), 64);
+    assert_eq!(size_class(uniform, 72), 80);
 }
 
 #[test]
@@ -40,12 +45,20 @@ fn dropped_buffers_are_reused_by_class_and_usage() {
         3,
         "class 512 and a uniform are new buffers"
     );
-    assert_eq!((c.size(), u.size()), (512, 256));
+    assert_eq!(
+        (c.size(), u.size()),
+        (512, 16),
+        "a uniform keeps its exact size"
+    );
     assert_eq!(st.in_use, 3);
-    assert_eq!(st.in_use_bytes, 256 + 512 + 256);
+    assert_eq!(st.in_use_bytes, 256 + 512 + 16);
     drop((b, c, u));
     let st = ctx.pool_stats();
-    assert_eq!((st.free, st.free_bytes, st.in_use), (3, 1024, 0));
+    assert_eq!((st.free, st.free_bytes, st.in_use), (3, 784, 0));
+    // A uniform of the same size takes the free one.
+    let u2 = ctx.uniform("u2", &[1u32; 4]);
+    assert_eq!(ctx.pool_stats().created - s0.created, 3);
+    drop(u2);
 
     ctx.trim_pool();
     let st = ctx.pool_stats();

@@ -10,6 +10,10 @@
 //! product's quantization dispatch goes (`attention.wgsl`'s quantized combine).
 
 use super::{GpuBackend, Key, Step};
+use crate::backend::Tensor;
+use crate::gpu::ops::{AttentionBuffers, AttentionCall, AttentionOp, RopeOp};
+use crate::gpu::GpuError;
+use crate::Error;
 
 /// A one-token attention not recorded yet (the next op may take its output's q8 records).
 #[derive(Copy, Clone)]
@@ -19,10 +23,6 @@ pub(super) struct PendingAttention {
     n_heads: usize,
     fold: bool,
 }
-use crate::backend::Tensor;
-use crate::gpu::ops::{AttentionBuffers, AttentionCall, AttentionOp, RopeOp};
-use crate::gpu::GpuError;
-use crate::Error;
 
 impl GpuBackend {
     /// Fold the RoPE of q and k into the attention that reads them (the default), or record

@@ -200,12 +200,6 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// A readback buffer of at least `bytes` bytes that no submitted pass uses (from the
-    /// context's pool; a pass dropped without a wait returns it there).
-    fn take_staging(&mut self, bytes: u64) -> Result<crate::gpu::Pooled, GpuError> {
-        Ok(self.ctx.staging(bytes))
-    }
-
     /// The top-k output buffer with room for `pairs` `(id, value)` pairs.
     fn top_buffer(&mut self, pairs: usize) -> Result<wgpu::Buffer, GpuError> {
         if self.top.as_ref().is_none_or(|(_, n)| *n < pairs) {
@@ -600,7 +594,8 @@ impl Backend for GpuBackend {
                     // The best id of the last row becomes the token of a chained pass.
                     encoder.copy_buffer_to_buffer(&buffer, offset, &self.ids, 0, 4);
                 }
-                let staging = self.take_staging(bytes)?;
+                // From the context's pool; a pass dropped without a wait returns it there.
+                let staging = self.ctx.staging(bytes);
                 encoder.copy_buffer_to_buffer(
                     &buffer,
                     offset,

@@ -102,7 +102,6 @@ impl Step {
     }
 }
 
-#[derive(Default)]
 pub(super) struct Tape {
     pub(super) steps: Vec<(Key, Step)>,
     /// The backend's `tape_clock` when a pass last used it.

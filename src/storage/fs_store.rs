@@ -17,6 +17,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::store::{
@@ -209,23 +210,110 @@ fn remove_path(path: &Path) -> Result<bool, StoreError> {
     result.map(|()| true).map_err(|e| io(path, e))
 }
 
-/// A partial file opened for appending; buffered, flushed when dropped.
+/// Pieces waiting for a writer thread, at most (then [`ShardWriter::write`] waits).
+const WRITE_QUEUE: usize = 32;
+
+/// A partial file opened for appending. The bytes are written by a thread of the writer's own
+/// (the downloader receives every shard of a model on one task: copying a piece into the file
+/// there held all of them to one core's write speed), fed the pieces the network delivered
+/// without a copy, in order. Dropping the writer without [`ShardWriter::finish`] writes what is
+/// queued and waits for the thread, so the file keeps every byte handed over and nothing else
+/// writes to it afterwards.
 pub struct FsWriter {
-    file: BufWriter<File>,
+    tx: Option<tokio::sync::mpsc::Sender<Bytes>>,
+    /// The thread's result: the file once every piece is written and flushed.
+    done: Option<futures_channel::oneshot::Receiver<std::io::Result<File>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
     path: PathBuf,
+}
+
+impl FsWriter {
+    /// A writer appending to `file` (at `path`, which errors name).
+    pub fn for_file(file: File, path: PathBuf) -> Result<FsWriter, StoreError> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(WRITE_QUEUE);
+        let (done_tx, done) = futures_channel::oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("tritium-store".to_string())
+            .spawn(move || {
+                let mut out = BufWriter::with_capacity(64 << 10, file);
+                let mut result = Ok(());
+                while let Some(piece) = rx.blocking_recv() {
+                    result = out.write_all(&piece);
+                    if result.is_err() {
+                        break;
+                    }
+                }
+                // Closing the queue before answering: a `write` waiting on it fails at once.
+                drop(rx);
+                let result = result.and_then(|()| out.into_inner().map_err(|e| e.into_error()));
+                // The writer may be gone (dropped): nobody to tell.
+                let _ = done_tx.send(result);
+            })
+            .map_err(|e| io(&path, e))?;
+        Ok(FsWriter {
+            tx: Some(tx),
+            done: Some(done),
+            thread: Some(thread),
+            path,
+        })
+    }
+
+    /// Close the queue and wait for the thread's result.
+    async fn close(&mut self) -> Result<File, StoreError> {
+        self.tx = None;
+        let result = match self.done.take() {
+            Some(done) => done
+                .await
+                .unwrap_or_else(|_| Err(std::io::Error::other("the writing thread stopped"))),
+            None => Err(std::io::Error::other("the file was closed already")),
+        };
+        if let Some(thread) = self.thread.take() {
+            // It has answered, so it is ending: the join is immediate.
+            let _ = thread.join();
+        }
+        result.map_err(|e| io(&self.path, e))
+    }
+
+    async fn queue(&mut self, bytes: Bytes) -> Result<(), StoreError> {
+        let sent = match &self.tx {
+            Some(tx) => tx.send(bytes).await.is_ok(),
+            None => false,
+        };
+        if sent {
+            return Ok(());
+        }
+        // The thread stopped on a write error: that error, else why the queue is closed.
+        match self.close().await {
+            Err(e) => Err(e),
+            Ok(_) => Err(io(
+                &self.path,
+                std::io::Error::other("the writing thread stopped"),
+            )),
+        }
+    }
+}
+
+impl Drop for FsWriter {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl ShardWriter for FsWriter {
     async fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
-        self.file.write_all(bytes).map_err(|e| io(&self.path, e))
+        self.queue(Bytes::copy_from_slice(bytes)).await
+    }
+
+    async fn write_shared(&mut self, bytes: &Bytes) -> Result<(), StoreError> {
+        self.queue(bytes.clone()).await
     }
 
     async fn finish(mut self) -> Result<(), StoreError> {
-        self.file.flush().map_err(|e| io(&self.path, e))?;
-        self.file
-            .get_ref()
-            .sync_data()
-            .map_err(|e| io(&self.path, e))
+        let file = self.close().await?;
+        file.sync_data().map_err(|e| io(&self.path, e))
     }
 }
 
@@ -295,10 +383,7 @@ impl ShardStore for FsStore {
             .truncate(truncate)
             .open(&path)
             .map_err(|e| io(&path, e))?;
-        Ok(FsWriter {
-            file: BufWriter::with_capacity(64 << 10, f),
-            path,
-        })
+        FsWriter::for_file(f, path)
     }
 
     async fn read_partial(

@@ -15,6 +15,8 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 /// Errors of a model store. Each names the model, file or folder it concerns.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -84,6 +86,12 @@ pub struct PartialModel {
 pub trait ShardWriter {
     /// Append `bytes`.
     async fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError>;
+
+    /// Append `bytes`, a reference-counted piece of what the network delivered: a writer that
+    /// stores on another thread keeps the piece instead of copying it (the native store).
+    async fn write_shared(&mut self, bytes: &Bytes) -> Result<(), StoreError> {
+        self.write(bytes).await
+    }
 
     /// Flush and make what was written durable; then the file may be marked verified.
     async fn finish(self) -> Result<(), StoreError>;

@@ -174,6 +174,7 @@ fn memory_store_quota() {
 #[cfg(not(target_arch = "wasm32"))]
 mod fs {
     use super::*;
+    use bytes::Bytes;
 
     #[test]
     fn fs_store_keeps_the_contract() {
@@ -225,6 +226,70 @@ mod fs {
             // A second commit of the same name is refused.
             store.begin("m", "src").await.unwrap();
             assert!(store.commit("m", ModelKind::Rdrr, "").await.is_err());
+        });
+    }
+
+    // The writer thread: pieces of every size (below, at and above its 64 KiB buffer) land in
+    // order, whether the writer is finished or dropped half-way (an interrupted shard keeps
+    // every byte handed over, and nothing writes to the file after the drop), and a resumed
+    // writer appends after them.
+    #[test]
+    fn fs_writer_keeps_order_and_every_byte() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = FsStore::new(tmp.path());
+        let sizes = [1usize, 7, 65536, 65537, 300_000, 3, 1 << 20, 12_345];
+        let mut expected = Vec::new();
+        pollster::block_on(async {
+            store.begin("m", "src").await.unwrap();
+            let mut w = store.append("m", "shard_00000.bin", true).await.unwrap();
+            for (i, &n) in sizes.iter().enumerate() {
+                let piece: Vec<u8> = (0..n).map(|k| (k * 31 + i * 7) as u8).collect();
+                expected.extend_from_slice(&piece);
+                if i % 2 == 0 {
+                    w.write_shared(&Bytes::from(piece)).await.unwrap();
+                } else {
+                    w.write(&piece).await.unwrap();
+                }
+            }
+            drop(w);
+            let path = tmp.path().join("partial/m/shard_00000.bin");
+            assert!(std::fs::read(&path).unwrap() == expected, "dropped writer");
+            let mut w = store.append("m", "shard_00000.bin", false).await.unwrap();
+            w.write_shared(&Bytes::from_static(b"tail")).await.unwrap();
+            w.finish().await.unwrap();
+            expected.extend_from_slice(b"tail");
+            assert!(
+                std::fs::read(&path).unwrap() == expected,
+                "resumed and finished"
+            );
+        });
+    }
+
+    // A full disk (Linux's /dev/full refuses every write with ENOSPC): the error reaches the
+    // caller, from a later `write` or from `finish`, naming the file; never a success.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn fs_writer_reports_a_full_disk() {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let mut w = crate::storage::FsWriter::for_file(file, "/dev/full".into()).unwrap();
+        pollster::block_on(async {
+            let piece = Bytes::from(vec![1u8; 1 << 20]);
+            let mut first_error = None;
+            for _ in 0..64 {
+                if let Err(e) = w.write_shared(&piece).await {
+                    first_error = Some(e);
+                    break;
+                }
+            }
+            let err = match first_error {
+                Some(e) => e,
+                None => w.finish().await.unwrap_err(),
+            };
+            let msg = err.to_string();
+            assert!(msg.contains("/dev/full") && msg.contains("space"), "{msg}");
         });
     }
 

@@ -251,7 +251,7 @@ async fn fetch_once<S: ShardStore, C: HttpClient, O: StreamObserver>(
     } = ctx;
     let file = job.file;
     let mut size = job.size;
-    let new_hasher = || Hashing::new(vec![job.algorithm], options.hash_threads);
+    let new_hasher = || Hashing::new(vec![job.algorithm], usize::from(options.hash_threads));
     let mut hasher = new_hasher()?;
     let mut have = store.partial_len(model, file).await?.unwrap_or(0);
     let mut truncate = false;
@@ -425,7 +425,7 @@ async fn fetch_once<S: ShardStore, C: HttpClient, O: StreamObserver>(
                 None => chunk.len(),
             };
             let data = chunk.slice(..take);
-            w.write(&data).await?;
+            w.write_shared(&data).await?;
             observer.bytes(have, &data).await?;
             hasher.update(0, data).await?;
             have += take as u64;

@@ -153,14 +153,14 @@ pub(crate) struct GroupChecks {
 }
 
 impl GroupChecks {
-    /// Checks for the hashed groups of `manifest`; hashing on a thread when `threaded`.
-    pub(crate) fn new(manifest: &Manifest, threaded: bool) -> Result<GroupChecks, DownloadError> {
+    /// Checks for the hashed groups of `manifest`, hashed on `threads` threads (0: inline).
+    pub(crate) fn new(manifest: &Manifest, threads: usize) -> Result<GroupChecks, DownloadError> {
         let taps = GroupTaps::new(manifest).map_err(|p| DownloadError::InvalidManifest {
             url: "manifest.json".to_string(),
             problems: vec![p],
         })?;
         let alg = manifest.group_hash_algorithm();
-        let hashing = Hashing::new(vec![alg; taps.groups.len()], threaded)?;
+        let hashing = Hashing::new(vec![alg; taps.groups.len()], threads)?;
         Ok(GroupChecks {
             alg,
             taps: RefCell::new(taps),
@@ -298,14 +298,14 @@ mod tests {
             .unwrap();
     }
 
-    async fn orders(threaded: bool) {
+    async fn orders(threads: usize) {
         let (manifest, files) = model();
         assert!(manifest.shards.len() >= 3 && manifest.groups.len() >= 4);
         let store = store_with(&manifest, &files).await;
         let n = manifest.groups.len();
 
         // In order, in odd-sized chunks: every group hashed while streaming.
-        let checks = GroupChecks::new(&manifest, threaded).unwrap();
+        let checks = GroupChecks::new(&manifest, threads).unwrap();
         for (i, shard) in manifest.shards.iter().enumerate() {
             let bytes = &files.files[&shard.filename];
             for (k, chunk) in bytes.chunks(777).enumerate() {
@@ -316,7 +316,7 @@ mod tests {
         assert_eq!(got, (n, 0, 0));
 
         // Last shard first: groups reaching into it are read back, and still verify.
-        let checks = GroupChecks::new(&manifest, threaded).unwrap();
+        let checks = GroupChecks::new(&manifest, threads).unwrap();
         for i in (0..manifest.shards.len()).rev() {
             feed(&checks, i, 0, &files.files[&manifest.shards[i].filename]).await;
         }
@@ -326,7 +326,7 @@ mod tests {
         assert!(read_back >= 1 && bytes > 0, "{read_back} {bytes}");
 
         // Wrong bytes streamed for a group are caught (here: shard 0 fed shard 1's bytes).
-        let checks = GroupChecks::new(&manifest, threaded).unwrap();
+        let checks = GroupChecks::new(&manifest, threads).unwrap();
         feed(&checks, 0, 0, &files.files[&manifest.shards[1].filename]).await;
         let err = checks.check(&manifest, &store, "m", 4096).await;
         assert!(
@@ -337,7 +337,9 @@ mod tests {
 
     #[test]
     fn in_order_streams_hash_every_group_and_out_of_order_reads_back() {
-        pollster::block_on(orders(false));
-        pollster::block_on(orders(true));
+        // Inline, one thread, and groups dealt over three threads (digests dealt back in order).
+        pollster::block_on(orders(0));
+        pollster::block_on(orders(1));
+        pollster::block_on(orders(3));
     }
 }

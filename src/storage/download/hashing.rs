@@ -1,6 +1,7 @@
-//! Where the downloader's hashing runs: inline (wasm, or when asked), or natively on a thread
-//! of its own per hashed stream set, so hashing a shard, hashing the groups and receiving and
-//! storing the bytes use separate cores. Chunks are `Bytes` (reference-counted slices of what
+//! Where the downloader's hashing runs: inline (wasm, or when asked), or natively on threads of
+//! its own (one per shard being fetched; the group hashes spread over several, as the groups of
+//! shards fetched in parallel stream at the same time), so hashing and receiving and storing
+//! the bytes use separate cores. Chunks are `Bytes` (reference-counted slices of what
 //! the network delivered): handing one to the hashing thread copies nothing.
 
 use std::cell::RefCell;
@@ -18,46 +19,79 @@ const QUEUE: usize = 32;
 pub(crate) enum Hashing {
     Inline(RefCell<Vec<StreamHasher>>),
     #[cfg(not(target_arch = "wasm32"))]
-    Thread {
-        tx: tokio::sync::mpsc::Sender<(usize, Bytes)>,
-        done: futures_channel::oneshot::Receiver<Vec<String>>,
-    },
+    Threads(Threads),
+}
+
+/// Streams hashed on threads. A stream goes to the next thread in turn when its first bytes
+/// arrive, so the streams that run at the same time (one per shard in flight) land on
+/// different threads.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) struct Threads {
+    threads: Vec<HashThread>,
+    algs: Vec<HashAlgorithm>,
+    /// Per stream: (thread, its index on that thread), once it has had bytes.
+    route: RefCell<Vec<Option<(usize, usize)>>>,
+    /// Streams given to each thread so far.
+    given: RefCell<Vec<usize>>,
+}
+
+/// One hashing thread: its queue (stream index on the thread, the stream's algorithm, bytes)
+/// and its digests, in its streams' order, once the queue closes.
+#[cfg(not(target_arch = "wasm32"))]
+struct HashThread {
+    tx: tokio::sync::mpsc::Sender<(usize, HashAlgorithm, Bytes)>,
+    done: futures_channel::oneshot::Receiver<Vec<String>>,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn spawn_thread() -> Result<HashThread, DownloadError> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, HashAlgorithm, Bytes)>(QUEUE);
+    let (done_tx, done) = futures_channel::oneshot::channel();
+    std::thread::Builder::new()
+        .name("tritium-hash".to_string())
+        .spawn(move || {
+            let mut hashers: Vec<StreamHasher> = Vec::new();
+            while let Some((id, alg, data)) = rx.blocking_recv() {
+                // Streams arrive in the order they were given to this thread (a stream whose
+                // first bytes never came, its sender gone, is left empty).
+                while hashers.len() <= id {
+                    hashers.push(StreamHasher::new(alg));
+                }
+                hashers[id].update(&data);
+            }
+            let digests = hashers
+                .into_iter()
+                .map(StreamHasher::finalize_hex)
+                .collect();
+            // The download may be gone (cancelled): nobody to tell.
+            let _ = done_tx.send(digests);
+        })
+        .map_err(|e| DownloadError::Hashing(format!("cannot start a hashing thread: {e}")))?;
+    Ok(HashThread { tx, done })
 }
 
 impl Hashing {
-    /// One stream per entry of `algs`; on a thread when `threaded` (natively).
-    pub(crate) fn new(algs: Vec<HashAlgorithm>, threaded: bool) -> Result<Hashing, DownloadError> {
-        let hashers: Vec<StreamHasher> = algs.into_iter().map(StreamHasher::new).collect();
+    /// One stream per entry of `algs`, hashed on `threads` threads of their own (natively; at
+    /// most one per stream), or inline where `threads` is 0 (and always in wasm).
+    pub(crate) fn new(algs: Vec<HashAlgorithm>, threads: usize) -> Result<Hashing, DownloadError> {
         #[cfg(not(target_arch = "wasm32"))]
-        if threaded {
-            let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, Bytes)>(QUEUE);
-            let (done_tx, done) = futures_channel::oneshot::channel();
-            let mut hashers = hashers;
-            let spawned = std::thread::Builder::new()
-                .name("tritium-hash".to_string())
-                .spawn(move || {
-                    while let Some((id, data)) = rx.blocking_recv() {
-                        if let Some(h) = hashers.get_mut(id) {
-                            h.update(&data);
-                        }
-                    }
-                    let digests = hashers
-                        .into_iter()
-                        .map(StreamHasher::finalize_hex)
-                        .collect();
-                    // The download may be gone (cancelled): nobody to tell.
-                    let _ = done_tx.send(digests);
-                });
-            return match spawned {
-                Ok(_) => Ok(Hashing::Thread { tx, done }),
-                Err(e) => Err(DownloadError::Hashing(format!(
-                    "cannot start a hashing thread: {e}"
-                ))),
-            };
+        if threads > 0 {
+            let n = threads.min(algs.len()).max(1);
+            let threads = (0..n)
+                .map(|_| spawn_thread())
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(Hashing::Threads(Threads {
+                threads,
+                route: RefCell::new(vec![None; algs.len()]),
+                given: RefCell::new(vec![0; n]),
+                algs,
+            }));
         }
         #[cfg(target_arch = "wasm32")]
-        let _ = threaded;
-        Ok(Hashing::Inline(RefCell::new(hashers)))
+        let _ = threads;
+        Ok(Hashing::Inline(RefCell::new(
+            algs.into_iter().map(StreamHasher::new).collect(),
+        )))
     }
 
     /// Feed `data` to stream `id`.
@@ -70,10 +104,31 @@ impl Hashing {
                 Ok(())
             }
             #[cfg(not(target_arch = "wasm32"))]
-            Hashing::Thread { tx, .. } => tx
-                .send((id, data))
-                .await
-                .map_err(|_| DownloadError::Hashing("the hashing thread stopped".to_string())),
+            Hashing::Threads(t) => {
+                let Some(&alg) = t.algs.get(id) else {
+                    return Ok(());
+                };
+                let (thread, local) = {
+                    let mut route = t.route.borrow_mut();
+                    match route[id] {
+                        Some(r) => r,
+                        None => {
+                            let mut given = t.given.borrow_mut();
+                            let started = given.iter().sum::<usize>();
+                            let thread = started % t.threads.len();
+                            let r = (thread, given[thread]);
+                            given[thread] += 1;
+                            route[id] = Some(r);
+                            r
+                        }
+                    }
+                };
+                t.threads[thread]
+                    .tx
+                    .send((local, alg, data))
+                    .await
+                    .map_err(|_| DownloadError::Hashing("a hashing thread stopped".to_string()))
+            }
         }
     }
 
@@ -86,10 +141,30 @@ impl Hashing {
                 .map(StreamHasher::finalize_hex)
                 .collect()),
             #[cfg(not(target_arch = "wasm32"))]
-            Hashing::Thread { tx, done } => {
-                drop(tx);
-                done.await
-                    .map_err(|_| DownloadError::Hashing("the hashing thread died".to_string()))
+            Hashing::Threads(t) => {
+                let mut per_thread = Vec::with_capacity(t.threads.len());
+                for HashThread { tx, done } in t.threads {
+                    drop(tx);
+                    per_thread.push(done.await.map_err(|_| {
+                        DownloadError::Hashing("a hashing thread died".to_string())
+                    })?);
+                }
+                // A stream that never had bytes is the hash of nothing.
+                t.route
+                    .into_inner()
+                    .into_iter()
+                    .zip(t.algs)
+                    .map(|(route, alg)| match route {
+                        Some((thread, local)) => per_thread
+                            .get(thread)
+                            .and_then(|d| d.get(local))
+                            .cloned()
+                            .ok_or_else(|| {
+                                DownloadError::Hashing("a hashing thread lost a stream".to_string())
+                            }),
+                        None => Ok(StreamHasher::new(alg).finalize_hex()),
+                    })
+                    .collect()
             }
         }
     }

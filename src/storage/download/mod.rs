@@ -86,7 +86,7 @@ pub struct DownloadOptions {
     /// Bytes per read when hashing what is already stored (resumed files, groups).
     pub read_chunk: usize,
     /// Hash on threads of their own (natively; ignored in wasm): each file being fetched gets
-    /// one, the group hashes one more. Default true.
+    /// one, the group hashes one per file in flight (up to the cores). Default true.
     pub hash_threads: bool,
 }
 

@@ -170,7 +170,7 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     summary.warnings = other.iter().map(ToString::to_string).collect();
     let taps = if options.check_groups {
         Some(
-            GroupChecks::new(&manifest, options.hash_threads).map_err(|e| match e {
+            GroupChecks::new(&manifest, group_hash_threads(options)).map_err(|e| match e {
                 DownloadError::InvalidManifest { problems, .. } => DownloadError::InvalidManifest {
                     url: manifest_url.clone(),
                     problems,
@@ -399,6 +399,20 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     summary.fetched_bytes = tracker.fetched();
     summary.seconds = tracker.elapsed().as_secs_f64();
     Ok(summary)
+}
+
+/// Threads for the group hashes: the groups of the shards in flight stream at the same time,
+/// each group one ordered stream, so one thread would cap a download at one core's hashing
+/// speed. One per shard in flight, up to the cores (0: hash inline, as asked).
+fn group_hash_threads(options: &DownloadOptions) -> usize {
+    if !options.hash_threads {
+        return 0;
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    #[cfg(target_arch = "wasm32")]
+    let cores = 1;
+    options.parallel.clamp(1, cores.max(1))
 }
 
 /// Refuse a manifest whose shard, tensors or tokenizer file names could leave the folder.

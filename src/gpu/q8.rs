@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use super::bitlinear::NormQuantParams;
-use super::kernels::{q8, Kernel};
+use super::kernels::{kquants, q8, Kernel};
 use super::matmul::{grid, Dispatch, MatmulOp};
 use super::weights::GpuWeight;
 use super::{GpuContext, GpuError, Pooled};
@@ -242,6 +242,11 @@ pub fn q8_matvec(
     } else {
         Kernel::MatvecQ8(w.dtype)
     };
-    let wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
+    let wg = match w.dtype {
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+            kquants::matvec_q8_workgroup_size(w.bytes, w.cols)
+        }
+        _ => kernel.source().map_or(64, |s| s.default_workgroup_size),
+    };
     MatmulOp::with_kernel(ctx, kernel, wg, w, xq, y, 1)
 }

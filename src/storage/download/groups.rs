@@ -3,14 +3,15 @@
 //! A group's hash covers its tensors' bytes in the order of its `tensors` list (a tensor split
 //! across shards hashed whole). Each group becomes a list of segments (shard, offset, size);
 //! as a shard streams, every group whose *next* segment the arriving bytes cover is fed (a
-//! resumed shard's stored prefix is fed too, as it is hashed). A group whose bytes arrive out
-//! of order (its segment in shard 5 streams before the one in shard 4 ends, as parallel fetches
-//! do), or whose shard restarts, fails verification or was verified by an earlier run, is
-//! hashed afterwards by reading its bytes back from the store. For a model fetched from
-//! scratch that is at most the groups that straddle a shard boundary.
+//! resumed shard's stored prefix is fed too, as it is hashed). Bytes that arrive before their
+//! turn (a group straddling shards 4 and 5 gets the head of shard 5 while shard 4 still
+//! streams, as parallel fetches do) are kept, as the reference-counted pieces the network
+//! delivered, within a memory budget shared by all groups, and hashed in order once the bytes
+//! before them have been. A group whose early bytes do not fit the budget, or whose shard
+//! restarts, fails verification or was verified by an earlier run, is hashed afterwards by
+//! reading its bytes back from the store.
 
 use std::cell::RefCell;
-use std::ops::Range;
 
 use bytes::Bytes;
 
@@ -35,6 +36,8 @@ struct GroupTap {
     expected: String,
     segments: Vec<TensorSpan>,
     state: TapState,
+    /// Bytes that arrived before their turn: (segment, offset in it, bytes), in arrival order.
+    early: Vec<(usize, u64, Bytes)>,
 }
 
 impl GroupTap {
@@ -57,12 +60,16 @@ pub(crate) struct GroupTaps {
     groups: Vec<GroupTap>,
     /// Per shard: (group, segment) pairs whose segment lies in it.
     by_shard: Vec<Vec<(usize, usize)>>,
+    /// Bytes held for groups as early bytes, and the most that may be.
+    held: u64,
+    budget: u64,
 }
 
 impl GroupTaps {
-    /// The groups of `manifest` that carry a hash. Fails on a group that lists a tensor or a
-    /// shard the manifest does not have (validation catches these first).
-    fn new(manifest: &Manifest) -> Result<GroupTaps, String> {
+    /// The groups of `manifest` that carry a hash, keeping at most `budget` bytes that arrive
+    /// early. Fails on a group that lists a tensor or a shard the manifest does not have
+    /// (validation catches these first).
+    fn new(manifest: &Manifest, budget: u64) -> Result<GroupTaps, String> {
         let mut groups = Vec::new();
         let mut by_shard = vec![Vec::new(); manifest.shards.len()];
         for (id, group) in &manifest.groups {
@@ -93,45 +100,92 @@ impl GroupTaps {
                     next: 0,
                     consumed: 0,
                 },
+                early: Vec::new(),
             };
             tap.settle();
             groups.push(tap);
         }
-        Ok(GroupTaps { groups, by_shard })
+        Ok(GroupTaps {
+            groups,
+            by_shard,
+            held: 0,
+            budget,
+        })
     }
 
-    /// Bytes `offset..offset + len` of shard `shard` arrived: the ranges of them (relative to
-    /// `offset`) to hash into each group that was waiting for exactly those bytes.
-    fn feed(&mut self, shard: usize, offset: u64, len: u64) -> Vec<(usize, Range<usize>)> {
+    /// Group `g` is read back: its early bytes go.
+    fn read_back(&mut self, g: usize) {
+        let tap = &mut self.groups[g];
+        tap.state = TapState::ReadBack;
+        let freed: u64 = tap.early.iter().map(|(_, _, b)| b.len() as u64).sum();
+        tap.early.clear();
+        self.held -= freed;
+    }
+
+    /// Bytes `data` at `offset` of shard `shard` arrived: the pieces to hash into each group,
+    /// in order (pieces of `data`, and early bytes whose turn has come).
+    fn feed(&mut self, shard: usize, offset: u64, data: &Bytes) -> Vec<(usize, Bytes)> {
         let mut out = Vec::new();
-        let Some(pairs) = self.by_shard.get(shard) else {
-            return out;
-        };
-        let end = offset + len;
-        for &(g, j) in pairs {
-            let tap = &mut self.groups[g];
-            let seg = tap.segments[j];
+        let pairs = self.by_shard.get(shard).map_or(0, Vec::len);
+        let end = offset + data.len() as u64;
+        for k in 0..pairs {
+            let (g, j) = self.by_shard[shard][k];
+            let seg = self.groups[g].segments[j];
             let (from, to) = (offset.max(seg.offset), end.min(seg.offset + seg.size));
             if from >= to {
                 continue;
             }
-            let TapState::Streaming { next, consumed } = &mut tap.state else {
+            let TapState::Streaming { next, consumed } = self.groups[g].state else {
                 continue;
             };
-            if *next != j || from - seg.offset != *consumed {
-                // An earlier segment of this group has not streamed yet, or a gap.
-                tap.state = TapState::ReadBack;
-                continue;
+            let at = from - seg.offset;
+            let piece = data.slice((from - offset) as usize..(to - offset) as usize);
+            if j == next && at == consumed {
+                out.push((g, piece));
+                self.advance(g, to - from, &mut out);
+            } else if (j > next || (j == next && at > consumed))
+                && self.held + (to - from) <= self.budget
+            {
+                // Early: kept until the bytes before it have been hashed.
+                self.held += to - from;
+                self.groups[g].early.push((j, at, piece));
+            } else {
+                // Over the budget, or bytes already passed (a gap or a repeat).
+                self.read_back(g);
             }
-            out.push((g, (from - offset) as usize..(to - offset) as usize));
-            *consumed += to - from;
-            if *consumed == seg.size {
+        }
+        out
+    }
+
+    /// `n` more bytes of group `g`'s current segment were hashed: move on, and pass on the early
+    /// bytes that are now next, for as long as there are.
+    fn advance(&mut self, g: usize, mut n: u64, out: &mut Vec<(usize, Bytes)>) {
+        loop {
+            let tap = &mut self.groups[g];
+            let TapState::Streaming { next, consumed } = &mut tap.state else {
+                return;
+            };
+            *consumed += n;
+            if *consumed == tap.segments[*next].size {
                 *next += 1;
                 *consumed = 0;
                 tap.settle();
             }
+            let TapState::Streaming { next, consumed } = tap.state else {
+                return;
+            };
+            let Some(i) = tap
+                .early
+                .iter()
+                .position(|&(j, at, _)| j == next && at == consumed)
+            else {
+                return;
+            };
+            let (_, _, piece) = tap.early.remove(i);
+            n = piece.len() as u64;
+            self.held -= n;
+            out.push((g, piece));
         }
-        out
     }
 
     /// Everything seen of shard `shard` is void: its groups are read back.
@@ -139,8 +193,8 @@ impl GroupTaps {
         let Some(pairs) = self.by_shard.get(shard) else {
             return;
         };
-        for &(g, _) in pairs {
-            self.groups[g].state = TapState::ReadBack;
+        for g in pairs.iter().map(|&(g, _)| g).collect::<Vec<_>>() {
+            self.read_back(g);
         }
     }
 }
@@ -150,21 +204,32 @@ pub(crate) struct GroupChecks {
     alg: HashAlgorithm,
     taps: RefCell<GroupTaps>,
     hashing: Hashing,
+    /// Held from a shard's `feed` until its pieces are handed to the hashing: the shards stream
+    /// concurrently, and a group's pieces must reach its hasher in the order `feed` decided
+    /// (one feed may pass on several pieces of a group, early bytes included).
+    turn: futures_util::lock::Mutex<()>,
 }
 
 impl GroupChecks {
-    /// Checks for the hashed groups of `manifest`, hashed on `threads` threads (0: inline).
-    pub(crate) fn new(manifest: &Manifest, threads: usize) -> Result<GroupChecks, DownloadError> {
-        let taps = GroupTaps::new(manifest).map_err(|p| DownloadError::InvalidManifest {
-            url: "manifest.json".to_string(),
-            problems: vec![p],
-        })?;
+    /// Checks for the hashed groups of `manifest`, hashed on `threads` threads (0: inline),
+    /// keeping at most `early_budget` bytes that arrive before their turn.
+    pub(crate) fn new(
+        manifest: &Manifest,
+        threads: usize,
+        early_budget: u64,
+    ) -> Result<GroupChecks, DownloadError> {
+        let taps =
+            GroupTaps::new(manifest, early_budget).map_err(|p| DownloadError::InvalidManifest {
+                url: "manifest.json".to_string(),
+                problems: vec![p],
+            })?;
         let alg = manifest.group_hash_algorithm();
         let hashing = Hashing::new(vec![alg; taps.groups.len()], threads)?;
         Ok(GroupChecks {
             alg,
             taps: RefCell::new(taps),
             hashing,
+            turn: futures_util::lock::Mutex::new(()),
         })
     }
 
@@ -232,13 +297,10 @@ pub(crate) struct ShardTap<'a> {
 
 impl StreamObserver for ShardTap<'_> {
     async fn bytes(&self, offset: u64, data: &Bytes) -> Result<(), DownloadError> {
-        let ranges = self
-            .checks
-            .taps
-            .borrow_mut()
-            .feed(self.shard, offset, data.len() as u64);
-        for (group, range) in ranges {
-            self.checks.hashing.update(group, data.slice(range)).await?;
+        let _turn = self.checks.turn.lock().await;
+        let pieces = self.checks.taps.borrow_mut().feed(self.shard, offset, data);
+        for (group, piece) in pieces {
+            self.checks.hashing.update(group, piece).await?;
         }
         Ok(())
     }
@@ -305,7 +367,7 @@ mod tests {
         let n = manifest.groups.len();
 
         // In order, in odd-sized chunks: every group hashed while streaming.
-        let checks = GroupChecks::new(&manifest, threads).unwrap();
+        let checks = GroupChecks::new(&manifest, threads, 0).unwrap();
         for (i, shard) in manifest.shards.iter().enumerate() {
             let bytes = &files.files[&shard.filename];
             for (k, chunk) in bytes.chunks(777).enumerate() {
@@ -315,8 +377,9 @@ mod tests {
         let got = checks.check(&manifest, &store, "m", 4096).await.unwrap();
         assert_eq!(got, (n, 0, 0));
 
-        // Last shard first: groups reaching into it are read back, and still verify.
-        let checks = GroupChecks::new(&manifest, threads).unwrap();
+        // Last shard first, no room for early bytes: groups reaching into it are read back,
+        // and still verify.
+        let checks = GroupChecks::new(&manifest, threads, 0).unwrap();
         for i in (0..manifest.shards.len()).rev() {
             feed(&checks, i, 0, &files.files[&manifest.shards[i].filename]).await;
         }
@@ -325,8 +388,49 @@ mod tests {
         assert_eq!(streamed + read_back, n);
         assert!(read_back >= 1 && bytes > 0, "{read_back} {bytes}");
 
+        // Last shard first with room for the early bytes: every group streamed, none read back.
+        let total: u64 = manifest.shards.iter().map(|s| s.size).sum();
+        let checks = GroupChecks::new(&manifest, threads, total).unwrap();
+        for i in (0..manifest.shards.len()).rev() {
+            feed(&checks, i, 0, &files.files[&manifest.shards[i].filename]).await;
+        }
+        assert_eq!(checks.taps.borrow().held, 0);
+        let got = checks.check(&manifest, &store, "m", 4096).await.unwrap();
+        assert_eq!(got, (n, 0, 0));
+
+        // Shards interleaved in odd-sized chunks, as parallel fetches deliver them: with room
+        // for one chunk only, groups are read back; with room for them all, none; all verify.
+        for budget in [777u64, total] {
+            let checks = GroupChecks::new(&manifest, threads, budget).unwrap();
+            let mut pos = vec![0usize; manifest.shards.len()];
+            loop {
+                let mut any = false;
+                for (i, shard) in manifest.shards.iter().enumerate() {
+                    let bytes = &files.files[&shard.filename];
+                    if pos[i] < bytes.len() {
+                        let to = (pos[i] + 777).min(bytes.len());
+                        feed(&checks, i, pos[i] as u64, &bytes[pos[i]..to]).await;
+                        pos[i] = to;
+                        any = true;
+                    }
+                }
+                if !any {
+                    break;
+                }
+            }
+            assert!(checks.taps.borrow().held <= budget);
+            let (streamed, read_back, _) =
+                checks.check(&manifest, &store, "m", 4096).await.unwrap();
+            assert_eq!(streamed + read_back, n);
+            if budget == total {
+                assert_eq!(read_back, 0, "budget {budget}");
+            } else {
+                assert!(read_back >= 1, "budget {budget}");
+            }
+        }
+
         // Wrong bytes streamed for a group are caught (here: shard 0 fed shard 1's bytes).
-        let checks = GroupChecks::new(&manifest, threads).unwrap();
+        let checks = GroupChecks::new(&manifest, threads, total).unwrap();
         feed(&checks, 0, 0, &files.files[&manifest.shards[1].filename]).await;
         let err = checks.check(&manifest, &store, "m", 4096).await;
         assert!(

@@ -88,7 +88,18 @@ pub struct DownloadOptions {
     /// Hash on threads of their own (natively; ignored in wasm): each file being fetched gets
     /// one, the group hashes one per file in flight (up to the cores). Default true.
     pub hash_threads: bool,
+    /// Bytes of group data that arrived before their turn (a group straddling two shards
+    /// fetched at once) kept in memory to hash in order, at most; a group beyond it is read
+    /// back from the store after the download. Default 256 MiB natively, 16 MiB in wasm.
+    pub group_buffer: u64,
 }
+
+/// [`DownloadOptions::group_buffer`]'s default.
+pub const DEFAULT_GROUP_BUFFER: u64 = if cfg!(target_arch = "wasm32") {
+    16 << 20
+} else {
+    256 << 20
+};
 
 impl Default for DownloadOptions {
     fn default() -> Self {
@@ -99,6 +110,7 @@ impl Default for DownloadOptions {
             check_groups: true,
             read_chunk: 4 << 20,
             hash_threads: true,
+            group_buffer: DEFAULT_GROUP_BUFFER,
         }
     }
 }

@@ -170,13 +170,16 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     summary.warnings = other.iter().map(ToString::to_string).collect();
     let taps = if options.check_groups {
         Some(
-            GroupChecks::new(&manifest, group_hash_threads(options)).map_err(|e| match e {
-                DownloadError::InvalidManifest { problems, .. } => DownloadError::InvalidManifest {
-                    url: manifest_url.clone(),
-                    problems,
-                },
-                e => e,
-            })?,
+            GroupChecks::new(&manifest, group_hash_threads(options), options.group_buffer)
+                .map_err(|e| match e {
+                    DownloadError::InvalidManifest { problems, .. } => {
+                        DownloadError::InvalidManifest {
+                            url: manifest_url.clone(),
+                            problems,
+                        }
+                    }
+                    e => e,
+                })?,
         )
     } else {
         None

@@ -12,6 +12,7 @@
 //! reading its bytes back from the store.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
@@ -36,8 +37,9 @@ struct GroupTap {
     expected: String,
     segments: Vec<TensorSpan>,
     state: TapState,
-    /// Bytes that arrived before their turn: (segment, offset in it, bytes), in arrival order.
-    early: Vec<(usize, u64, Bytes)>,
+    /// Bytes that arrived before their turn, by (segment, offset in it): the next piece due
+    /// is one lookup, however many are held.
+    early: BTreeMap<(usize, u64), Bytes>,
 }
 
 impl GroupTap {
@@ -100,7 +102,7 @@ impl GroupTaps {
                     next: 0,
                     consumed: 0,
                 },
-                early: Vec::new(),
+                early: BTreeMap::new(),
             };
             tap.settle();
             groups.push(tap);
@@ -117,7 +119,7 @@ impl GroupTaps {
     fn read_back(&mut self, g: usize) {
         let tap = &mut self.groups[g];
         tap.state = TapState::ReadBack;
-        let freed: u64 = tap.early.iter().map(|(_, _, b)| b.len() as u64).sum();
+        let freed: u64 = tap.early.values().map(|b| b.len() as u64).sum();
         tap.early.clear();
         self.held -= freed;
     }
@@ -148,7 +150,7 @@ impl GroupTaps {
             {
                 // Early: kept until the bytes before it have been hashed.
                 self.held += to - from;
-                self.groups[g].early.push((j, at, piece));
+                self.groups[g].early.insert((j, at), piece);
             } else {
                 // Over the budget, or bytes already passed (a gap or a repeat).
                 self.read_back(g);
@@ -174,14 +176,9 @@ impl GroupTaps {
             let TapState::Streaming { next, consumed } = tap.state else {
                 return;
             };
-            let Some(i) = tap
-                .early
-                .iter()
-                .position(|&(j, at, _)| j == next && at == consumed)
-            else {
+            let Some(piece) = tap.early.remove(&(next, consumed)) else {
                 return;
             };
-            let (_, _, piece) = tap.early.remove(i);
             n = piece.len() as u64;
             self.held -= n;
             out.push((g, piece));
@@ -190,10 +187,8 @@ impl GroupTaps {
 
     /// Everything seen of shard `shard` is void: its groups are read back.
     fn void(&mut self, shard: usize) {
-        let Some(pairs) = self.by_shard.get(shard) else {
-            return;
-        };
-        for g in pairs.iter().map(|&(g, _)| g).collect::<Vec<_>>() {
+        for k in 0..self.by_shard.get(shard).map_or(0, Vec::len) {
+            let (g, _) = self.by_shard[shard][k];
             self.read_back(g);
         }
     }

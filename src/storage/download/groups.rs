@@ -198,11 +198,11 @@ impl GroupTaps {
 pub(crate) struct GroupChecks {
     alg: HashAlgorithm,
     taps: RefCell<GroupTaps>,
+    /// A shard's `feed` and the hand-over of its pieces happen in one synchronous step: the
+    /// shards stream concurrently, and a group's pieces must reach its hasher in the order
+    /// `feed` decided (one feed may pass on several pieces of a group, early bytes included).
+    /// Only then does the shard wait, for the threads it fed to catch up.
     hashing: Hashing,
-    /// Held from a shard's `feed` until its pieces are handed to the hashing: the shards stream
-    /// concurrently, and a group's pieces must reach its hasher in the order `feed` decided
-    /// (one feed may pass on several pieces of a group, early bytes included).
-    turn: futures_util::lock::Mutex<()>,
 }
 
 impl GroupChecks {
@@ -224,7 +224,6 @@ impl GroupChecks {
             alg,
             taps: RefCell::new(taps),
             hashing,
-            turn: futures_util::lock::Mutex::new(()),
         })
     }
 
@@ -292,10 +291,17 @@ pub(crate) struct ShardTap<'a> {
 
 impl StreamObserver for ShardTap<'_> {
     async fn bytes(&self, offset: u64, data: &Bytes) -> Result<(), DownloadError> {
-        let _turn = self.checks.turn.lock().await;
         let pieces = self.checks.taps.borrow_mut().feed(self.shard, offset, data);
+        let mut fed = Vec::new();
         for (group, piece) in pieces {
-            self.checks.hashing.update(group, piece).await?;
+            if let Some(thread) = self.checks.hashing.enqueue(group, piece)? {
+                if !fed.contains(&thread) {
+                    fed.push(thread);
+                }
+            }
+        }
+        for thread in fed {
+            self.checks.hashing.drained(thread).await;
         }
         Ok(())
     }

@@ -11,9 +11,11 @@ use bytes::Bytes;
 use super::DownloadError;
 use crate::formats::rdrr::{HashAlgorithm, StreamHasher};
 
-/// Chunks waiting for a hashing thread, at most (then `update` waits: backpressure).
+/// Bytes waiting for one hashing thread above which `update` (and `drained`) wait:
+/// backpressure. Handing bytes over (`enqueue`) never waits, so a caller can pass several
+/// streams' pieces in one step, in order, without holding anything across a wait.
 #[cfg(not(target_arch = "wasm32"))]
-const QUEUE: usize = 32;
+const BACKLOG: u64 = 8 << 20;
 
 /// A set of hash streams, each fed in order and finished together.
 pub(crate) enum Hashing {
@@ -35,18 +37,58 @@ pub(crate) struct Threads {
     given: RefCell<Vec<usize>>,
 }
 
-/// One hashing thread: its queue (stream index on the thread, the stream's algorithm, bytes)
-/// and its digests, in its streams' order, once the queue closes.
+/// One hashing thread: its queue (stream index on the thread, the stream's algorithm, bytes),
+/// the bytes queued and not yet hashed, and its digests, in its streams' order, once the queue
+/// closes.
 #[cfg(not(target_arch = "wasm32"))]
 struct HashThread {
-    tx: tokio::sync::mpsc::Sender<(usize, HashAlgorithm, Bytes)>,
+    tx: tokio::sync::mpsc::UnboundedSender<(usize, HashAlgorithm, Bytes)>,
+    backlog: std::sync::Arc<Backlog>,
     done: futures_channel::oneshot::Receiver<Vec<String>>,
+}
+
+/// Bytes queued for a hashing thread, and a wake-up for those waiting for it to fall to
+/// [`BACKLOG`].
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Default)]
+struct Backlog {
+    bytes: std::sync::atomic::AtomicU64,
+    fell: tokio::sync::Notify,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Backlog {
+    fn add(&self, n: u64) {
+        self.bytes.fetch_add(n, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    fn done(&self, n: u64) {
+        let before = self.bytes.fetch_sub(n, std::sync::atomic::Ordering::AcqRel);
+        if before > BACKLOG && before - n <= BACKLOG {
+            self.fell.notify_waiters();
+        }
+    }
+
+    async fn drained(&self) {
+        loop {
+            let fell = self.fell.notified();
+            let mut fell = std::pin::pin!(fell);
+            // Registered before the check: a fall between the check and the wait still wakes.
+            fell.as_mut().enable();
+            if self.bytes.load(std::sync::atomic::Ordering::Acquire) <= BACKLOG {
+                return;
+            }
+            fell.await;
+        }
+    }
 }
 
 #[cfg(not(target_arch = "wasm32"))]
 fn spawn_thread() -> Result<HashThread, DownloadError> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, HashAlgorithm, Bytes)>(QUEUE);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, HashAlgorithm, Bytes)>();
     let (done_tx, done) = futures_channel::oneshot::channel();
+    let backlog = std::sync::Arc::new(Backlog::default());
+    let seen = backlog.clone();
     std::thread::Builder::new()
         .name("tritium-hash".to_string())
         .spawn(move || {
@@ -58,6 +100,7 @@ fn spawn_thread() -> Result<HashThread, DownloadError> {
                     hashers.push(StreamHasher::new(alg));
                 }
                 hashers[id].update(&data);
+                seen.done(data.len() as u64);
             }
             let digests = hashers
                 .into_iter()
@@ -67,7 +110,7 @@ fn spawn_thread() -> Result<HashThread, DownloadError> {
             let _ = done_tx.send(digests);
         })
         .map_err(|e| DownloadError::Hashing(format!("cannot start a hashing thread: {e}")))?;
-    Ok(HashThread { tx, done })
+    Ok(HashThread { tx, backlog, done })
 }
 
 impl Hashing {
@@ -94,19 +137,29 @@ impl Hashing {
         )))
     }
 
-    /// Feed `data` to stream `id`.
+    /// Feed `data` to stream `id`, waiting while its thread is far behind.
     pub(crate) async fn update(&self, id: usize, data: Bytes) -> Result<(), DownloadError> {
+        if let Some(thread) = self.enqueue(id, data)? {
+            self.drained(thread).await;
+        }
+        Ok(())
+    }
+
+    /// Hand `data` to stream `id` without waiting: hashed here (inline), or queued for its
+    /// thread, whose index comes back (wait for it with [`Hashing::drained`]). Pieces handed
+    /// over in one synchronous step reach their streams in that order whatever runs between.
+    pub(crate) fn enqueue(&self, id: usize, data: Bytes) -> Result<Option<usize>, DownloadError> {
         match self {
             Hashing::Inline(hashers) => {
                 if let Some(h) = hashers.borrow_mut().get_mut(id) {
                     h.update(&data);
                 }
-                Ok(())
+                Ok(None)
             }
             #[cfg(not(target_arch = "wasm32"))]
             Hashing::Threads(t) => {
                 let Some(&alg) = t.algs.get(id) else {
-                    return Ok(());
+                    return Ok(None);
                 };
                 let (thread, local) = {
                     let mut route = t.route.borrow_mut();
@@ -123,11 +176,28 @@ impl Hashing {
                         }
                     }
                 };
-                t.threads[thread]
-                    .tx
+                let th = &t.threads[thread];
+                th.backlog.add(data.len() as u64);
+                th.tx
                     .send((local, alg, data))
-                    .await
-                    .map_err(|_| DownloadError::Hashing("a hashing thread stopped".to_string()))
+                    .map_err(|_| DownloadError::Hashing("a hashing thread stopped".to_string()))?;
+                Ok(Some(thread))
+            }
+        }
+    }
+
+    /// Wait until hashing thread `thread` has at most [`BACKLOG`] bytes queued (at once
+    /// inline).
+    pub(crate) async fn drained(&self, thread: usize) {
+        match self {
+            Hashing::Inline(_) => {
+                let _ = thread;
+            }
+            #[cfg(not(target_arch = "wasm32"))]
+            Hashing::Threads(t) => {
+                if let Some(th) = t.threads.get(thread) {
+                    th.backlog.drained().await;
+                }
             }
         }
     }
@@ -143,7 +213,7 @@ impl Hashing {
             #[cfg(not(target_arch = "wasm32"))]
             Hashing::Threads(t) => {
                 let mut per_thread = Vec::with_capacity(t.threads.len());
-                for HashThread { tx, done } in t.threads {
+                for HashThread { tx, done, .. } in t.threads {
                     drop(tx);
                     per_thread.push(done.await.map_err(|_| {
                         DownloadError::Hashing("a hashing thread died".to_string())

@@ -205,6 +205,11 @@ pub trait Backend {
     /// Most tokens one forward pass takes (activation buffers are sized for it).
     fn max_batch(&self) -> usize;
 
+    /// Most f32 values one tensor may hold (a GPU's largest storage binding).
+    fn max_tensor_len(&self) -> usize {
+        usize::MAX
+    }
+
     /// Upload a weight in its file format.
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, crate::Error>;
 

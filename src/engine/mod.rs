@@ -91,7 +91,11 @@ impl<B: Backend> Engine<B> {
         self.check_fits(ids.len())?;
         self.cached.clear();
         let mut out = Vec::with_capacity(ids.len() * self.model.config.n_vocab);
-        let batch = self.model.backend.max_batch();
+        let batch = self
+            .model
+            .backend
+            .max_batch()
+            .min(self.model.state.logits_rows);
         for (i, chunk) in ids.chunks(batch).enumerate() {
             match self.model.forward(chunk, i * batch, Readback::All).await? {
                 Logits::Full(v) => out.extend_from_slice(&v),

@@ -38,13 +38,18 @@ pub struct RunState {
     /// The last token's residual and normed residual `(1, dim)`.
     pub x_last: Tensor,
     pub xb_last: Tensor,
-    /// `(n, n_vocab)`.
+    /// `(logits_rows, n_vocab)`.
     pub logits: Tensor,
+    /// Tokens whose logits one pass can return: the batch, or fewer where a batch of logits
+    /// would exceed the backend's largest tensor (a 128k vocabulary at 512 tokens is 250 MiB,
+    /// WebGPU's default binding limit 128 MiB).
+    pub logits_rows: usize,
 }
 
 impl RunState {
     fn new<B: Backend>(b: &mut B, c: &ModelConfig) -> Result<Self, Error> {
         let n = b.max_batch();
+        let logits_rows = n.min(b.max_tensor_len() / c.n_vocab.max(1)).max(1);
         let q_dim = c.n_heads * c.head_dim;
         let kv_dim = c.n_kv_heads * c.head_dim;
         Ok(RunState {
@@ -61,7 +66,8 @@ impl RunState {
             hb_normed: b.alloc("hb_normed", n * c.ffn_dim)?,
             x_last: b.alloc("x_last", c.dim)?,
             xb_last: b.alloc("xb_last", c.dim)?,
-            logits: b.alloc("logits", n * c.n_vocab)?,
+            logits: b.alloc("logits", logits_rows * c.n_vocab)?,
+            logits_rows,
         })
     }
 }
@@ -202,6 +208,13 @@ impl<B: Backend> Model<B> {
         let b = &mut self.backend;
         let rows = match readback {
             Readback::Nothing => 1,
+            Readback::All if n > s.logits_rows => {
+                return Err(Error::Usage(format!(
+                    "{n} tokens' logits do not fit one pass (at most {}: the logits of {} \
+                     tokens would exceed the device's largest buffer binding)",
+                    s.logits_rows, n
+                )))
+            }
             Readback::All => {
                 b.rms_norm(s.x, w.output_norm, s.xb, n, c.dim, c.eps)?;
                 b.matmul(w.output, s.xb, s.logits, n)?;

@@ -286,6 +286,10 @@ impl Backend for GpuBackend {
         self.max_batch
     }
 
+    fn max_tensor_len(&self) -> usize {
+        usize::try_from(self.ctx.limits.max_storage_buffer_binding_size / 4).unwrap_or(usize::MAX)
+    }
+
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, Error> {
         let (rows, cols) = (u32::try_from(w.rows), u32::try_from(w.cols));
         let (Ok(rows), Ok(cols)) = (rows, cols) else {

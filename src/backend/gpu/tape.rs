@@ -129,7 +129,7 @@ impl GpuBackend {
             .and_then(|t| t.steps.get(cursor))
             .is_some_and(|(k, _)| *k == key);
         if !hit {
-            let step = build(self)?;
+            let step = self.ctx.validated(|| self.label(&key), || build(self))?;
             if !self.tapes.contains_key(&n) {
                 self.evict_tapes(MAX_TAPES - 1);
             }

@@ -438,6 +438,25 @@ impl GpuContext {
         })
     }
 
+    /// Run `f`, which makes GPU objects, turning a wgpu validation error it raises (a binding
+    /// over the device's limits, say) into an error naming `what` instead of wgpu's default
+    /// panic. Natively only: in the browser such errors reach the device's uncaptured-error
+    /// handler.
+    pub fn validated<T>(
+        &self,
+        what: impl FnOnce() -> String,
+        f: impl FnOnce() -> Result<T, GpuError>,
+    ) -> Result<T, GpuError> {
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let made = f();
+        let err = block_on_scope(scope);
+        let made = made?;
+        match err {
+            Some(e) => Err(GpuError::Validation(format!("{}: {e}", what()))),
+            None => Ok(made),
+        }
+    }
+
     /// A bind group for `pipeline`'s group 0 with `buffers` bound at 0, 1, 2, ... in order.
     pub fn bind(
         &self,

@@ -7,5 +7,5 @@ struct MatmulParams {
     y_stride: u32,     // output row length: y[t * y_stride + row]
     x_stride: u32,     // input row length: x[t * x_stride + col]
     weight_scale: f32, // per-tensor scale (I2_S, TQ*: the model's), else 1
-    pad0: u32,
+    split: u32,        // paired kernels: the first weight's rows (else 0)
 }

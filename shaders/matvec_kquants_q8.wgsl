@@ -46,16 +46,20 @@ fn pick(v: vec4<f32>, i: u32) -> f32 {
     return select(0.0, e, i < 4u);
 }
 
-@compute @workgroup_size(WG)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let row0 = flat_workgroup(wid, nwg) * ROWS;
-    if (row0 >= p.rows) {
-        return;
-    }
+// Where a workgroup's threads work: ROWS rows from row0 (of `rows`), split into `groups`
+// thread groups of `per_group` threads, each taking `n_rows` rows; `rb` is the first block of
+// each of this thread's rows (invalid rows read row 0 of the chunk and are dropped).
+struct Q8Layout {
+    g: u32,
+    n_rows: u32,
+    lane: u32,
+    per_group: u32,
+    units: u32,
+    valid: vec4<bool>,
+    rb: vec4<u32>,
+}
+
+fn q8_layout(row0: u32, rows: u32, lid: u32) -> Q8Layout {
     let nb = p.cols / KQ_BLOCK;
     let units = nb * KQ_UNITS;
     // Thread groups: as many (up to ROWS) as keep every group's threads at most half idle.
@@ -67,14 +71,19 @@ fn main(
     let n_rows = ROWS / groups;
     let g = lid / per_group;
     let first = row0 + g * n_rows; // this thread's rows: first .. + n_rows
-    let lane = lid % per_group;
     let r = vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u);
-    let valid = (vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(n_rows)) & (r < vec4<u32>(p.rows));
-    // First block of each row (invalid rows read row 0 of the chunk and are dropped).
-    let rb = select(vec4<u32>(0u), r * nb, valid);
+    let valid = (vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(n_rows)) & (r < vec4<u32>(rows));
+    return Q8Layout(g, n_rows, lid % per_group, per_group, units, valid,
+                    select(vec4<u32>(0u), r * nb, valid));
+}
 
+// This thread's sums for its rows (lanes past n_rows hold garbage: q8_total drops them).
+fn q8_rows(l: Q8Layout) -> vec4<f32> {
+    let rb = l.rb;
+    let per_group = l.per_group;
+    let units = l.units;
     var acc = vec4<f32>(0.0);
-    var u = lane;
+    var u = l.lane;
     for (; u + per_group < units; u = u + 2u * per_group) {
         let u2 = u + per_group;
         let blk = u / KQ_UNITS;
@@ -101,12 +110,30 @@ fn main(
         let w3 = kq_load(rb.w + blk, uu);
         acc = acc + dot4(w0, w1, w2, w3, uu, q8_unit(blk, uu));
     }
+    return acc;
+}
 
-    // Row k of this thread's rows goes to lane g * n_rows + k; one sum covers every group.
-    let own = select(vec4<f32>(0.0), acc, valid);
-    let src = vec4<u32>(0u, 1u, 2u, 3u) - vec4<u32>(g * n_rows);
+// The workgroup's ROWS sums: row k of a thread's rows goes to lane g * n_rows + k; one sum
+// covers every group.
+fn q8_total(l: Q8Layout, acc: vec4<f32>, lid: u32) -> vec4<f32> {
+    let own = select(vec4<f32>(0.0), acc, l.valid);
+    let src = vec4<u32>(0u, 1u, 2u, 3u) - vec4<u32>(l.g * l.n_rows);
     let placed = vec4<f32>(pick(own, src.x), pick(own, src.y), pick(own, src.z), pick(own, src.w));
-    let total = workgroup_sum4(placed, lid);
+    return workgroup_sum4(placed, lid);
+}
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row0 = flat_workgroup(wid, nwg) * ROWS;
+    if (row0 >= p.rows) {
+        return;
+    }
+    let l = q8_layout(row0, p.rows, lid);
+    let total = q8_total(l, q8_rows(l), lid);
     if (lid == 0u) {
         let out = p.row_offset + row0;
         if (row0 < p.rows) {

@@ -27,7 +27,9 @@ gpu_uniform! {
         pub x_stride: u32,
         /// Per-tensor weight scale ([`GpuWeight::scale`]: applied by I2_S, TQ1_0, TQ2_0).
         pub weight_scale: f32,
-        pub pad0: u32,
+        /// The pair kernels ([`crate::gpu::kernels::Kernel::MatvecQ8Pair`]): the first
+        /// weight's rows; 0 elsewhere.
+        pub split: u32,
     }
 }
 
@@ -199,7 +201,7 @@ impl MatmulOp {
                 y_stride: w.rows,
                 x_stride: w.cols,
                 weight_scale: w.scale,
-                pad0: 0,
+                split: 0,
             };
             let u = ctx.uniform(&format!("{}.params", w.name), &params);
             let mut buffers: Vec<&wgpu::Buffer> = vec![&u, x, y];
@@ -216,6 +218,58 @@ impl MatmulOp {
         Ok(MatmulOp {
             dispatches,
             _uniforms: uniforms,
+        })
+    }
+
+    /// `ya = A x` and `yb = B x` for one token in one dispatch of `kernel` (a
+    /// [`Kernel::MatvecQ8Pair`]): `x` the records of the input, `a` and `b` single chunks of
+    /// one format and row length, `a`'s rows a multiple of the kernel's rows per workgroup
+    /// (see [`crate::gpu::q8::can_pair`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn pair(
+        ctx: &GpuContext,
+        kernel: Kernel,
+        wg: u32,
+        a: &GpuWeight,
+        b: &GpuWeight,
+        x: &wgpu::Buffer,
+        ya: &wgpu::Buffer,
+        yb: &wgpu::Buffer,
+    ) -> Result<Self, GpuError> {
+        let ([ca], [cb]) = (a.chunks.as_slice(), b.chunks.as_slice()) else {
+            return Err(GpuError::Unsupported(format!(
+                "{} of {} and {}: weights in several chunks",
+                kernel.label(),
+                a.name,
+                b.name
+            )));
+        };
+        let pipeline = ctx.kernel(kernel, Some(wg))?;
+        let rows = a.rows + b.rows;
+        let params = MatmulParams {
+            rows,
+            cols: a.cols,
+            n_tokens: 1,
+            row_offset: 0,
+            y_stride: a.rows,
+            x_stride: a.cols,
+            weight_scale: 1.0,
+            split: a.rows,
+        };
+        let u = ctx.uniform(&format!("{}+{}.params", a.name, b.name), &params);
+        let mut entries: Vec<(u32, &wgpu::Buffer)> = vec![(0, &u), (1, x), (2, ya)];
+        entries.extend((3..).zip(ca.planes.iter()));
+        entries.push((kquants::PAIR_OUTPUT_BINDING, yb));
+        entries.extend((kquants::PAIR_PLANES_BINDING..).zip(cb.planes.iter()));
+        let bind_group = ctx.bind_at(&pipeline, &entries);
+        let n = kquants::workgroups(kernel, rows, 1, wg);
+        Ok(MatmulOp {
+            dispatches: vec![Dispatch {
+                pipeline,
+                bind_group,
+                workgroups: grid(n, ctx.limits.max_compute_workgroups_per_dimension),
+            }],
+            _uniforms: vec![u],
         })
     }
 

@@ -250,3 +250,37 @@ pub fn q8_matvec(
     };
     MatmulOp::with_kernel(ctx, kernel, wg, w, xq, y, 1)
 }
+
+/// Whether [`q8_matvec_pair`] takes `a` and `b`: the same K-quant format and row length, each
+/// in one chunk, `a`'s rows a multiple of the kernel's rows per workgroup.
+pub fn can_pair(a: &GpuWeight, b: &GpuWeight) -> bool {
+    a.dtype == b.dtype
+        && a.cols == b.cols
+        && Kernel::MatvecQ8Pair(a.dtype).source().is_some()
+        && has_q8_matvec(a.dtype, a.cols)
+        && a.chunks.len() == 1
+        && b.chunks.len() == 1
+        && a.rows % kquants::MATVEC_ROWS == 0
+        && a.rows.checked_add(b.rows).is_some()
+}
+
+/// `ya = A x` and `yb = B x` for one token from the records `xq` of `x`, in one dispatch
+/// ([`Kernel::MatvecQ8Pair`]; each row's arithmetic is [`q8_matvec`]'s, so the outputs are
+/// the same bits). Check [`can_pair`] first.
+pub fn q8_matvec_pair(
+    ctx: &GpuContext,
+    a: &GpuWeight,
+    b: &GpuWeight,
+    xq: &wgpu::Buffer,
+    ya: &wgpu::Buffer,
+    yb: &wgpu::Buffer,
+) -> Result<MatmulOp, GpuError> {
+    if !can_pair(a, b) {
+        return Err(GpuError::Unsupported(format!(
+            "one integer-dot dispatch for {} ({} {}x{}) and {} ({} {}x{})",
+            a.name, a.dtype, a.rows, a.cols, b.name, b.dtype, b.rows, b.cols
+        )));
+    }
+    let wg = kquants::matvec_q8_workgroup_size(a.bytes + b.bytes, a.cols);
+    MatmulOp::pair(ctx, Kernel::MatvecQ8Pair(a.dtype), wg, a, b, xq, ya, yb)
+}

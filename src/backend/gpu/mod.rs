@@ -98,6 +98,12 @@ pub struct GpuBackend {
     q8_records: HashMap<(Tensor, usize), wgpu::Buffer>,
     /// Inputs whose q8 records hold their current values in this pass.
     q8_quantized: Vec<(Tensor, usize)>,
+    /// A one-token integer-dot product not recorded yet (weight, input, output): the next
+    /// product of the same input joins it in one dispatch where the weights allow
+    /// ([`crate::gpu::q8::can_pair`]); any other op records it first.
+    pending_q8: Option<(Weight, Tensor, Tensor)>,
+    /// Pair integer-dot products of one input (q and k, gate and up) into one dispatch.
+    pair_q8: bool,
     /// Decode through the integer-dot kernels where a format has one.
     int_dot: bool,
     /// Quantize the input of those kernels inside the RMSNorm that makes it, where one does.
@@ -150,6 +156,8 @@ impl GpuBackend {
             fold_rope: true,
             q8_records: HashMap::new(),
             q8_quantized: Vec::new(),
+            pending_q8: None,
+            pair_q8: true,
             int_dot,
             fuse_norm_q8: true,
             fuse_residual: true,
@@ -197,6 +205,7 @@ impl GpuBackend {
         self.pending_attention = None;
         self.pending_rope.clear();
         self.pending_silu = None;
+        self.pending_q8 = None;
         Ok(())
     }
 

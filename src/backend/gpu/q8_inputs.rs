@@ -10,7 +10,10 @@
 use super::{GpuBackend, Key, Step};
 use crate::backend::{Elementwise, Tensor, Weight};
 use crate::gpu::ops::ElementwiseOp;
-use crate::gpu::q8::{has_q8_matvec, q8_matvec, record_bytes, QuantizeQ8Op, RmsNormQuantizeQ8Op};
+use crate::gpu::q8::{
+    can_pair, has_q8_matvec, q8_matvec, q8_matvec_pair, record_bytes, QuantizeQ8Op,
+    RmsNormQuantizeQ8Op,
+};
 use crate::Error;
 
 impl GpuBackend {
@@ -30,6 +33,29 @@ impl GpuBackend {
     pub fn set_int_dot(&mut self, on: bool) {
         self.int_dot = on;
         self.tapes.clear();
+    }
+
+    /// Run two one-token integer-dot products of one input (q and k, gate and up) in one
+    /// dispatch where their weights allow (the default; the same bits either way), or each in
+    /// its own (for comparisons).
+    pub fn set_pair_q8(&mut self, on: bool) {
+        self.pair_q8 = on;
+        self.tapes.clear();
+    }
+
+    /// Record a product held back for a partner, alone.
+    pub(super) fn record_q8(&mut self, (w, x, out): (Weight, Tensor, Tensor)) -> Result<(), Error> {
+        let cols = self.weights[w.0 as usize].cols as usize;
+        let xq = self.q8_records[&(x, cols)].clone();
+        self.step(Key::MatvecQ8(w, x, out, false), move |s| {
+            Ok(Step::Matmul(q8_matvec(
+                &s.ctx,
+                &s.weights[w.0 as usize],
+                &xq,
+                s.buf(out),
+                false,
+            )?))
+        })
     }
 
     /// Fuse the integer-dot kernels' input quantization into the op that makes the input, an
@@ -93,6 +119,31 @@ impl GpuBackend {
         accumulate: bool,
     ) -> Result<(), Error> {
         let cols = self.weights[w.0 as usize].cols as usize;
+        // The partner of a held-back product: both in one dispatch (the input's records are
+        // current: nothing was recorded since the first was held back).
+        if let Some((first, fx, fout)) = self.pending_q8 {
+            let pairs = !accumulate
+                && fx == x
+                && out != fout
+                && out != x
+                && self.q8_quantized.contains(&(x, cols))
+                && can_pair(&self.weights[first.0 as usize], &self.weights[w.0 as usize]);
+            if pairs {
+                self.pending_q8 = None;
+                self.wrote(out);
+                let xq = self.q8_records[&(x, cols)].clone();
+                return self.step(Key::MatvecQ8Pair(first, w, x, fout, out), move |s| {
+                    Ok(Step::Matmul(q8_matvec_pair(
+                        &s.ctx,
+                        &s.weights[first.0 as usize],
+                        &s.weights[w.0 as usize],
+                        &xq,
+                        s.buf(fout),
+                        s.buf(out),
+                    )?))
+                });
+            }
+        }
         let xq = match self.q8_records.get(&(x, cols)) {
             Some(b) => b.clone(),
             None => {
@@ -160,7 +211,15 @@ impl GpuBackend {
             })?;
             self.q8_quantized.push((x, cols));
         }
+        // Records made (or current): a product held back earlier that did not pair goes first.
+        if let Some(p) = self.pending_q8.take() {
+            self.record_q8(p)?;
+        }
         self.wrote(out);
+        if !accumulate && self.pair_q8 {
+            self.pending_q8 = Some((w, x, out));
+            return Ok(());
+        }
         self.step(Key::MatvecQ8(w, x, out, accumulate), move |s| {
             Ok(Step::Matmul(q8_matvec(
                 &s.ctx,

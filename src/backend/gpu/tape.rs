@@ -50,6 +50,9 @@ pub(super) enum Key {
     /// A one-token integer-dot product from the input's int8 records.
     /// The product, or (`true`) the product added to the output.
     MatvecQ8(Weight, Tensor, Tensor, bool),
+    /// Two one-token integer-dot products of one input in one dispatch: weights, input,
+    /// outputs.
+    MatvecQ8Pair(Weight, Weight, Tensor, Tensor, Tensor),
     Rope(Tensor, usize),
     /// Layer, q/k/v/out, query heads, RoPE folded in, the output's q8 records written too.
     Attention(usize, [Tensor; 4], usize, bool, bool),
@@ -121,6 +124,10 @@ impl GpuBackend {
         key: Key,
         build: impl FnOnce(&Self) -> Result<Step, GpuError>,
     ) -> Result<(), Error> {
+        // A product waiting for a partner is recorded before anything else.
+        if let Some(p) = self.pending_q8.take() {
+            self.record_q8(p)?;
+        }
         let cursor = self.cursor;
         let n = self.n_tokens;
         let hit = self
@@ -165,6 +172,14 @@ impl GpuBackend {
     /// How many tapes (batch sizes) the backend holds.
     pub fn tapes(&self) -> usize {
         self.tapes.len()
+    }
+
+    /// What the tape of `n_tokens`-token passes does, op by op (the profile's labels).
+    pub fn tape_ops(&self, n_tokens: usize) -> Vec<String> {
+        self.tapes
+            .get(&n_tokens)
+            .map(|t| t.steps.iter().map(|(k, _)| self.label(k)).collect())
+            .unwrap_or_default()
     }
 
     /// Record the current tape into one command encoder.
@@ -242,6 +257,7 @@ impl GpuBackend {
             Key::RmsNormQuantizeQ8(_, _, _, dim, _) => format!("rms_norm+quantize_q8 1x{dim}"),
             Key::MatvecQ8(w, _, _, false) => format!("matvec_q8 {}", weight(w)),
             Key::MatvecQ8(w, _, _, true) => format!("matvec_q8+add {}", weight(w)),
+            Key::MatvecQ8Pair(a, b, ..) => format!("matvec_q8 {} + {}", weight(a), weight(b)),
             Key::RmsNormQuantize(_, _, _, rows, dim, _) => {
                 format!("rms_norm+quantize {rows}x{dim}")
             }

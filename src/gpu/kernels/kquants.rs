@@ -84,6 +84,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../shaders/matvec_kquants_q8.wgsl"),
     ),
     (
+        "matvec_kquants_q8_pair.wgsl",
+        include_str!("../../../shaders/matvec_kquants_q8_pair.wgsl"),
+    ),
+    (
         "matvec_kquants.wgsl",
         include_str!("../../../shaders/matvec_kquants.wgsl"),
     ),
@@ -206,6 +210,100 @@ const MATVEC_Q8_FILES: [&[&str]; 3] = {
         &[P, K, "quant/q6_k.wgsl", Q, "quant/q6_k_q8.wgsl", S],
     ]
 };
+/// Two integer-dot products of one input in one dispatch: the same files and the pair entry
+/// (the second weight's plane declarations and loads are appended by [`pair_wgsl`]).
+const MATVEC_Q8_PAIR_FILES: [&[&str]; 3] = {
+    const P: &str = "matmul_params.wgsl";
+    const K: &str = "quant/kquants.wgsl";
+    const Q: &str = "quant/q8.wgsl";
+    const S: &str = "matvec_kquants_q8.wgsl";
+    const T: &str = "matvec_kquants_q8_pair.wgsl";
+    [
+        &[P, K, "quant/q4_k.wgsl", Q, "quant/q4_k_q8.wgsl", S, T],
+        &[P, K, "quant/q5_k.wgsl", Q, "quant/q5_k_q8.wgsl", S, T],
+        &[P, K, "quant/q6_k.wgsl", Q, "quant/q6_k_q8.wgsl", S, T],
+    ]
+};
+
+/// Binding of the second weight's first plane in the pair kernels.
+pub const PAIR_PLANES_BINDING: u32 = 8;
+/// Binding of the second product's output in the pair kernels.
+pub const PAIR_OUTPUT_BINDING: u32 = 7;
+
+/// The text of a function `fn name(` in `wgsl`, up to the `}` that closes it at the start of
+/// a line.
+fn function_text<'a>(wgsl: &'a str, name: &str) -> Option<&'a str> {
+    let start = wgsl.find(&format!("\nfn {name}("))? + 1;
+    let end = start + wgsl[start..].find("\n}\n")? + 3;
+    Some(&wgsl[start..end])
+}
+
+/// Replace whole-word `from` by `to`.
+fn replace_word(text: &str, from: &str, to: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut rest = text;
+    while let Some(i) = rest.find(from) {
+        let before = rest[..i].chars().next_back();
+        let after = rest[i + from.len()..].chars().next();
+        out.push_str(&rest[..i]);
+        if before.is_some_and(is_word) || after.is_some_and(is_word) {
+            out.push_str(from);
+        } else {
+            out.push_str(to);
+        }
+        rest = &rest[i + from.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The pair kernel's second weight: the format's plane declarations moved to bindings
+/// [`PAIR_PLANES_BINDING`].. and renamed `<plane>_b`, and copies of `kq_load` (reading them)
+/// and `q8_rows` (calling it) as `kq_load_b` and `q8_rows_b`, appended to `wgsl`.
+pub fn pair_wgsl(wgsl: &str) -> Option<String> {
+    let mut planes = Vec::new();
+    let mut decls = String::new();
+    for line in wgsl.lines() {
+        let Some(rest) = line.strip_prefix("@group(0) @binding(") else {
+            continue;
+        };
+        let (n, decl) = rest.split_once(')')?;
+        let n: u32 = n.parse().ok()?;
+        if !(3..PAIR_OUTPUT_BINDING).contains(&n) || !decl.contains("var<storage, read>") {
+            continue;
+        }
+        let name = decl
+            .split_once('>')?
+            .1
+            .trim()
+            .split_once(':')?
+            .0
+            .trim()
+            .to_string();
+        decls.push_str(&format!(
+            "@group(0) @binding({}) var<storage, read> {name}_b:{}\n",
+            PAIR_PLANES_BINDING + n - 3,
+            decl.split_once(':')?.1
+        ));
+        planes.push(name);
+    }
+    if planes.is_empty() {
+        return None;
+    }
+    let mut load = replace_word(function_text(wgsl, "kq_load")?, "kq_load", "kq_load_b");
+    for name in &planes {
+        load = replace_word(&load, name, &format!("{name}_b"));
+    }
+    let rows = replace_word(
+        &replace_word(function_text(wgsl, "q8_rows")?, "kq_load", "kq_load_b"),
+        "q8_rows",
+        "q8_rows_b",
+    );
+    Some(format!(
+        "{wgsl}\n// ---- the second weight (pair_wgsl)\n{decls}\n{load}\n{rows}"
+    ))
+}
 
 fn format_index(t: GgmlType) -> Option<usize> {
     match t {
@@ -221,6 +319,13 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         Kernel::Matvec(t) => (MATVEC_FILES[format_index(t)?], MATVEC_WG),
         Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => {
             (MATVEC_Q8_FILES[format_index(t)?], MATVEC_WG)
+        }
+        Kernel::MatvecQ8Pair(t) => {
+            return Some(KernelSource {
+                files: MATVEC_Q8_PAIR_FILES[format_index(t)?],
+                entry: "main_pair",
+                default_workgroup_size: MATVEC_WG,
+            })
         }
         Kernel::Matmul(t) => (MATMUL_FILES[format_index(t)?], MATMUL_WG),
         Kernel::MatmulCoop(t) => (MATMUL_COOP_FILES[format_index(t)?], COOP_WG),
@@ -259,9 +364,10 @@ pub fn planes(dtype: GgmlType, data: &[u8], _rows: u32, _cols: u32) -> Vec<Vec<u
 /// Workgroups for `rows` rows and `n_tokens` tokens.
 pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
     match kernel {
-        Kernel::Matvec(_) | Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_) => {
-            rows.div_ceil(MATVEC_ROWS)
-        }
+        Kernel::Matvec(_)
+        | Kernel::MatvecQ8(_)
+        | Kernel::MatvecQ8Add(_)
+        | Kernel::MatvecQ8Pair(_) => rows.div_ceil(MATVEC_ROWS),
         Kernel::Matmul(_) => {
             let rows_per_tile = (workgroup_size / 2).max(1);
             rows.div_ceil(rows_per_tile) * n_tokens.div_ceil(MATMUL_TOKENS)

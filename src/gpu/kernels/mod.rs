@@ -32,6 +32,9 @@ pub enum Kernel {
     /// [`Kernel::MatvecQ8`] added to what `y` holds (`y += W x`: a residual add in the same
     /// dispatch).
     MatvecQ8Add(GgmlType),
+    /// Two [`Kernel::MatvecQ8`] products of one input in one dispatch (q and k, gate and up:
+    /// `matvec_kquants_q8_pair.wgsl`), K-quant formats.
+    MatvecQ8Pair(GgmlType),
     /// `Y = X W^T` for several tokens (prefill).
     Matmul(GgmlType),
     /// [`Kernel::Matmul`] on cooperative matrices (f16 inputs, f32 accumulation; where the
@@ -161,6 +164,7 @@ impl Kernel {
                 Kernel::MatvecAdd(t),
                 Kernel::MatvecQ8(t),
                 Kernel::MatvecQ8Add(t),
+                Kernel::MatvecQ8Pair(t),
                 Kernel::Matmul(t),
                 Kernel::MatmulCoop(t),
                 Kernel::Embedding(t),
@@ -212,6 +216,10 @@ impl Kernel {
                 Q4_K | Q5_K | Q6_K => kquants::source(self),
                 _ => None,
             },
+            Kernel::MatvecQ8Pair(t) => match t {
+                Q4_K | Q5_K | Q6_K => kquants::source(self),
+                _ => None,
+            },
             Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => match t {
                 Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
                 Q4_K | Q5_K | Q6_K => kquants::source(self),
@@ -247,6 +255,7 @@ impl Kernel {
             Kernel::MatvecAdd(t) => format!("matvec_add_{}", t.name().to_lowercase()),
             Kernel::MatvecQ8(t) => format!("matvec_q8_{}", t.name().to_lowercase()),
             Kernel::MatvecQ8Add(t) => format!("matvec_q8_add_{}", t.name().to_lowercase()),
+            Kernel::MatvecQ8Pair(t) => format!("matvec_q8_pair_{}", t.name().to_lowercase()),
             Kernel::Matmul(t) => format!("matmul_{}", t.name().to_lowercase()),
             Kernel::MatmulCoop(t) => format!("matmul_coop_{}", t.name().to_lowercase()),
             Kernel::Embedding(t) => format!("embedding_{}", t.name().to_lowercase()),
@@ -326,6 +335,12 @@ impl Kernel {
             text.push_str(&format!("// ---- {name}\n"));
             text.push_str(body);
             text.push('\n');
+        }
+        if let Kernel::MatvecQ8Pair(_) = self {
+            text = kquants::pair_wgsl(&text).ok_or_else(|| GpuError::Shader {
+                kernel: self.label(),
+                message: "the format file has no planes or kq_load to pair".to_string(),
+            })?;
         }
         Ok(text)
     }
@@ -455,6 +470,26 @@ impl GpuContext {
             Some(e) => Err(GpuError::Validation(format!("{}: {e}", what()))),
             None => Ok(made),
         }
+    }
+
+    /// A bind group for `pipeline`'s group 0 with each buffer bound at its binding.
+    pub fn bind_at(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[(u32, &wgpu::Buffer)],
+    ) -> wgpu::BindGroup {
+        let entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: *i,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        })
     }
 
     /// A bind group for `pipeline`'s group 0 with `buffers` bound at 0, 1, 2, ... in order.

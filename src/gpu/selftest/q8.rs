@@ -86,6 +86,18 @@ pub const CHECKS: &[Check] = &[
         run: |ctx| Box::pin(matvec(ctx, GgmlType::Q6_K)),
     },
     Check {
+        name: "q8/matvec_pair_q4_k",
+        run: |ctx| Box::pin(matvec_pair(ctx, GgmlType::Q4_K)),
+    },
+    Check {
+        name: "q8/matvec_pair_q5_k",
+        run: |ctx| Box::pin(matvec_pair(ctx, GgmlType::Q5_K)),
+    },
+    Check {
+        name: "q8/matvec_pair_q6_k",
+        run: |ctx| Box::pin(matvec_pair(ctx, GgmlType::Q6_K)),
+    },
+    Check {
         name: "q8/matvec_tq1_0",
         run: |ctx| Box::pin(matvec(ctx, GgmlType::TQ1_0)),
     },
@@ -416,6 +428,77 @@ async fn matvec(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
                 &sum,
                 &sum_bound,
             )?);
+        }
+    }
+    Ok(stats)
+}
+
+/// `MatvecQ8Pair`: two weights of one format and row length (rows 576 and 7, 36 and 1536,
+/// 2048 and 512 as Llama-1B's q and k) in one dispatch, both outputs poisoned with margins,
+/// against the integer reference with the single kernel's bound (module docs), and equal bit
+/// for bit to the single `MatvecQ8` of each weight run at the same workgroup size (the same
+/// arithmetic per row).
+async fn matvec_pair(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
+    let mut stats = Stats::default();
+    for (ra, rb, cols) in [
+        (576usize, 7usize, 2304usize),
+        (36, 1536, 256),
+        (2048, 512, 512),
+    ] {
+        let mut rng = Rng(seed(dtype, ra, cols) ^ 0x9a17 ^ rb as u64);
+        let da = weight_data(dtype, ra, cols, &mut rng)?;
+        let db = weight_data(dtype, rb, cols, &mut rng)?;
+        let x = activations(&mut rng, cols);
+        let xq = quantize_q8(&x).map_err(|e| e.to_string())?;
+        let [want_a, bound_a, ..] = references(dtype, &da, ra, cols, &x, &xq)?;
+        let [want_b, bound_b, ..] = references(dtype, &db, rb, cols, &x, &xq)?;
+        let wa = upload(ctx, dtype, ra, cols, &da, false)?;
+        let wb = upload(ctx, dtype, rb, cols, &db, false)?;
+        if !crate::gpu::q8::can_pair(&wa, &wb) {
+            return Err(format!("{ra}x{cols} and {rb}x{cols} cannot be paired"));
+        }
+        let xb = upload_f32(ctx, "x", &x)?;
+        let ya = poisoned(ctx, ra + MARGIN)?;
+        let yb = poisoned(ctx, rb + MARGIN)?;
+        let xqb = ctx
+            .storage("xq", record_bytes(cols as u32))
+            .map_err(gpu_err)?;
+        let quant = QuantizeQ8Op::new(ctx, &xb, &xqb, cols as u32, 1).map_err(gpu_err)?;
+        let op = crate::gpu::q8::q8_matvec_pair(ctx, &wa, &wb, &xqb, &ya, &yb).map_err(gpu_err)?;
+        submit(ctx, |pass| {
+            quant.record(pass);
+            op.record(pass);
+        });
+        let label = Kernel::MatvecQ8Pair(dtype).label();
+        let mut got_a = read_f32(ctx, &ya, ra + MARGIN).await?;
+        let mut got_b = read_f32(ctx, &yb, rb + MARGIN).await?;
+        check_margin(&label, &got_a[ra..])?;
+        check_margin(&label, &got_b[rb..])?;
+        got_a.truncate(ra);
+        got_b.truncate(rb);
+        let what = format!("{ra}x{cols} + {rb}x{cols}");
+        stats.merge(compare(
+            &format!("{what}, first"),
+            &got_a,
+            &want_a,
+            &bound_a,
+        )?);
+        stats.merge(compare(
+            &format!("{what}, second"),
+            &got_b,
+            &want_b,
+            &bound_b,
+        )?);
+        let wg =
+            crate::gpu::kernels::kquants::matvec_q8_workgroup_size(wa.bytes + wb.bytes, wa.cols);
+        for (w, got, which) in [(&wa, &got_a, "first"), (&wb, &got_b, "second")] {
+            let single = run_q8(ctx, w, &xb, Some(wg), false, None).await?;
+            if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != single[i].to_bits()) {
+                return Err(format!(
+                    "{what}: the {which} product's row {i} is {} paired, {} alone",
+                    got[i], single[i]
+                ));
+            }
         }
     }
     Ok(stats)

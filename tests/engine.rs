@@ -143,11 +143,32 @@ fn seeded_sampling_is_the_same_on_cpu_and_gpu() {
         seed: 42,
     };
     let cpu = generate(&mut load(CpuBackend::new(16)), &IDS, cfg);
-    let gpu = generate(&mut load(gpu(16)), &IDS, cfg);
+    let mut on_gpu = load(gpu(16));
+    let sampled = generate(&mut on_gpu, &IDS, cfg);
     assert_eq!(cpu.len(), 12);
     assert_eq!(
-        cpu, gpu,
+        cpu, sampled,
         "same seed, same scores: same tokens on both backends"
+    );
+    // Sampled on the host, so the GPU prepares each next pass while the current one runs
+    // (dropping it where the repetition penalty changes what must be read back).
+    assert!(on_gpu.model.backend.timings().prepared > 0);
+    // llama.cpp's default sampler (top-k 40, no penalty): every pass after the first decode
+    // pass is a prepared one, and the tokens still match the CPU's.
+    let cfg = SamplerConfig {
+        seed: 7,
+        ..SamplerConfig::default()
+    };
+    let cpu = generate(&mut load(CpuBackend::new(16)), &IDS, cfg);
+    let mut on_gpu = load(gpu(16));
+    let before = on_gpu.model.backend.timings();
+    let sampled = generate(&mut on_gpu, &IDS, cfg);
+    let after = on_gpu.model.backend.timings();
+    assert_eq!(cpu, sampled, "llama.cpp's default sampler, seed 7");
+    assert_eq!(
+        after.prepared - before.prepared,
+        sampled.len() as u64 - 2,
+        "{sampled:?}: the first token comes from the prefill, the second pass is submitted directly"
     );
     let other = generate(
         &mut load(CpuBackend::new(16)),

@@ -455,6 +455,7 @@ impl Backend for CpuBackend {
     }
 
     type Pending = Logits;
+    type Prepared = std::convert::Infallible;
 
     fn begin_chained(&mut self, pos0: usize) -> Result<(), Error> {
         let id = self.best.ok_or_else(|| {

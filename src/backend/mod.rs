@@ -336,6 +336,50 @@ pub trait Backend {
     /// decoding records and submits token `t + 1` while token `t` is still running.
     fn begin_chained(&mut self, pos0: usize) -> Result<(), crate::Error>;
 
+    /// A pass recorded and encoded but not submitted ([`Backend::prepare`]).
+    type Prepared;
+
+    /// Start a one-token pass at `pos0` whose token is not known yet. It is recorded and
+    /// encoded now ([`Backend::prepare`]), while the device still runs the pass before it, and
+    /// submitted once the host has sampled its token ([`Backend::submit_prepared`]), so the
+    /// device does not wait for the encoding after every sampled token. Backends that run
+    /// passes as they are recorded do not offer it ([`Backend::runs_ahead`] is false).
+    fn begin_deferred(&mut self, pos0: usize) -> Result<(), crate::Error> {
+        let _ = pos0;
+        Err(crate::Error::Usage(
+            "this backend does not prepare passes ahead".into(),
+        ))
+    }
+
+    /// End a pass begun with [`Backend::begin_deferred`] as [`Backend::submit`] would, without
+    /// submitting it.
+    fn prepare(
+        &mut self,
+        logits: Tensor,
+        rows: usize,
+        vocab: usize,
+        readback: Readback,
+    ) -> Result<Self::Prepared, crate::Error> {
+        let _ = (logits, rows, vocab, readback);
+        Err(crate::Error::Usage(
+            "this backend does not prepare passes ahead".into(),
+        ))
+    }
+
+    /// Submit a prepared pass with its token `id` (the last submitted pass is its
+    /// predecessor: its keys and values are in the cache by the time this one runs). A
+    /// prepared pass that is dropped instead is never run.
+    fn submit_prepared(
+        &mut self,
+        prepared: Self::Prepared,
+        id: u32,
+    ) -> Result<Self::Pending, crate::Error> {
+        let _ = (prepared, id);
+        Err(crate::Error::Usage(
+            "this backend does not prepare passes ahead".into(),
+        ))
+    }
+
     /// End the pass: the GPU submits it, with the copy of what `readback` asks for from
     /// `logits: (rows, vocab)`, and returns without waiting.
     fn submit(

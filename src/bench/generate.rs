@@ -50,6 +50,13 @@ pub struct GenerateBenchReport {
     pub decode_unfused_tokens_per_s: f64,
     /// The same decode with the f32-activation matvecs everywhere (no integer-dot kernels).
     pub decode_f32_matvec_tokens_per_s: f64,
+    /// The same decode sampled with llama.cpp's default sampler (temperature 0.8, top-k 40,
+    /// top-p 0.95, min-p 0.05; a fixed seed), as chat decodes: each token is drawn on the
+    /// host, so passes cannot be chained on the device; the next pass is encoded while the
+    /// current one runs instead.
+    pub decode_sampled_tokens_per_s: f64,
+    /// The same sampled decode with each pass encoded only once its token is drawn.
+    pub decode_sampled_unprepared_tokens_per_s: f64,
     /// Bytes the backend holds (weights, activations, KV cache): the peak, since nothing is
     /// allocated after the first passes.
     pub gpu_bytes: u64,
@@ -171,6 +178,28 @@ pub fn run(
         }
         run(engine, opts.decode_tokens).map(|g| g.usage.decode_tokens_per_s)
     };
+    let sampled = |engine: &mut Engine<GpuBackend>, prepare: bool| {
+        engine.set_prepare_ahead(prepare);
+        let run = |engine: &mut Engine<GpuBackend>, max_tokens: usize| {
+            engine.reset();
+            let o = GenerateOptions {
+                max_tokens,
+                sampling: SamplerConfig::default(),
+                stop_ids: Vec::new(),
+            };
+            pollster::block_on(engine.generate(&prompt, &o, |_| TokenControl::Continue))
+        };
+        if opts.warmup {
+            run(engine, opts.decode_tokens.min(16))?;
+        }
+        let tps = run(engine, opts.decode_tokens + 1)?
+            .usage
+            .decode_tokens_per_s;
+        engine.set_prepare_ahead(true);
+        Ok::<f64, Error>(tps)
+    };
+    let sampled_unprepared_tps = sampled(&mut engine, false)?;
+    let sampled_tps = sampled(&mut engine, true)?;
     let unfused_tps = other(&mut engine, true, false)?;
     let f32_tps = other(&mut engine, false, true)?;
     engine.model.backend.set_int_dot(int_dot);
@@ -220,6 +249,8 @@ pub fn run(
         decode_tokens_per_s: decode_tps,
         decode_unfused_tokens_per_s: unfused_tps,
         decode_f32_matvec_tokens_per_s: f32_tps,
+        decode_sampled_tokens_per_s: sampled_tps,
+        decode_sampled_unprepared_tokens_per_s: sampled_unprepared_tps,
         gpu_bytes: model.backend.bytes_used(),
         bytes_per_token: bpt,
         copy_gb_per_s: copy,

@@ -77,6 +77,11 @@ pub fn generate(
             r.limit_tokens_per_s
         );
         println!(
+            "decode sampled (llama.cpp's default sampler, drawn on the host): {:.1} tokens/s \
+             ({:.1} with each pass encoded after its token is drawn)",
+            r.decode_sampled_tokens_per_s, r.decode_sampled_unprepared_tokens_per_s
+        );
+        println!(
             "limit: {} weight bytes per token at {:.0} GB/s copy bandwidth; GPU memory {}",
             r.bytes_per_token,
             r.copy_gb_per_s,

@@ -66,6 +66,9 @@ pub struct Engine<B: Backend> {
     pub model: Model<B>,
     /// The tokens whose keys and values the cache holds, in order.
     cached: Vec<u32>,
+    /// Encode each sampled pass while the device runs the one before it, where the backend
+    /// runs ahead (the default; off for comparisons).
+    prepare_ahead: bool,
 }
 
 fn ms(since: Instant) -> f64 {
@@ -77,7 +80,14 @@ impl<B: Backend> Engine<B> {
         Engine {
             model,
             cached: Vec::new(),
+            prepare_ahead: true,
         }
+    }
+
+    /// Whether sampled decoding encodes each next pass while the device runs the current one
+    /// ([`Model::prepare`]; the default), or only once its token is drawn.
+    pub fn set_prepare_ahead(&mut self, on: bool) {
+        self.prepare_ahead = on;
     }
 
     /// Forget the cache's contents (the next prompt is computed from scratch).
@@ -209,6 +219,10 @@ impl<B: Backend> Engine<B> {
             sampler.config().candidates_needed() == Some(1) && self.model.backend.runs_ahead();
         // Such a pass, submitted ahead: it computes the best candidate of `logits`.
         let mut ahead: Option<B::Pending> = None;
+        // Sampled choices: the next pass is recorded and encoded while the device runs the
+        // current one, and submitted once its token is drawn (its position and readback).
+        let prepare = self.prepare_ahead && !chain && self.model.backend.runs_ahead();
+        let mut prepared: Option<(B::Prepared, usize, Readback)> = None;
         let finish = loop {
             let (token, best) = match &logits {
                 Logits::Full(row) => (sampler.sample(Scores::Full(row), &history)?, None),
@@ -252,12 +266,22 @@ impl<B: Backend> Engine<B> {
                     self.model.wait(p).await?;
                     self.model.submit(&[token], pos, rb)?
                 }
-                None => self.model.submit(&[token], pos, rb)?,
+                None => match prepared.take() {
+                    Some((p, at, prb)) if at == pos && prb == rb => {
+                        self.model.submit_prepared(p, token)?
+                    }
+                    // Prepared for another readback (the history changed what sampling
+                    // needs): dropped unsubmitted.
+                    _ => self.model.submit(&[token], pos, rb)?,
+                },
             };
             self.cached.push(token);
             passes += 1;
-            if chain && ids.len() + 1 < opts.max_tokens && pos + 1 < self.model.ctx {
+            let more = ids.len() + 1 < opts.max_tokens && pos + 1 < self.model.ctx;
+            if chain && more {
                 ahead = Some(self.model.submit_chained(pos + 1, rb)?);
+            } else if prepare && more {
+                prepared = Some((self.model.prepare(pos + 1, rb)?, pos + 1, rb));
             }
             logits = self.model.wait(current).await?;
         };

@@ -176,6 +176,28 @@ impl<B: Backend> Model<B> {
         self.record(1, readback)
     }
 
+    /// A one-token pass at `pos0` recorded and encoded now, its token given later to
+    /// [`Model::submit_prepared`] ([`Backend::begin_deferred`]): sampled decoding prepares
+    /// the next pass while the device runs the current one.
+    pub fn prepare(&mut self, pos0: usize, readback: Readback) -> Result<B::Prepared, Error> {
+        self.check_room(1, pos0)?;
+        self.backend.begin_deferred(pos0)?;
+        let rows = self.record_ops(1, readback)?;
+        let (logits, vocab) = (self.state.logits, self.config.n_vocab);
+        self.backend.prepare(logits, rows, vocab, readback)
+    }
+
+    /// Submit a pass from [`Model::prepare`] with its token.
+    pub fn submit_prepared(&mut self, prepared: B::Prepared, id: u32) -> Result<B::Pending, Error> {
+        if id as usize >= self.config.n_vocab {
+            return Err(Error::Usage(format!(
+                "token id {id} is outside the vocabulary of {} tokens",
+                self.config.n_vocab
+            )));
+        }
+        self.backend.submit_prepared(prepared, id)
+    }
+
     /// What a submitted pass read back.
     pub async fn wait(&mut self, pending: B::Pending) -> Result<Logits, Error> {
         self.backend.wait(pending).await
@@ -193,6 +215,13 @@ impl<B: Backend> Model<B> {
 
     /// Every op of a pass over `n` tokens, then the head and the submission.
     fn record(&mut self, n: usize, readback: Readback) -> Result<B::Pending, Error> {
+        let rows = self.record_ops(n, readback)?;
+        let (logits, vocab) = (self.state.logits, self.config.n_vocab);
+        self.backend.submit(logits, rows, vocab, readback)
+    }
+
+    /// Every op of a pass over `n` tokens and the head; the rows of logits it makes.
+    fn record_ops(&mut self, n: usize, readback: Readback) -> Result<usize, Error> {
         match self.config.arch {
             Arch::Llama => llama::blocks(self, n)?,
             Arch::BitNet => bitnet::blocks(self, n)?,
@@ -201,8 +230,8 @@ impl<B: Backend> Model<B> {
     }
 
     /// The final norm and the LM head: over every token when all logits are read back, over
-    /// the last one otherwise, and not at all when nothing is.
-    fn head(&mut self, n: usize, readback: Readback) -> Result<B::Pending, Error> {
+    /// the last one otherwise, and not at all when nothing is. Returns the rows of logits.
+    fn head(&mut self, n: usize, readback: Readback) -> Result<usize, Error> {
         let c = &self.config;
         let (w, s) = (&self.weights, &self.state);
         let b = &mut self.backend;
@@ -227,6 +256,6 @@ impl<B: Backend> Model<B> {
                 1
             }
         };
-        b.submit(s.logits, rows, c.n_vocab, readback)
+        Ok(rows)
     }
 }

@@ -43,11 +43,20 @@ pub struct GpuPending {
     readback: Readback,
 }
 
+/// A pass recorded and encoded, waiting for its token ([`Backend::submit_prepared`]).
+pub struct GpuPrepared {
+    commands: wgpu::CommandBuffer,
+    read: Option<(crate::gpu::Pooled, u64)>,
+    readback: Readback,
+}
+
 /// Host time spent per phase since the backend was made (seconds), for benchmarks.
 #[derive(Copy, Clone, Debug, Default, serde::Serialize)]
 pub struct PassTimings {
     pub passes: u64,
-    /// Recording the tape into a command encoder.
+    /// Passes of those encoded before their token was known ([`Backend::prepare`]).
+    pub prepared: u64,
+    /// Recording the tape into a command buffer (encoding and `finish`).
     pub record_s: f64,
     /// `queue.submit`.
     pub submit_s: f64,
@@ -125,6 +134,82 @@ pub struct GpuBackend {
 }
 
 impl GpuBackend {
+    /// The pass recorded so far, with the copy of what `readback` asks for from `logits:
+    /// (rows, vocab)`, as one command buffer (not submitted), and what to read back.
+    #[allow(clippy::type_complexity)]
+    fn encode_pass(
+        &mut self,
+        logits: Tensor,
+        rows: usize,
+        vocab: usize,
+        readback: Readback,
+    ) -> Result<(wgpu::CommandBuffer, Option<(crate::gpu::Pooled, u64)>), Error> {
+        let started = Instant::now();
+        self.flush_pending()?;
+        let row_bytes = vocab as u64 * 4;
+        // What to copy back: (source buffer, offset, bytes).
+        let source = match readback {
+            Readback::All => Some((self.buf(logits).clone(), 0, rows as u64 * row_bytes)),
+            Readback::Last => Some((
+                self.buf(logits).clone(),
+                (rows as u64 - 1) * row_bytes,
+                row_bytes,
+            )),
+            Readback::TopK(k) => {
+                let k = k.max(1);
+                let top = self.top_buffer(rows * k)?;
+                let t = top.clone();
+                self.step(Key::TopK(logits, rows, vocab, k), move |s| {
+                    Ok(Step::TopK(TopKOp::new(
+                        &s.ctx,
+                        s.buf(logits),
+                        &t,
+                        rows as u32,
+                        vocab as u32,
+                        k as u32,
+                    )?))
+                })?;
+                Some((top, (rows as u64 - 1) * k as u64 * 8, k as u64 * 8))
+            }
+            Readback::Nothing => None,
+        };
+        let mut encoder = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("forward"),
+            });
+        let mut profiler = self.profiler.take();
+        if let Some(p) = profiler.as_mut() {
+            p.begin();
+        }
+        self.encode(&mut encoder, profiler.as_mut());
+        self.profiler = profiler;
+        let read = match source {
+            Some((buffer, offset, bytes)) => {
+                if matches!(readback, Readback::TopK(_)) {
+                    // The best id of the last row becomes the token of a chained pass.
+                    encoder.copy_buffer_to_buffer(&buffer, offset, &self.ids, 0, 4);
+                }
+                // From the context's pool; a pass dropped without a wait returns it there.
+                let staging = self.ctx.staging(bytes);
+                encoder.copy_buffer_to_buffer(
+                    &buffer,
+                    offset,
+                    &staging,
+                    0,
+                    bytes.next_multiple_of(4),
+                );
+                Some((staging, bytes))
+            }
+            None => None,
+        };
+        self.chain_ready = matches!(readback, Readback::TopK(_));
+        let commands = encoder.finish();
+        self.timings.record_s += started.elapsed().as_secs_f64();
+        Ok((commands, read))
+    }
+
     /// A backend on `ctx` whose passes take at most `max_batch` tokens.
     pub fn new(ctx: GpuContext, max_batch: usize) -> Result<Self, Error> {
         let max_batch = max_batch.max(1);
@@ -539,6 +624,41 @@ impl Backend for GpuBackend {
     }
 
     type Pending = GpuPending;
+    type Prepared = GpuPrepared;
+
+    fn begin_deferred(&mut self, pos0: usize) -> Result<(), Error> {
+        self.begin_at(1, pos0)
+    }
+
+    fn prepare(
+        &mut self,
+        logits: Tensor,
+        rows: usize,
+        vocab: usize,
+        readback: Readback,
+    ) -> Result<GpuPrepared, Error> {
+        let (commands, read) = self.encode_pass(logits, rows, vocab, readback)?;
+        Ok(GpuPrepared {
+            commands,
+            read,
+            readback,
+        })
+    }
+
+    fn submit_prepared(&mut self, prepared: GpuPrepared, id: u32) -> Result<GpuPending, Error> {
+        let started = Instant::now();
+        // Staged: written after the passes already submitted, before this one.
+        self.ctx.write(&self.ids, 0, &[id]);
+        let submission = self.ctx.queue.submit([prepared.commands]);
+        self.timings.passes += 1;
+        self.timings.prepared += 1;
+        self.timings.submit_s += started.elapsed().as_secs_f64();
+        Ok(GpuPending {
+            submission,
+            read: prepared.read,
+            readback: prepared.readback,
+        })
+    }
 
     fn runs_ahead(&self) -> bool {
         self.profiler.is_none()
@@ -560,72 +680,11 @@ impl Backend for GpuBackend {
         vocab: usize,
         readback: Readback,
     ) -> Result<GpuPending, Error> {
+        let (commands, read) = self.encode_pass(logits, rows, vocab, readback)?;
         let started = Instant::now();
-        self.flush_pending()?;
-        let row_bytes = vocab as u64 * 4;
-        // What to copy back: (source buffer, offset, bytes).
-        let source = match readback {
-            Readback::All => Some((self.buf(logits).clone(), 0, rows as u64 * row_bytes)),
-            Readback::Last => Some((
-                self.buf(logits).clone(),
-                (rows as u64 - 1) * row_bytes,
-                row_bytes,
-            )),
-            Readback::TopK(k) => {
-                let k = k.max(1);
-                let top = self.top_buffer(rows * k)?;
-                let t = top.clone();
-                self.step(Key::TopK(logits, rows, vocab, k), move |s| {
-                    Ok(Step::TopK(TopKOp::new(
-                        &s.ctx,
-                        s.buf(logits),
-                        &t,
-                        rows as u32,
-                        vocab as u32,
-                        k as u32,
-                    )?))
-                })?;
-                Some((top, (rows as u64 - 1) * k as u64 * 8, k as u64 * 8))
-            }
-            Readback::Nothing => None,
-        };
-        let mut encoder = self
-            .ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("forward"),
-            });
-        let mut profiler = self.profiler.take();
-        if let Some(p) = profiler.as_mut() {
-            p.begin();
-        }
-        self.encode(&mut encoder, profiler.as_mut());
-        self.profiler = profiler;
-        let read = match source {
-            Some((buffer, offset, bytes)) => {
-                if matches!(readback, Readback::TopK(_)) {
-                    // The best id of the last row becomes the token of a chained pass.
-                    encoder.copy_buffer_to_buffer(&buffer, offset, &self.ids, 0, 4);
-                }
-                // From the context's pool; a pass dropped without a wait returns it there.
-                let staging = self.ctx.staging(bytes);
-                encoder.copy_buffer_to_buffer(
-                    &buffer,
-                    offset,
-                    &staging,
-                    0,
-                    bytes.next_multiple_of(4),
-                );
-                Some((staging, bytes))
-            }
-            None => None,
-        };
-        self.chain_ready = matches!(readback, Readback::TopK(_));
-        let recorded = Instant::now();
-        let submission = self.ctx.queue.submit([encoder.finish()]);
+        let submission = self.ctx.queue.submit([commands]);
         self.timings.passes += 1;
-        self.timings.record_s += (recorded - started).as_secs_f64();
-        self.timings.submit_s += recorded.elapsed().as_secs_f64();
+        self.timings.submit_s += started.elapsed().as_secs_f64();
         Ok(GpuPending {
             submission,
             read,

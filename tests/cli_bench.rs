@@ -47,3 +47,47 @@ fn bench_kernels_quick_reports_every_figure() {
     assert_eq!(shapes.iter().filter(|s| s["dtype"] == "Q4_K").count(), 3);
     assert!(shapes.iter().all(|s| positive(&s["us_per_call"])));
 }
+
+/// `tritium bench generate --json` on the tiny BitNet fixture reports every decode figure
+/// (greedy, sampled both ways, unfused, f32 matvecs) and the limit it is measured against.
+#[test]
+fn bench_generate_reports_every_figure() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tritium"))
+        .args([
+            "bench",
+            "generate",
+            "tests/fixtures/bitnet/tiny-i2s.gguf",
+            "--prompt",
+            "8",
+            "--decode",
+            "4",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let positive = |x: &serde_json::Value| x.as_f64().is_some_and(|f| f.is_finite() && f > 0.0);
+    for key in [
+        "prefill_tokens_per_s",
+        "time_to_first_token_ms",
+        "decode_tokens_per_s",
+        "decode_unfused_tokens_per_s",
+        "decode_f32_matvec_tokens_per_s",
+        "decode_sampled_tokens_per_s",
+        "decode_sampled_unprepared_tokens_per_s",
+        "copy_gb_per_s",
+        "limit_tokens_per_s",
+        "fraction_of_limit",
+        "gpu_bytes",
+        "bytes_per_token",
+    ] {
+        assert!(positive(&v[key]), "{key}: {}", v[key]);
+    }
+    assert_eq!(v["prompt_tokens"], 8);
+    assert_eq!(v["decode_tokens"], 4);
+}

@@ -3,13 +3,10 @@
 
 use std::process::Command;
 
-#[test]
-fn bench_kernels_quick_reports_every_figure() {
+/// Run `tritium <args>`, require success, and parse its JSON output.
+fn json(args: &[&str]) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_tritium"))
-        .args([
-            "bench", "kernels", "--quick", "--json", "--dtype", "Q4_K", "--dtype", "I2_S",
-            "--dtype", "F16",
-        ])
+        .args(args)
         .output()
         .unwrap();
     assert!(
@@ -17,8 +14,19 @@ fn bench_kernels_quick_reports_every_figure() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let positive = |x: &serde_json::Value| x.as_f64().is_some_and(|f| f.is_finite() && f > 0.0);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn positive(x: &serde_json::Value) -> bool {
+    x.as_f64().is_some_and(|f| f.is_finite() && f > 0.0)
+}
+
+#[test]
+fn bench_kernels_quick_reports_every_figure() {
+    let v = json(&[
+        "bench", "kernels", "--quick", "--json", "--dtype", "Q4_K", "--dtype", "I2_S", "--dtype",
+        "F16",
+    ]);
     for key in [
         "copy_gb_per_s",
         "copy_engine_gb_per_s",
@@ -52,26 +60,16 @@ fn bench_kernels_quick_reports_every_figure() {
 /// (greedy, sampled both ways, unfused, f32 matvecs) and the limit it is measured against.
 #[test]
 fn bench_generate_reports_every_figure() {
-    let out = Command::new(env!("CARGO_BIN_EXE_tritium"))
-        .args([
-            "bench",
-            "generate",
-            "tests/fixtures/bitnet/tiny-i2s.gguf",
-            "--prompt",
-            "8",
-            "--decode",
-            "4",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let positive = |x: &serde_json::Value| x.as_f64().is_some_and(|f| f.is_finite() && f > 0.0);
+    let v = json(&[
+        "bench",
+        "generate",
+        "tests/fixtures/bitnet/tiny-i2s.gguf",
+        "--prompt",
+        "8",
+        "--decode",
+        "4",
+        "--json",
+    ]);
     for key in [
         "prefill_tokens_per_s",
         "time_to_first_token_ms",

@@ -47,13 +47,25 @@ impl GpuBackend {
     pub(super) fn record_q8(&mut self, (w, x, out): (Weight, Tensor, Tensor)) -> Result<(), Error> {
         let cols = self.weights[w.0 as usize].cols as usize;
         let xq = self.q8_records[&(x, cols)].clone();
-        self.step(Key::MatvecQ8(w, x, out, false), move |s| {
+        self.record_q8_product(w, x, out, xq, false)
+    }
+
+    /// Record one product from the records `xq` of `x` (added to `out` with `accumulate`).
+    fn record_q8_product(
+        &mut self,
+        w: Weight,
+        x: Tensor,
+        out: Tensor,
+        xq: wgpu::Buffer,
+        accumulate: bool,
+    ) -> Result<(), Error> {
+        self.step(Key::MatvecQ8(w, x, out, accumulate), move |s| {
             Ok(Step::Matmul(q8_matvec(
                 &s.ctx,
                 &s.weights[w.0 as usize],
                 &xq,
                 s.buf(out),
-                false,
+                accumulate,
             )?))
         })
     }
@@ -220,14 +232,6 @@ impl GpuBackend {
             self.pending_q8 = Some((w, x, out));
             return Ok(());
         }
-        self.step(Key::MatvecQ8(w, x, out, accumulate), move |s| {
-            Ok(Step::Matmul(q8_matvec(
-                &s.ctx,
-                &s.weights[w.0 as usize],
-                &xq,
-                s.buf(out),
-                accumulate,
-            )?))
-        })
+        self.record_q8_product(w, x, out, xq, accumulate)
     }
 }

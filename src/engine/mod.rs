@@ -101,11 +101,8 @@ impl<B: Backend> Engine<B> {
         self.check_fits(ids.len())?;
         self.cached.clear();
         let mut out = Vec::with_capacity(ids.len() * self.model.config.n_vocab);
-        let batch = self
-            .model
-            .backend
-            .max_batch()
-            .min(self.model.state.logits_rows);
+        // The backend's batch, or fewer where its logits would not fit one binding.
+        let batch = self.model.state.logits_rows;
         for (i, chunk) in ids.chunks(batch).enumerate() {
             match self.model.forward(chunk, i * batch, Readback::All).await? {
                 Logits::Full(v) => out.extend_from_slice(&v),
@@ -219,10 +216,11 @@ impl<B: Backend> Engine<B> {
             sampler.config().candidates_needed() == Some(1) && self.model.backend.runs_ahead();
         // Such a pass, submitted ahead: it computes the best candidate of `logits`.
         let mut ahead: Option<B::Pending> = None;
-        // Sampled choices: the next pass is recorded and encoded while the device runs the
-        // current one, and submitted once its token is drawn (its position and readback).
+        // Sampled choices: the next pass (at the next position) is recorded and encoded while
+        // the device runs the current one, and submitted once its token is drawn (with the
+        // readback it was prepared for).
         let prepare = self.prepare_ahead && !chain && self.model.backend.runs_ahead();
-        let mut prepared: Option<(B::Prepared, usize, Readback)> = None;
+        let mut prepared: Option<(B::Prepared, Readback)> = None;
         let finish = loop {
             let (token, best) = match &logits {
                 Logits::Full(row) => (sampler.sample(Scores::Full(row), &history)?, None),
@@ -267,9 +265,7 @@ impl<B: Backend> Engine<B> {
                     self.model.submit(&[token], pos, rb)?
                 }
                 None => match prepared.take() {
-                    Some((p, at, prb)) if at == pos && prb == rb => {
-                        self.model.submit_prepared(p, token)?
-                    }
+                    Some((p, prb)) if prb == rb => self.model.submit_prepared(p, token)?,
                     // Prepared for another readback (the history changed what sampling
                     // needs): dropped unsubmitted.
                     _ => self.model.submit(&[token], pos, rb)?,
@@ -281,7 +277,7 @@ impl<B: Backend> Engine<B> {
             if chain && more {
                 ahead = Some(self.model.submit_chained(pos + 1, rb)?);
             } else if prepare && more {
-                prepared = Some((self.model.prepare(pos + 1, rb)?, pos + 1, rb));
+                prepared = Some((self.model.prepare(pos + 1, rb)?, rb));
             }
             logits = self.model.wait(current).await?;
         };

@@ -43,7 +43,8 @@ pub struct GpuPending {
     readback: Readback,
 }
 
-/// A pass recorded and encoded, waiting for its token ([`Backend::submit_prepared`]).
+/// A pass recorded and encoded, not submitted yet (a prepared pass waits for its token:
+/// [`Backend::submit_prepared`]).
 pub struct GpuPrepared {
     commands: wgpu::CommandBuffer,
     read: Option<(crate::gpu::Pooled, u64)>,
@@ -136,14 +137,13 @@ pub struct GpuBackend {
 impl GpuBackend {
     /// The pass recorded so far, with the copy of what `readback` asks for from `logits:
     /// (rows, vocab)`, as one command buffer (not submitted), and what to read back.
-    #[allow(clippy::type_complexity)]
     fn encode_pass(
         &mut self,
         logits: Tensor,
         rows: usize,
         vocab: usize,
         readback: Readback,
-    ) -> Result<(wgpu::CommandBuffer, Option<(crate::gpu::Pooled, u64)>), Error> {
+    ) -> Result<GpuPrepared, Error> {
         let started = Instant::now();
         self.flush_pending()?;
         let row_bytes = vocab as u64 * 4;
@@ -207,7 +207,24 @@ impl GpuBackend {
         self.chain_ready = matches!(readback, Readback::TopK(_));
         let commands = encoder.finish();
         self.timings.record_s += started.elapsed().as_secs_f64();
-        Ok((commands, read))
+        Ok(GpuPrepared {
+            commands,
+            read,
+            readback,
+        })
+    }
+
+    /// Submit an encoded pass.
+    fn submit_encoded(&mut self, pass: GpuPrepared) -> GpuPending {
+        let started = Instant::now();
+        let submission = self.ctx.queue.submit([pass.commands]);
+        self.timings.passes += 1;
+        self.timings.submit_s += started.elapsed().as_secs_f64();
+        GpuPending {
+            submission,
+            read: pass.read,
+            readback: pass.readback,
+        }
     }
 
     /// A backend on `ctx` whose passes take at most `max_batch` tokens.
@@ -381,7 +398,7 @@ impl Backend for GpuBackend {
     }
 
     fn max_tensor_len(&self) -> usize {
-        usize::try_from(self.ctx.limits.max_storage_buffer_binding_size / 4).unwrap_or(usize::MAX)
+        usize::try_from(self.ctx.max_binding_bytes() / 4).unwrap_or(usize::MAX)
     }
 
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, Error> {
@@ -637,27 +654,14 @@ impl Backend for GpuBackend {
         vocab: usize,
         readback: Readback,
     ) -> Result<GpuPrepared, Error> {
-        let (commands, read) = self.encode_pass(logits, rows, vocab, readback)?;
-        Ok(GpuPrepared {
-            commands,
-            read,
-            readback,
-        })
+        self.encode_pass(logits, rows, vocab, readback)
     }
 
     fn submit_prepared(&mut self, prepared: GpuPrepared, id: u32) -> Result<GpuPending, Error> {
-        let started = Instant::now();
         // Staged: written after the passes already submitted, before this one.
         self.ctx.write(&self.ids, 0, &[id]);
-        let submission = self.ctx.queue.submit([prepared.commands]);
-        self.timings.passes += 1;
         self.timings.prepared += 1;
-        self.timings.submit_s += started.elapsed().as_secs_f64();
-        Ok(GpuPending {
-            submission,
-            read: prepared.read,
-            readback: prepared.readback,
-        })
+        Ok(self.submit_encoded(prepared))
     }
 
     fn runs_ahead(&self) -> bool {
@@ -680,16 +684,8 @@ impl Backend for GpuBackend {
         vocab: usize,
         readback: Readback,
     ) -> Result<GpuPending, Error> {
-        let (commands, read) = self.encode_pass(logits, rows, vocab, readback)?;
-        let started = Instant::now();
-        let submission = self.ctx.queue.submit([commands]);
-        self.timings.passes += 1;
-        self.timings.submit_s += started.elapsed().as_secs_f64();
-        Ok(GpuPending {
-            submission,
-            read,
-            readback,
-        })
+        let pass = self.encode_pass(logits, rows, vocab, readback)?;
+        Ok(self.submit_encoded(pass))
     }
 
     async fn wait(&mut self, pending: GpuPending) -> Result<Logits, Error> {

@@ -89,3 +89,34 @@ fn bench_generate_reports_every_figure() {
     assert_eq!(v["prompt_tokens"], 8);
     assert_eq!(v["decode_tokens"], 4);
 }
+
+/// `tritium bench fetch` with BLAKE3: the synthetic model's 8 MiB groups are hashed as 1 MiB
+/// subtrees while three shards stream at once over loopback HTTP, and every group verifies
+/// against the writer's plain BLAKE3 group hashes (a mismatch fails the command) without
+/// reading anything back.
+#[test]
+fn bench_fetch_checks_blake3_groups_as_they_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = json(&[
+        "bench",
+        "fetch",
+        "--mib",
+        "24",
+        "--shard-mib",
+        "3",
+        "--parallel",
+        "3",
+        "--hash",
+        "blake3",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(v["algorithm"], "BLAKE3");
+    let results = v["results"].as_array().expect("results");
+    assert_eq!(results.len(), 2);
+    for r in results {
+        assert!(positive(&r["mb_per_s"]), "{r}");
+        assert_eq!(r["group_read_back_mib"], 0.0, "{r}");
+    }
+}

@@ -85,8 +85,9 @@ pub use runtime_hints::{
 pub use to_gguf::write_gguf;
 pub use validate::{validate, validate_manifest, IssueKind, RdrrIssue, ValidationReport};
 pub use verify::{
-    hash_hex, verify, verify_with, GroupVerification, ShardVerification, StreamHasher,
-    VerifyOptions, VerifyProgress, VerifyReport, VerifyStage, VerifyStatus, BLAKE3_HINT,
+    blake3_subtree_root, hash_hex, verify, verify_with, GroupVerification, ShardVerification,
+    StreamHasher, VerifyOptions, VerifyProgress, VerifyReport, VerifyStage, VerifyStatus,
+    BLAKE3_HINT,
 };
 
 use super::source::{ModelFiles, SourceError};

@@ -19,6 +19,9 @@ use crate::formats::source::{ByteSource, ModelFiles, SourceError};
 pub enum StreamHasher {
     Sha256(sha2::Sha256),
     Blake3(Box<blake3::Hasher>),
+    /// One subtree of a larger BLAKE3 input (see [`blake3_subtree_root`]): its digest is the
+    /// subtree's chaining value.
+    Blake3Subtree(Box<blake3::Hasher>),
 }
 
 impl StreamHasher {
@@ -29,22 +32,75 @@ impl StreamHasher {
         }
     }
 
+    /// The bytes of a BLAKE3 input from `offset` on, as one subtree: `offset` a multiple of
+    /// the subtree's length, a power of two of 1 KiB chunks (`blake3::hazmat`), and the input
+    /// longer than the subtree (the root is never a subtree).
+    pub fn blake3_subtree(offset: u64) -> StreamHasher {
+        use blake3::hazmat::HasherExt;
+        let mut h = blake3::Hasher::new();
+        h.set_input_offset(offset);
+        StreamHasher::Blake3Subtree(Box::new(h))
+    }
+
     pub fn update(&mut self, bytes: &[u8]) {
         match self {
             StreamHasher::Sha256(h) => h.update(bytes),
-            StreamHasher::Blake3(h) => {
+            StreamHasher::Blake3(h) | StreamHasher::Blake3Subtree(h) => {
                 h.update(bytes);
             }
         }
     }
 
-    /// The digest as lowercase hex.
+    /// The digest as lowercase hex (a subtree's chaining value; empty for a subtree that had
+    /// no bytes, which has none).
     pub fn finalize_hex(self) -> String {
         match self {
             StreamHasher::Sha256(h) => hex::encode(h.finalize().as_slice()),
             StreamHasher::Blake3(h) => h.finalize().to_hex().to_string(),
+            StreamHasher::Blake3Subtree(h) if h.count() == 0 => String::new(),
+            StreamHasher::Blake3Subtree(h) => {
+                use blake3::hazmat::HasherExt;
+                hex::encode(h.finalize_non_root())
+            }
         }
     }
+}
+
+/// The BLAKE3 hash (lowercase hex) of an input of `len` bytes from the chaining values of its
+/// consecutive subtrees of `block` bytes each (the last one shorter where `len` is not a
+/// multiple), as [`StreamHasher::blake3_subtree`] gives them in hex. `block` is a power of two
+/// of 1 KiB chunks and `len` more than one block, so BLAKE3's tree splits every range of
+/// blocks at a block boundary (its left part is the largest power of two of chunks under the
+/// range's length) and the blocks merge as its parent nodes do. `None` for a wrong count of
+/// values or one that is not 64 hex digits.
+pub fn blake3_subtree_root(cvs_hex: &[String], block: u64, len: u64) -> Option<String> {
+    use blake3::hazmat::{left_subtree_len, merge_subtrees_non_root, merge_subtrees_root, Mode};
+    if block < 1024 || !block.is_power_of_two() || len <= block {
+        return None;
+    }
+    if cvs_hex.len() as u64 != len.div_ceil(block) {
+        return None;
+    }
+    let mut cvs = Vec::with_capacity(cvs_hex.len());
+    for h in cvs_hex {
+        let mut cv = [0u8; 32];
+        hex::decode_to_slice(h, &mut cv).ok()?;
+        cvs.push(cv);
+    }
+    // The chaining value of the bytes from block `first` on, `len` of them (more than a block).
+    fn node(cvs: &[[u8; 32]], first: usize, len: u64, block: u64) -> [u8; 32] {
+        if len <= block {
+            return cvs[first];
+        }
+        let left = left_subtree_len(len);
+        let l = node(cvs, first, left, block);
+        let r = node(cvs, first + (left / block) as usize, len - left, block);
+        merge_subtrees_non_root(&l, &r, Mode::Hash)
+    }
+    let left = left_subtree_len(len);
+    let l = node(&cvs, 0, left, block);
+    let r = node(&cvs, (left / block) as usize, len - left, block);
+    Some(merge_subtrees_root(&l, &r, Mode::Hash).to_hex().to_string())
 }
 
 /// The digest of `bytes` as lowercase hex.
@@ -498,5 +554,55 @@ mod tests {
             }
             assert_eq!(h.finalize_hex(), hash_hex(alg, &data));
         }
+    }
+
+    #[test]
+    fn blake3_subtrees_merge_to_the_hash_of_the_whole() {
+        // The reference is the blake3 crate's one-shot hash of the whole input; the subtrees
+        // are hashed separately (here in reverse order) from their offsets and merged.
+        let data: Vec<u8> = (0..300_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for (block, len) in [
+            (1024u64, 1025usize),
+            (2048, 4096 + 1),
+            (2048, 8192),
+            (4096, 5 * 4096 + 17),
+            (65536, 300_000),
+            (1 << 20, (1 << 20) + 1),
+        ] {
+            let big: Vec<u8>;
+            let input = if len <= data.len() {
+                &data[..len]
+            } else {
+                big = data.iter().cycle().take(len).copied().collect();
+                &big[..]
+            };
+            let mut cvs: Vec<String> = input
+                .chunks(block as usize)
+                .enumerate()
+                .rev()
+                .map(|(k, bytes)| {
+                    let mut h = StreamHasher::blake3_subtree(k as u64 * block);
+                    h.update(bytes);
+                    h.finalize_hex()
+                })
+                .collect();
+            cvs.reverse();
+            assert_eq!(
+                blake3_subtree_root(&cvs, block, len as u64).as_deref(),
+                Some(blake3::hash(input).to_hex().as_str()),
+                "block {block}, {len} bytes"
+            );
+            // A block's value in the wrong place, or one missing, is not the hash.
+            cvs.swap(0, 1);
+            assert_ne!(
+                blake3_subtree_root(&cvs, block, len as u64).as_deref(),
+                Some(blake3::hash(input).to_hex().as_str())
+            );
+            assert_eq!(blake3_subtree_root(&cvs[1..], block, len as u64), None);
+        }
+        // A single block is the root, not a subtree.
+        assert_eq!(blake3_subtree_root(&[], 1024, 1024), None);
     }
 }

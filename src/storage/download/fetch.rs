@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::hashing::Hashing;
+use super::hashing::{HashKind, Hashing};
 use super::http::{parse_content_range, HttpBody, HttpClient, HttpErrorKind, HttpResponse};
 use super::{DownloadError, DownloadEvent, DownloadOptions, RetryPolicy, Tracker};
 use crate::formats::rdrr::HashAlgorithm;
@@ -251,7 +251,12 @@ async fn fetch_once<S: ShardStore, C: HttpClient, O: StreamObserver>(
     } = ctx;
     let file = job.file;
     let mut size = job.size;
-    let new_hasher = || Hashing::new(vec![job.algorithm], usize::from(options.hash_threads));
+    let new_hasher = || {
+        Hashing::new(
+            vec![HashKind::Plain(job.algorithm)],
+            usize::from(options.hash_threads),
+        )
+    };
     let mut hasher = new_hasher()?;
     let mut have = store.partial_len(model, file).await?.unwrap_or(0);
     let mut truncate = false;

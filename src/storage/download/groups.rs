@@ -10,6 +10,14 @@
 //! before them have been. A group whose early bytes do not fit the budget, or whose shard
 //! restarts, fails verification or was verified by an earlier run, is hashed afterwards by
 //! reading its bytes back from the store.
+//!
+//! A BLAKE3 group longer than one [`TREE_BLOCK`] needs no order: BLAKE3 is a tree, so each
+//! aligned block of the group's bytes is hashed as a subtree of its own as soon as all of it has
+//! arrived (from whichever shards, on whichever hashing thread), and the blocks' chaining values
+//! merge into the group's hash at the end. Only blocks still missing bytes are held (at a
+//! boundary between shards fetched at different times, at most two blocks per boundary), so a
+//! large group, such as a tied embedding over ten shards, is neither read back nor hashed on one
+//! core.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -17,10 +25,17 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use super::fetch::StreamObserver;
-use super::hashing::Hashing;
+use super::hashing::{HashKind, Hashing};
 use super::DownloadError;
-use crate::formats::rdrr::{HashAlgorithm, Manifest, StreamHasher, TensorSpan};
+use crate::formats::rdrr::{
+    blake3_subtree_root, HashAlgorithm, Manifest, StreamHasher, TensorSpan,
+};
 use crate::storage::store::ShardStore;
+
+/// Bytes of a BLAKE3 group's subtrees (a power of two of 1 KiB chunks): large enough that a
+/// block is one efficient call of the SIMD hasher, small enough that the blocks held at shard
+/// boundaries stay a few MiB.
+pub(crate) const TREE_BLOCK: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TapState {
@@ -40,11 +55,106 @@ struct GroupTap {
     /// Bytes that arrived before their turn, by (segment, offset in it): the next piece due
     /// is one lookup, however many are held.
     early: BTreeMap<(usize, u64), Bytes>,
+    /// Hashed as BLAKE3 subtrees (then `early` stays empty).
+    tree: Option<Tree>,
+    /// Its first hash stream: the group's own, or its tree's first block's.
+    stream: usize,
+}
+
+/// A BLAKE3 group hashed block by block, in any order (see the module documentation).
+struct Tree {
+    block: u64,
+    len: u64,
+    /// Where each segment starts in the group's bytes.
+    starts: Vec<u64>,
+    /// Per block: the pieces in so far, by offset in the block (never overlapping), and their
+    /// bytes.
+    pending: Vec<BTreeMap<u64, Bytes>>,
+    filled: Vec<u64>,
+    /// Blocks not yet complete.
+    left: usize,
+}
+
+impl Tree {
+    fn new(segments: &[TensorSpan], block: u64) -> Tree {
+        let mut starts = Vec::with_capacity(segments.len());
+        let mut len = 0;
+        for seg in segments {
+            starts.push(len);
+            len += seg.size;
+        }
+        let blocks = len.div_ceil(block) as usize;
+        Tree {
+            block,
+            len,
+            starts,
+            pending: vec![BTreeMap::new(); blocks],
+            filled: vec![0; blocks],
+            left: blocks,
+        }
+    }
+
+    fn blocks(&self) -> usize {
+        self.filled.len()
+    }
+
+    fn block_len(&self, k: usize) -> u64 {
+        (self.len - k as u64 * self.block).min(self.block)
+    }
+
+    /// Bytes held in incomplete blocks.
+    #[cfg(test)]
+    fn held(&self) -> u64 {
+        self.pending
+            .iter()
+            .flat_map(|p| p.values())
+            .map(|b| b.len() as u64)
+            .sum()
+    }
+
+    /// `piece` at offset `at` of segment `j` arrived: the blocks it completes go to `out` as
+    /// (block, its pieces in order). False if it overlaps bytes already in (a repeat).
+    fn feed(&mut self, j: usize, at: u64, mut piece: Bytes, out: &mut Vec<(usize, Bytes)>) -> bool {
+        let mut pos = self.starts[j] + at;
+        while !piece.is_empty() {
+            let k = (pos / self.block) as usize;
+            let off = pos - k as u64 * self.block;
+            let n = ((self.block - off) as usize).min(piece.len());
+            let part = piece.split_to(n);
+            let end = off + n as u64;
+            let block_len = self.block_len(k);
+            let pending = &mut self.pending[k];
+            let overlaps = self.filled[k] == block_len
+                || pending
+                    .range(..end)
+                    .next_back()
+                    .is_some_and(|(&o, b)| o + b.len() as u64 > off);
+            if overlaps {
+                return false;
+            }
+            pending.insert(off, part);
+            self.filled[k] += n as u64;
+            if self.filled[k] == block_len {
+                for (_, b) in std::mem::take(pending) {
+                    out.push((k, b));
+                }
+                self.left -= 1;
+            }
+            pos += n as u64;
+        }
+        true
+    }
 }
 
 impl GroupTap {
-    /// Skip empty segments; done when none are left.
+    /// Skip empty segments; done when none are left (a tree: when every block is in).
     fn settle(&mut self) {
+        if let Some(tree) = &self.tree {
+            if tree.left == 0 && matches!(self.state, TapState::Streaming { .. }) {
+                self.state = TapState::Done;
+            }
+            return;
+        }
         if let TapState::Streaming { next, consumed } = &mut self.state {
             while *next < self.segments.len() && self.segments[*next].size == 0 {
                 *next += 1;
@@ -69,10 +179,12 @@ pub(crate) struct GroupTaps {
 
 impl GroupTaps {
     /// The groups of `manifest` that carry a hash, keeping at most `budget` bytes that arrive
-    /// early. Fails on a group that lists a tensor or a shard the manifest does not have
+    /// early; with `tree_block`, BLAKE3 groups longer than that are hashed as subtrees of that
+    /// many bytes. Fails on a group that lists a tensor or a shard the manifest does not have
     /// (validation catches these first).
-    fn new(manifest: &Manifest, budget: u64) -> Result<GroupTaps, String> {
+    fn new(manifest: &Manifest, budget: u64, tree_block: Option<u64>) -> Result<GroupTaps, String> {
         let mut groups = Vec::new();
+        let mut streams = 0;
         let mut by_shard = vec![Vec::new(); manifest.shards.len()];
         for (id, group) in &manifest.groups {
             let Some(expected) = &group.hash else {
@@ -94,6 +206,12 @@ impl GroupTaps {
                     segments.push(*span);
                 }
             }
+            let len: u64 = segments.iter().map(|s| s.size).sum();
+            let tree = tree_block
+                .filter(|&b| len > b)
+                .map(|b| Tree::new(&segments, b));
+            let stream = streams;
+            streams += tree.as_ref().map_or(1, Tree::blocks);
             let mut tap = GroupTap {
                 id: id.clone(),
                 expected: expected.to_ascii_lowercase(),
@@ -103,6 +221,8 @@ impl GroupTaps {
                     consumed: 0,
                 },
                 early: BTreeMap::new(),
+                tree,
+                stream,
             };
             tap.settle();
             groups.push(tap);
@@ -121,11 +241,28 @@ impl GroupTaps {
         tap.state = TapState::ReadBack;
         let freed: u64 = tap.early.values().map(|b| b.len() as u64).sum();
         tap.early.clear();
+        if let Some(tree) = &mut tap.tree {
+            tree.pending.iter_mut().for_each(BTreeMap::clear);
+        }
         self.held -= freed;
     }
 
-    /// Bytes `data` at `offset` of shard `shard` arrived: the pieces to hash into each group,
-    /// in order (pieces of `data`, and early bytes whose turn has come).
+    /// The hash streams of the groups, in order: one per group, or one per block of a tree.
+    fn kinds(&self, alg: HashAlgorithm) -> Vec<HashKind> {
+        let mut kinds = Vec::new();
+        for tap in &self.groups {
+            match &tap.tree {
+                Some(t) => kinds
+                    .extend((0..t.blocks()).map(|k| HashKind::Blake3Subtree(k as u64 * t.block))),
+                None => kinds.push(HashKind::Plain(alg)),
+            }
+        }
+        kinds
+    }
+
+    /// Bytes `data` at `offset` of shard `shard` arrived: the pieces to hash into each stream
+    /// (a group's, or a tree block's), in order (pieces of `data`, early bytes whose turn has
+    /// come, a tree block's pieces once it is complete).
     fn feed(&mut self, shard: usize, offset: u64, data: &Bytes) -> Vec<(usize, Bytes)> {
         let mut out = Vec::new();
         let pairs = self.by_shard.get(shard).map_or(0, Vec::len);
@@ -142,8 +279,19 @@ impl GroupTaps {
             };
             let at = from - seg.offset;
             let piece = data.slice((from - offset) as usize..(to - offset) as usize);
+            let stream = self.groups[g].stream;
+            if let Some(tree) = &mut self.groups[g].tree {
+                let mut done = Vec::new();
+                if tree.feed(j, at, piece, &mut done) {
+                    out.extend(done.into_iter().map(|(k, b)| (stream + k, b)));
+                    self.groups[g].settle();
+                } else {
+                    self.read_back(g);
+                }
+                continue;
+            }
             if j == next && at == consumed {
-                out.push((g, piece));
+                out.push((stream, piece));
                 self.advance(g, to - from, &mut out);
             } else if (j > next || (j == next && at > consumed))
                 && self.held + (to - from) <= self.budget
@@ -181,7 +329,7 @@ impl GroupTaps {
             };
             n = piece.len() as u64;
             self.held -= n;
-            out.push((g, piece));
+            out.push((tap.stream, piece));
         }
     }
 
@@ -213,13 +361,26 @@ impl GroupChecks {
         threads: usize,
         early_budget: u64,
     ) -> Result<GroupChecks, DownloadError> {
-        let taps =
-            GroupTaps::new(manifest, early_budget).map_err(|p| DownloadError::InvalidManifest {
+        Self::with_tree_block(manifest, threads, early_budget, TREE_BLOCK)
+    }
+
+    /// [`GroupChecks::new`] with BLAKE3 groups hashed as subtrees of `tree_block` bytes (a
+    /// power of two of 1 KiB chunks).
+    pub(crate) fn with_tree_block(
+        manifest: &Manifest,
+        threads: usize,
+        early_budget: u64,
+        tree_block: u64,
+    ) -> Result<GroupChecks, DownloadError> {
+        let alg = manifest.group_hash_algorithm();
+        let tree_block = (alg == HashAlgorithm::Blake3).then_some(tree_block);
+        let taps = GroupTaps::new(manifest, early_budget, tree_block).map_err(|p| {
+            DownloadError::InvalidManifest {
                 url: "manifest.json".to_string(),
                 problems: vec![p],
-            })?;
-        let alg = manifest.group_hash_algorithm();
-        let hashing = Hashing::new(vec![alg; taps.groups.len()], threads)?;
+            }
+        })?;
+        let hashing = Hashing::new(taps.kinds(alg), threads)?;
         Ok(GroupChecks {
             alg,
             taps: RefCell::new(taps),
@@ -244,10 +405,21 @@ impl GroupChecks {
         let digests = self.hashing.finish().await?;
         let (mut streamed, mut read_back, mut bytes) = (0, 0, 0u64);
         let mut buf = vec![0u8; chunk.clamp(4096, 64 << 20)];
-        for (tap, digest) in self.taps.into_inner().groups.into_iter().zip(digests) {
+        for tap in self.taps.into_inner().groups {
             let actual = if tap.state == TapState::Done {
                 streamed += 1;
-                digest
+                let lost = || {
+                    DownloadError::Hashing(format!("group {:?}: a hash stream was lost", tap.id))
+                };
+                match &tap.tree {
+                    Some(t) => {
+                        let cvs = digests
+                            .get(tap.stream..tap.stream + t.blocks())
+                            .ok_or_else(lost)?;
+                        blake3_subtree_root(cvs, t.block, t.len).ok_or_else(lost)?
+                    }
+                    None => digests.get(tap.stream).cloned().ok_or_else(lost)?,
+                }
             } else {
                 read_back += 1;
                 let mut hasher = StreamHasher::new(self.alg);
@@ -319,9 +491,10 @@ mod tests {
     use crate::storage::{MemoryStore, ShardWriter};
 
     /// A model whose layer groups straddle shard boundaries.
-    fn model() -> (Manifest, MemoryFiles) {
+    fn model(alg: HashAlgorithm) -> (Manifest, MemoryFiles) {
         let mut files = MemoryFiles::new();
         let mut opts = WriterOptions::new("t");
+        opts.hash_algorithm = alg;
         opts.shard_size = 3 * 4096;
         let mut w = RdrrWriter::new(opts).unwrap();
         for layer in 0..4u32 {
@@ -361,14 +534,30 @@ mod tests {
             .unwrap();
     }
 
-    async fn orders(threads: usize) {
-        let (manifest, files) = model();
+    /// Group checks of `manifest` (BLAKE3 groups of 8000 bytes: trees of four 2 KiB blocks).
+    fn new_checks(manifest: &Manifest, threads: usize, budget: u64) -> GroupChecks {
+        GroupChecks::with_tree_block(manifest, threads, budget, 2048).unwrap()
+    }
+
+    async fn orders(threads: usize, alg: HashAlgorithm) {
+        let (manifest, files) = model(alg);
         assert!(manifest.shards.len() >= 3 && manifest.groups.len() >= 4);
         let store = store_with(&manifest, &files).await;
         let n = manifest.groups.len();
+        // BLAKE3 groups are trees: no order needed, nothing read back but after a repeat.
+        let tree = alg == HashAlgorithm::Blake3;
+        let trees = |c: &GroupChecks| {
+            c.taps
+                .borrow()
+                .groups
+                .iter()
+                .filter(|t| t.tree.is_some())
+                .count()
+        };
 
         // In order, in odd-sized chunks: every group hashed while streaming.
-        let checks = GroupChecks::new(&manifest, threads, 0).unwrap();
+        let checks = new_checks(&manifest, threads, 0);
+        assert_eq!(trees(&checks), if tree { n } else { 0 });
         for (i, shard) in manifest.shards.iter().enumerate() {
             let bytes = &files.files[&shard.filename];
             for (k, chunk) in bytes.chunks(777).enumerate() {
@@ -379,19 +568,32 @@ mod tests {
         assert_eq!(got, (n, 0, 0));
 
         // Last shard first, no room for early bytes: groups reaching into it are read back,
-        // and still verify.
-        let checks = GroupChecks::new(&manifest, threads, 0).unwrap();
+        // and still verify (trees: all streamed, no block held at the end).
+        let checks = new_checks(&manifest, threads, 0);
         for i in (0..manifest.shards.len()).rev() {
             feed(&checks, i, 0, &files.files[&manifest.shards[i].filename]).await;
         }
+        let tree_held: u64 = checks
+            .taps
+            .borrow()
+            .groups
+            .iter()
+            .filter_map(|t| t.tree.as_ref())
+            .map(Tree::held)
+            .sum();
+        assert_eq!(tree_held, 0);
         let (streamed, read_back, bytes) =
             checks.check(&manifest, &store, "m", 4096).await.unwrap();
         assert_eq!(streamed + read_back, n);
-        assert!(read_back >= 1 && bytes > 0, "{read_back} {bytes}");
+        if tree {
+            assert_eq!((read_back, bytes), (0, 0));
+        } else {
+            assert!(read_back >= 1 && bytes > 0, "{read_back} {bytes}");
+        }
 
         // Last shard first with room for the early bytes: every group streamed, none read back.
         let total: u64 = manifest.shards.iter().map(|s| s.size).sum();
-        let checks = GroupChecks::new(&manifest, threads, total).unwrap();
+        let checks = new_checks(&manifest, threads, total);
         for i in (0..manifest.shards.len()).rev() {
             feed(&checks, i, 0, &files.files[&manifest.shards[i].filename]).await;
         }
@@ -402,7 +604,7 @@ mod tests {
         // Shards interleaved in odd-sized chunks, as parallel fetches deliver them: with room
         // for one chunk only, groups are read back; with room for them all, none; all verify.
         for budget in [777u64, total] {
-            let checks = GroupChecks::new(&manifest, threads, budget).unwrap();
+            let checks = new_checks(&manifest, threads, budget);
             let mut pos = vec![0usize; manifest.shards.len()];
             loop {
                 let mut any = false;
@@ -423,15 +625,28 @@ mod tests {
             let (streamed, read_back, _) =
                 checks.check(&manifest, &store, "m", 4096).await.unwrap();
             assert_eq!(streamed + read_back, n);
-            if budget == total {
+            if budget == total || tree {
                 assert_eq!(read_back, 0, "budget {budget}");
             } else {
                 assert!(read_back >= 1, "budget {budget}");
             }
         }
 
+        // Bytes of a group that has moved on, again (a repeat; here layer 1's first tensor, at
+        // the end of shard 0): the group is read back, and verifies.
+        let checks = new_checks(&manifest, threads, total);
+        let shard0 = &files.files[&manifest.shards[0].filename];
+        feed(&checks, 0, 0, shard0).await;
+        feed(&checks, 0, 8192, &shard0[8192..]).await;
+        for i in 1..manifest.shards.len() {
+            feed(&checks, i, 0, &files.files[&manifest.shards[i].filename]).await;
+        }
+        let (streamed, read_back, _) = checks.check(&manifest, &store, "m", 4096).await.unwrap();
+        assert_eq!(streamed + read_back, n);
+        assert!(read_back >= 1);
+
         // Wrong bytes streamed for a group are caught (here: shard 0 fed shard 1's bytes).
-        let checks = GroupChecks::new(&manifest, threads, total).unwrap();
+        let checks = new_checks(&manifest, threads, total);
         feed(&checks, 0, 0, &files.files[&manifest.shards[1].filename]).await;
         let err = checks.check(&manifest, &store, "m", 4096).await;
         assert!(
@@ -443,8 +658,10 @@ mod tests {
     #[test]
     fn in_order_streams_hash_every_group_and_out_of_order_reads_back() {
         // Inline, one thread, and groups dealt over three threads (digests dealt back in order).
-        pollster::block_on(orders(0));
-        pollster::block_on(orders(1));
-        pollster::block_on(orders(3));
+        for alg in [HashAlgorithm::Sha256, HashAlgorithm::Blake3] {
+            pollster::block_on(orders(0, alg));
+            pollster::block_on(orders(1, alg));
+            pollster::block_on(orders(3, alg));
+        }
     }
 }

@@ -11,6 +11,23 @@ use bytes::Bytes;
 use super::DownloadError;
 use crate::formats::rdrr::{HashAlgorithm, StreamHasher};
 
+/// What a stream computes: a plain hash, or one subtree of a BLAKE3 input that starts at the
+/// given offset ([`StreamHasher::blake3_subtree`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HashKind {
+    Plain(HashAlgorithm),
+    Blake3Subtree(u64),
+}
+
+impl HashKind {
+    fn hasher(self) -> StreamHasher {
+        match self {
+            HashKind::Plain(alg) => StreamHasher::new(alg),
+            HashKind::Blake3Subtree(offset) => StreamHasher::blake3_subtree(offset),
+        }
+    }
+}
+
 /// Bytes waiting for one hashing thread above which `update` (and `drained`) wait:
 /// backpressure. Handing bytes over (`enqueue`) never waits, so a caller can pass several
 /// streams' pieces in one step, in order, without holding anything across a wait.
@@ -30,19 +47,19 @@ pub(crate) enum Hashing {
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) struct Threads {
     threads: Vec<HashThread>,
-    algs: Vec<HashAlgorithm>,
+    kinds: Vec<HashKind>,
     /// Per stream: (thread, its index on that thread), once it has had bytes.
     route: RefCell<Vec<Option<(usize, usize)>>>,
     /// Streams given to each thread so far.
     given: RefCell<Vec<usize>>,
 }
 
-/// One hashing thread: its queue (stream index on the thread, the stream's algorithm, bytes),
+/// One hashing thread: its queue (stream index on the thread, the stream's kind, bytes),
 /// the bytes queued and not yet hashed, and its digests, in its streams' order, once the queue
 /// closes.
 #[cfg(not(target_arch = "wasm32"))]
 struct HashThread {
-    tx: tokio::sync::mpsc::UnboundedSender<(usize, HashAlgorithm, Bytes)>,
+    tx: tokio::sync::mpsc::UnboundedSender<(usize, HashKind, Bytes)>,
     backlog: std::sync::Arc<Backlog>,
     done: futures_channel::oneshot::Receiver<Vec<String>>,
 }
@@ -85,7 +102,7 @@ impl Backlog {
 
 #[cfg(not(target_arch = "wasm32"))]
 fn spawn_thread() -> Result<HashThread, DownloadError> {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, HashAlgorithm, Bytes)>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, HashKind, Bytes)>();
     let (done_tx, done) = futures_channel::oneshot::channel();
     let backlog = std::sync::Arc::new(Backlog::default());
     let seen = backlog.clone();
@@ -93,11 +110,11 @@ fn spawn_thread() -> Result<HashThread, DownloadError> {
         .name("tritium-hash".to_string())
         .spawn(move || {
             let mut hashers: Vec<StreamHasher> = Vec::new();
-            while let Some((id, alg, data)) = rx.blocking_recv() {
-                // Streams arrive in the order they were given to this thread (a stream whose
-                // first bytes never came, its sender gone, is left empty).
+            while let Some((id, kind, data)) = rx.blocking_recv() {
+                // Streams arrive in the order they were given to this thread, each created by
+                // its first bytes.
                 while hashers.len() <= id {
-                    hashers.push(StreamHasher::new(alg));
+                    hashers.push(kind.hasher());
                 }
                 hashers[id].update(&data);
                 seen.done(data.len() as u64);
@@ -114,26 +131,26 @@ fn spawn_thread() -> Result<HashThread, DownloadError> {
 }
 
 impl Hashing {
-    /// One stream per entry of `algs`, hashed on `threads` threads of their own (natively; at
-    /// most one per stream), or inline where `threads` is 0 (and always in wasm).
-    pub(crate) fn new(algs: Vec<HashAlgorithm>, threads: usize) -> Result<Hashing, DownloadError> {
+    /// One stream per entry of `kinds`, hashed on `threads` threads of their own (natively;
+    /// at most one per stream), or inline where `threads` is 0 (and always in wasm).
+    pub(crate) fn new(kinds: Vec<HashKind>, threads: usize) -> Result<Hashing, DownloadError> {
         #[cfg(not(target_arch = "wasm32"))]
         if threads > 0 {
-            let n = threads.min(algs.len()).max(1);
+            let n = threads.min(kinds.len()).max(1);
             let threads = (0..n)
                 .map(|_| spawn_thread())
                 .collect::<Result<Vec<_>, _>>()?;
             return Ok(Hashing::Threads(Threads {
                 threads,
-                route: RefCell::new(vec![None; algs.len()]),
+                route: RefCell::new(vec![None; kinds.len()]),
                 given: RefCell::new(vec![0; n]),
-                algs,
+                kinds,
             }));
         }
         #[cfg(target_arch = "wasm32")]
         let _ = threads;
         Ok(Hashing::Inline(RefCell::new(
-            algs.into_iter().map(StreamHasher::new).collect(),
+            kinds.into_iter().map(HashKind::hasher).collect(),
         )))
     }
 
@@ -158,7 +175,7 @@ impl Hashing {
             }
             #[cfg(not(target_arch = "wasm32"))]
             Hashing::Threads(t) => {
-                let Some(&alg) = t.algs.get(id) else {
+                let Some(&kind) = t.kinds.get(id) else {
                     return Ok(None);
                 };
                 let (thread, local) = {
@@ -179,7 +196,7 @@ impl Hashing {
                 let th = &t.threads[thread];
                 th.backlog.add(data.len() as u64);
                 th.tx
-                    .send((local, alg, data))
+                    .send((local, kind, data))
                     .map_err(|_| DownloadError::Hashing("a hashing thread stopped".to_string()))?;
                 Ok(Some(thread))
             }
@@ -223,8 +240,8 @@ impl Hashing {
                 t.route
                     .into_inner()
                     .into_iter()
-                    .zip(t.algs)
-                    .map(|(route, alg)| match route {
+                    .zip(t.kinds)
+                    .map(|(route, kind)| match route {
                         Some((thread, local)) => per_thread
                             .get(thread)
                             .and_then(|d| d.get(local))
@@ -232,7 +249,7 @@ impl Hashing {
                             .ok_or_else(|| {
                                 DownloadError::Hashing("a hashing thread lost a stream".to_string())
                             }),
-                        None => Ok(StreamHasher::new(alg).finalize_hex()),
+                        None => Ok(kind.hasher().finalize_hex()),
                     })
                     .collect()
             }

@@ -404,9 +404,10 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     Ok(summary)
 }
 
-/// Threads for the group hashes: the groups of the shards in flight stream at the same time,
-/// each group one ordered stream, so one thread would cap a download at one core's hashing
-/// speed. One per shard in flight, up to the cores (0: hash inline, as asked).
+/// Threads for the group hashes: the groups of the shards in flight stream at the same time
+/// (a SHA-256 group one ordered stream, a BLAKE3 group's blocks independent subtrees), so one
+/// thread would cap a download at one core's hashing speed. One per shard in flight, up to the
+/// cores (0: hash inline, as asked).
 fn group_hash_threads(options: &DownloadOptions) -> usize {
     if !options.hash_threads {
         return 0;

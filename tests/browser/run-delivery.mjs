@@ -170,6 +170,18 @@ try {
     console.log(`  downloaded ${a.summary.bytes} bytes in ${a.summary.seconds.toFixed(2)} s ` +
       `(${(a.summary.fetched_bytes / a.summary.seconds / 1e6).toFixed(0)} MB/s, persisted: ${a.summary.persisted})`);
 
+    // (a) The same model with BLAKE3 hashes, three shards at once: its groups (all over 1 MiB)
+    // are hashed in wasm as subtrees while the shards stream, nothing read back, each against
+    // the hash the converter wrote; then it goes again.
+    const b3 = join(tmp, 'smol-b3');
+    convert(b3, ['--blake3']);
+    const b3Url = await serveModel(b3);
+    const b3d = await evaluate((url) => window.api.downloadInWorker(url, { name: 'smol-b3', parallel: 3 }), b3Url);
+    check(!b3d.error && b3d.summary?.groups_checked > 0 && b3d.summary?.group_read_back_bytes === 0,
+      '(a) a BLAKE3 model downloads in a worker, every group checked as it streams',
+      JSON.stringify(b3d.error ?? b3d.summary));
+    await evaluate((name) => window.api.wasm.opfs_delete(name), 'smol-b3');
+
     // (b, c) A second page load: the cache answers, no request reaches the model server.
     await openPage();
     requests.length = 0;

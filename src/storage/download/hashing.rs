@@ -36,7 +36,9 @@ const BACKLOG: u64 = 8 << 20;
 
 /// A set of hash streams, each fed in order and finished together.
 pub(crate) enum Hashing {
-    Inline(RefCell<Vec<StreamHasher>>),
+    /// Hashed where fed, each stream's hasher made by its first bytes (a large BLAKE3 model has
+    /// a stream per MiB of its groups).
+    Inline(Vec<HashKind>, RefCell<Vec<Option<StreamHasher>>>),
     #[cfg(not(target_arch = "wasm32"))]
     Threads(Threads),
 }
@@ -149,9 +151,8 @@ impl Hashing {
         }
         #[cfg(target_arch = "wasm32")]
         let _ = threads;
-        Ok(Hashing::Inline(RefCell::new(
-            kinds.into_iter().map(HashKind::hasher).collect(),
-        )))
+        let hashers = RefCell::new(kinds.iter().map(|_| None).collect());
+        Ok(Hashing::Inline(kinds, hashers))
     }
 
     /// Feed `data` to stream `id`, waiting while its thread is far behind.
@@ -167,9 +168,9 @@ impl Hashing {
     /// over in one synchronous step reach their streams in that order whatever runs between.
     pub(crate) fn enqueue(&self, id: usize, data: Bytes) -> Result<Option<usize>, DownloadError> {
         match self {
-            Hashing::Inline(hashers) => {
-                if let Some(h) = hashers.borrow_mut().get_mut(id) {
-                    h.update(&data);
+            Hashing::Inline(kinds, hashers) => {
+                if let (Some(kind), Some(h)) = (kinds.get(id), hashers.borrow_mut().get_mut(id)) {
+                    h.get_or_insert_with(|| kind.hasher()).update(&data);
                 }
                 Ok(None)
             }
@@ -207,7 +208,7 @@ impl Hashing {
     /// inline).
     pub(crate) async fn drained(&self, thread: usize) {
         match self {
-            Hashing::Inline(_) => {
+            Hashing::Inline(..) => {
                 let _ = thread;
             }
             #[cfg(not(target_arch = "wasm32"))]
@@ -222,10 +223,12 @@ impl Hashing {
     /// The digests (lowercase hex), one per stream.
     pub(crate) async fn finish(self) -> Result<Vec<String>, DownloadError> {
         match self {
-            Hashing::Inline(hashers) => Ok(hashers
+            // A stream that never had bytes is the hash of nothing.
+            Hashing::Inline(kinds, hashers) => Ok(hashers
                 .into_inner()
                 .into_iter()
-                .map(StreamHasher::finalize_hex)
+                .zip(kinds)
+                .map(|(h, kind)| h.unwrap_or_else(|| kind.hasher()).finalize_hex())
                 .collect()),
             #[cfg(not(target_arch = "wasm32"))]
             Hashing::Threads(t) => {

@@ -14,10 +14,10 @@
 //! A BLAKE3 group longer than one [`TREE_BLOCK`] needs no order: BLAKE3 is a tree, so each
 //! aligned block of the group's bytes is hashed as a subtree of its own as soon as all of it has
 //! arrived (from whichever shards, on whichever hashing thread), and the blocks' chaining values
-//! merge into the group's hash at the end. Only blocks still missing bytes are held (at a
-//! boundary between shards fetched at different times, at most two blocks per boundary), so a
-//! large group, such as a tied embedding over ten shards, is neither read back nor hashed on one
-//! core.
+//! merge into the group's hash at the end. Only blocks still missing bytes are held (the one
+//! each shard in flight is filling, and the block across each boundary between shards fetched
+//! at different times), so a large group, such as a tied embedding over ten shards, is neither
+//! read back nor hashed on one core.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -35,7 +35,7 @@ use crate::storage::store::ShardStore;
 /// Bytes of a BLAKE3 group's subtrees (a power of two of 1 KiB chunks): large enough that a
 /// block is one efficient call of the SIMD hasher, small enough that the blocks held at shard
 /// boundaries stay a few MiB.
-pub(crate) const TREE_BLOCK: u64 = 1 << 20;
+const TREE_BLOCK: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TapState {
@@ -113,8 +113,16 @@ impl Tree {
     }
 
     /// `piece` at offset `at` of segment `j` arrived: the blocks it completes go to `out` as
-    /// (block, its pieces in order). False if it overlaps bytes already in (a repeat).
-    fn feed(&mut self, j: usize, at: u64, mut piece: Bytes, out: &mut Vec<(usize, Bytes)>) -> bool {
+    /// (hash stream, piece), block k's pieces in order to stream `first + k`. False if it
+    /// overlaps bytes already in (a repeat).
+    fn feed(
+        &mut self,
+        j: usize,
+        at: u64,
+        mut piece: Bytes,
+        first: usize,
+        out: &mut Vec<(usize, Bytes)>,
+    ) -> bool {
         let mut pos = self.starts[j] + at;
         while !piece.is_empty() {
             let k = (pos / self.block) as usize;
@@ -136,7 +144,7 @@ impl Tree {
             self.filled[k] += n as u64;
             if self.filled[k] == block_len {
                 for (_, b) in std::mem::take(pending) {
-                    out.push((k, b));
+                    out.push((first + k, b));
                 }
                 self.left -= 1;
             }
@@ -281,9 +289,7 @@ impl GroupTaps {
             let piece = data.slice((from - offset) as usize..(to - offset) as usize);
             let stream = self.groups[g].stream;
             if let Some(tree) = &mut self.groups[g].tree {
-                let mut done = Vec::new();
-                if tree.feed(j, at, piece, &mut done) {
-                    out.extend(done.into_iter().map(|(k, b)| (stream + k, b)));
+                if tree.feed(j, at, piece, stream, &mut out) {
                     self.groups[g].settle();
                 } else {
                     self.read_back(g);

@@ -12,13 +12,15 @@
 //            scores (one thread per key, q pre-scaled by 1/sqrt(head_dim), in workgroup
 //            memory), the tile max (workgroup_max), p = exp(s - m) and their sum
 //            (workgroup_sum), then sum p * V with each thread owning one 16-byte slot of the
-//            V row (`lanes` threads per slot take alternate keys; their sums are added at the
-//            end). With one split it writes the normalized output, otherwise its piece's
+//            V row (`lanes` threads per slot take alternate keys, four per step, the first
+//            step's values loaded before the reductions; their sums are added at the end).
+//            With one split it writes the normalized output, otherwise its piece's
 //            partial result: acc = sum p * V and (m, l) = (max score, sum p).
 // 2 combine: one workgroup per (query head, token), dispatched (n_heads, n_tokens): merge
 //            the pieces that hold keys, out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M),
-//            the pieces' weights computed once in workgroup memory, the sum over pieces split
-//            between groups of threads so that their loads are independent.
+//            the pieces' (m, l) through workgroup memory, the sum over pieces split between
+//            groups of threads, each group's first piece loaded with the (m, l) (one round of
+//            loads for up to WG / (head_dim / 4) pieces).
 //
 // Decode (fused == 1, one token): attend also appends, so one dispatch does both. Its
 // workgroups take the new key and value (position pos0) from src3 and src2, packed exactly
@@ -276,6 +278,30 @@ fn value_at(fresh: bool, at: u32, spare: u32, g: u32) -> Slot {
     return unpack_slot(select(w, fresh_v[g], fresh));
 }
 
+// The value slots of keys j, j + lanes, j + 2 lanes, j + 3 lanes of a tile (clamped to
+// `last`), slot g of each row from `base`; the key at tile index `fresh_at` (the fused
+// decode's new one; anything past the tile otherwise) from fresh_v.
+struct Values4 {
+    a: Slot,
+    b: Slot,
+    c: Slot,
+    d: Slot,
+}
+
+fn values4(j: u32, lanes: u32, last: u32, fused: bool, fresh_at: u32, base: u32, spare_row: u32,
+           g: u32) -> Values4 {
+    let stride = p.n_kv_heads * (p.head_dim / per_slot());
+    let j1 = min(j + lanes, last);
+    let j2 = min(j + 2u * lanes, last);
+    let j3 = min(j + 3u * lanes, last);
+    return Values4(
+        value_at(fused && j == fresh_at, base + j * stride, spare_row, g),
+        value_at(fused && j1 == fresh_at, base + j1 * stride, spare_row, g),
+        value_at(fused && j2 == fresh_at, base + j2 * stride, spare_row, g),
+        value_at(fused && j3 == fresh_at, base + j3 * stride, spare_row, g),
+    );
+}
+
 fn attend(wid: vec3<u32>, lid: u32) {
     let split = wid.x;
     let head = wid.y;
@@ -365,6 +391,16 @@ fn attend(wid: vec3<u32>, lid: u32) {
             scores[j] = s;
             local_max = max(local_max, s);
         }
+        // The values of each lane's first step of four keys (a decode piece's all), loaded
+        // before the reductions so that their latency runs under them.
+        let base = t0 * stride + head_off + g;
+        let spare_row = spare + head_off;
+        let last = n - 1u;
+        let stepping = lane < lanes && lane < n;
+        var first: Values4;
+        if (stepping) {
+            first = values4(lane, lanes, last, fused, newest - t0, base, spare_row, g);
+        }
         let m_new = max(m, workgroup_max(local_max, lid));
         var local_sum = 0.0;
         for (var j = lid; j < n; j = j + WG) {
@@ -377,26 +413,23 @@ fn attend(wid: vec3<u32>, lid: u32) {
         l = l * alpha + workgroup_sum(local_sum, lid);
         acc_lo = acc_lo * alpha;
         acc_hi = acc_hi * alpha;
-        if (lane < lanes) {
+        if (stepping) {
             // Four keys per step, their loads issued together (keys past the tile are
             // clamped to its last one and weighted 0).
-            let base = t0 * stride + head_off + g;
-            let spare_row = spare + head_off;
-            let last = n - 1u;
+            var v = first;
             for (var j = lane; j < n; j = j + 4u * lanes) {
+                if (j != lane) {
+                    v = values4(j, lanes, last, fused, newest - t0, base, spare_row, g);
+                }
                 let j1 = min(j + lanes, last);
                 let j2 = min(j + 2u * lanes, last);
                 let j3 = min(j + 3u * lanes, last);
-                let v0 = value_at(fused && t0 + j == newest, base + j * stride, spare_row, g);
-                let v1 = value_at(fused && t0 + j1 == newest, base + j1 * stride, spare_row, g);
-                let v2 = value_at(fused && t0 + j2 == newest, base + j2 * stride, spare_row, g);
-                let v3 = value_at(fused && t0 + j3 == newest, base + j3 * stride, spare_row, g);
                 let p0 = scores[j];
                 let p1 = select(0.0, scores[j1], j + lanes < n);
                 let p2 = select(0.0, scores[j2], j + 2u * lanes < n);
                 let p3 = select(0.0, scores[j3], j + 3u * lanes < n);
-                acc_lo = acc_lo + ((p0 * v0.lo + p1 * v1.lo) + (p2 * v2.lo + p3 * v3.lo));
-                acc_hi = acc_hi + ((p0 * v0.hi + p1 * v1.hi) + (p2 * v2.hi + p3 * v3.hi));
+                acc_lo = acc_lo + ((p0 * v.a.lo + p1 * v.b.lo) + (p2 * v.c.lo + p3 * v.d.lo));
+                acc_hi = acc_hi + ((p0 * v.a.hi + p1 * v.b.hi) + (p2 * v.c.hi + p3 * v.d.hi));
             }
         }
         m = m_new;
@@ -452,6 +485,16 @@ fn combine(wid: vec3<u32>, lid: u32) {
     let len = keys_seen(token);
     let piece = piece_keys(len);
     let n = (len + piece - 1u) / piece;
+    // Thread (group, i) sums pieces group, group + groups, ... of dimensions 4i .. 4i + 3:
+    // its first piece's sums are loaded with the pieces' (m, l), in one round of loads.
+    let groups = max(WG / d4, 1u);
+    let group = lid / d4;
+    let i = lid % d4;
+    let own = group < groups && group < n;
+    var o = vec4<f32>(0.0);
+    if (own) {
+        o = partials[(first + group) * d4 + i];
+    }
     // Each piece's max score (a piece with l = 0 takes no part) and l.
     for (var s = lid; s < n; s = s + WG) {
         let ml = partials[ml_base() + first + s];
@@ -463,32 +506,27 @@ fn combine(wid: vec3<u32>, lid: u32) {
     for (var s = 0u; s < n; s = s + 1u) {
         mx = max(mx, scores[s]);
     }
-    workgroupBarrier();
-    // scores[s] becomes the piece's weight e^(m_s - M).
-    for (var s = lid; s < n; s = s + WG) {
-        scores[s] = select(0.0, exp(scores[s] - mx), weights[s] > 0.0);
-    }
-    workgroupBarrier();
+    // l = sum_s l_s e^(m_s - M), each invocation for itself.
     var l = 0.0;
     for (var s = 0u; s < n; s = s + 1u) {
-        l = l + weights[s] * scores[s];
+        l = l + weights[s] * piece_weight(s, mx);
     }
-    // Thread (group, i) sums pieces group, group + groups, ... of dimensions 4i .. 4i + 3.
-    let groups = max(WG / d4, 1u);
-    let group = lid / d4;
-    let i = lid % d4;
-    var o = vec4<f32>(0.0);
-    if (group < groups) {
-        for (var s = group; s < n; s = s + groups) {
-            o = o + partials[(first + s) * d4 + i] * scores[s];
+    if (own) {
+        o = o * piece_weight(group, mx);
+        for (var s = group + groups; s < n; s = s + groups) {
+            o = o + partials[(first + s) * d4 + i] * piece_weight(s, mx);
         }
+    }
+    if (group < groups) {
         lane_acc[group * d4 + i] = o;
     }
     workgroupBarrier();
+    // Only the groups that took a piece hold sums.
+    let count = min(groups, n);
     let base = (token * p.n_heads + head) * p.head_dim;
     if (p.quantize == 0u) {
         for (var j = lid; j < d4; j = j + WG) {
-            store4(base + 4u * j, head_value(j, groups, l));
+            store4(base + 4u * j, head_value(j, count, l));
         }
         return;
     }
@@ -499,8 +537,8 @@ fn combine(wid: vec3<u32>, lid: u32) {
     var v0 = vec4<f32>(0.0);
     var v1 = vec4<f32>(0.0);
     if (holds) {
-        v0 = head_value(2u * lid, groups, l);
-        v1 = head_value(2u * lid + 1u, groups, l);
+        v0 = head_value(2u * lid, count, l);
+        v1 = head_value(2u * lid + 1u, count, l);
         store4(base + 8u * lid, v0);
         store4(base + 8u * lid + 4u, v1);
     }
@@ -515,6 +553,12 @@ fn combine(wid: vec3<u32>, lid: u32) {
             src3[rec + cols / 4u + e / 32u] = q8_scale_word(s);
         }
     }
+}
+
+// The weight e^(m_s - M) of piece s (0 for a piece without keys), from the combine's scores
+// (m_s) and weights (l_s).
+fn piece_weight(s: u32, mx: f32) -> f32 {
+    return select(0.0, exp(scores[s] - mx), weights[s] > 0.0);
 }
 
 // Output vec4 j of a head: the sum of `count` partial sums in lane_acc (stride head_dim / 4)

@@ -22,6 +22,9 @@
 //            groups of threads, each group's first piece loaded with the (m, l) (one round of
 //            loads for up to WG / (head_dim / 4) pieces).
 //
+// Prefill by KV head (entry point main_group, Kernel::AttentionGroup): attend for the 2 to 4
+// query heads of one KV head in one workgroup (see attend_group).
+//
 // Decode (fused == 1, one token): attend also appends, so one dispatch does both. Its
 // workgroups take the new key and value (position pos0) from src3 and src2, packed exactly
 // as the cache would hold them, instead of from the cache, and the split-0 workgroup of the
@@ -458,6 +461,189 @@ fn attend(wid: vec3<u32>, lid: u32) {
     }
     if (p.n_splits > 1u && lid == 0u) {
         partials[ml_base() + piece_at] = vec4<f32>(m, l, 0.0, 0.0);
+    }
+}
+
+// Prefill by KV head (entry point main_group, its own pipeline): one workgroup per (split,
+// KV head, token), dispatched (n_splits, n_kv_heads, n_tokens), attends for the G =
+// n_heads / n_kv_heads query heads (2 to 4) that read that KV head, so each key and value row
+// is loaded once for all of them: a key's scores are a vec4 (one lane per query head; lanes
+// past G are 0 and dropped), the softmax reductions take four at a time, each value slot is
+// multiplied into G sums. The queries sit in lane_acc from TILE (after the tile's scores, at
+// 0 ..) until the lanes' sums take it over at the end, one head after another. Each head's
+// output, or its piece's partial result, is attend's. Not fused (prefill appends first).
+@compute @workgroup_size(WG)
+fn main_group(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    attend_group(wid, lid);
+}
+
+// Query head gi's vec4 c (rotated, pre-scaled) of the group.
+fn group_q(gi: u32, c: u32) -> vec4<f32> {
+    return lane_acc[TILE + gi * (p.head_dim / 4u) + c];
+}
+
+// The group's query heads . (16-byte slot c of a key row), 0 for c >= slots.
+fn group_dot(w: vec4<u32>, c: u32, slots: u32) -> vec4<f32> {
+    let kv = unpack_slot(w);
+    let cc = min(c, slots - 1u);
+    var r: vec4<f32>;
+    if (p.kv_f16 == 1u) {
+        let a = 2u * cc;
+        r = vec4<f32>(
+            dot(kv.lo, group_q(0u, a)) + dot(kv.hi, group_q(0u, a + 1u)),
+            dot(kv.lo, group_q(1u, a)) + dot(kv.hi, group_q(1u, a + 1u)),
+            dot(kv.lo, group_q(2u, a)) + dot(kv.hi, group_q(2u, a + 1u)),
+            dot(kv.lo, group_q(3u, a)) + dot(kv.hi, group_q(3u, a + 1u)),
+        );
+    } else {
+        r = vec4<f32>(dot(kv.lo, group_q(0u, cc)), dot(kv.lo, group_q(1u, cc)),
+                      dot(kv.lo, group_q(2u, cc)), dot(kv.lo, group_q(3u, cc)));
+    }
+    return select(vec4<f32>(0.0), r, c < slots);
+}
+
+// a + p0 v0 + p1 v1 + p2 v2 + p3 v3, slot by slot.
+fn slot_fma4(a: Slot, p4: vec4<f32>, v0: Slot, v1: Slot, v2: Slot, v3: Slot) -> Slot {
+    return Slot(
+        a.lo + ((p4.x * v0.lo + p4.y * v1.lo) + (p4.z * v2.lo + p4.w * v3.lo)),
+        a.hi + ((p4.x * v0.hi + p4.y * v1.hi) + (p4.z * v2.hi + p4.w * v3.hi)),
+    );
+}
+
+fn slot_scale(a: Slot, f: f32) -> Slot {
+    return Slot(a.lo * f, a.hi * f);
+}
+
+fn attend_group(wid: vec3<u32>, lid: u32) {
+    let split = wid.x;
+    let kvh = wid.y;
+    let token = wid.z;
+    let d = p.head_dim;
+    let d4 = d / 4u;
+    let gs = p.n_heads / p.n_kv_heads;
+    let h0 = kvh * gs;
+    let len = keys_seen(token);
+    let piece = piece_keys(len);
+    let start = min(split * piece, len);
+    let end = min(len, start + piece);
+    if (start >= end) {
+        return;
+    }
+    let pos = position.pos0 + token;
+    for (var i = lid; i < gs * d; i = i + WG) {
+        let gi = i / d;
+        let j = i % d;
+        let qbase = (token * p.n_heads + h0 + gi) * d;
+        lane_acc[TILE + gi * d4 + j / 4u][j % 4u] = roped(0u, qbase, j, pos) * p.scale;
+    }
+    workgroupBarrier();
+
+    let e = per_slot();
+    let slots = d / e;
+    let stride = p.n_kv_heads * slots;
+    let head_off = kvh * slots;
+    let q_per_slot = e / 4u;
+    let lanes = max(WG / slots, 1u);
+    let lane = lid / slots;
+    let g = lid % slots;
+    let live = vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(gs);
+    let zero = Slot(vec4<f32>(0.0), vec4<f32>(0.0));
+    var m = vec4<f32>(NEG_BIG);
+    var l = vec4<f32>(0.0);
+    var a0 = zero;
+    var a1 = zero;
+    var a2 = zero;
+    var a3 = zero;
+    for (var t0 = start; t0 < end; t0 = t0 + TILE) {
+        let n = min(TILE, end - t0);
+        // Scores: one thread per key, the G heads' at once.
+        var local_max = vec4<f32>(NEG_BIG);
+        for (var j = lid; j < n; j = j + WG) {
+            let row = (t0 + j) * stride + head_off;
+            let last = slots - 1u;
+            var s = vec4<f32>(0.0);
+            for (var c = 0u; c < slots; c = c + 4u) {
+                let w0 = k_cache[row + c];
+                let w1 = k_cache[row + min(c + 1u, last)];
+                let w2 = k_cache[row + min(c + 2u, last)];
+                let w3 = k_cache[row + min(c + 3u, last)];
+                s = s + ((group_dot(w0, c, slots) + group_dot(w1, c + 1u, slots))
+                    + (group_dot(w2, c + 2u, slots) + group_dot(w3, c + 3u, slots)));
+            }
+            s = select(vec4<f32>(0.0), s, live);
+            lane_acc[j] = s;
+            local_max = max(local_max, s);
+        }
+        let m_new = max(m, workgroup_max4(local_max, lid));
+        var local_sum = vec4<f32>(0.0);
+        for (var j = lid; j < n; j = j + WG) {
+            let pj = exp(lane_acc[j] - m_new);
+            lane_acc[j] = pj;
+            local_sum = local_sum + pj;
+        }
+        let alpha = exp(m - m_new);
+        l = l * alpha + workgroup_sum4(local_sum, lid);
+        a0 = slot_scale(a0, alpha.x);
+        a1 = slot_scale(a1, alpha.y);
+        a2 = slot_scale(a2, alpha.z);
+        a3 = slot_scale(a3, alpha.w);
+        if (lane < lanes) {
+            // Four keys per step, as attend (keys past the tile clamped and weighted 0).
+            let base = t0 * stride + head_off + g;
+            let last = n - 1u;
+            for (var j = lane; j < n; j = j + 4u * lanes) {
+                let j1 = min(j + lanes, last);
+                let j2 = min(j + 2u * lanes, last);
+                let j3 = min(j + 3u * lanes, last);
+                let v0 = unpack_slot(v_cache[base + j * stride]);
+                let v1 = unpack_slot(v_cache[base + j1 * stride]);
+                let v2 = unpack_slot(v_cache[base + j2 * stride]);
+                let v3 = unpack_slot(v_cache[base + j3 * stride]);
+                let p0 = lane_acc[j];
+                let p1 = select(vec4<f32>(0.0), lane_acc[j1], j + lanes < n);
+                let p2 = select(vec4<f32>(0.0), lane_acc[j2], j + 2u * lanes < n);
+                let p3 = select(vec4<f32>(0.0), lane_acc[j3], j + 3u * lanes < n);
+                a0 = slot_fma4(a0, vec4<f32>(p0.x, p1.x, p2.x, p3.x), v0, v1, v2, v3);
+                a1 = slot_fma4(a1, vec4<f32>(p0.y, p1.y, p2.y, p3.y), v0, v1, v2, v3);
+                a2 = slot_fma4(a2, vec4<f32>(p0.z, p1.z, p2.z, p3.z), v0, v1, v2, v3);
+                a3 = slot_fma4(a3, vec4<f32>(p0.w, p1.w, p2.w, p3.w), v0, v1, v2, v3);
+            }
+        }
+        m = m_new;
+        workgroupBarrier();
+    }
+    // Each head in turn: its lanes' sums through lane_acc, then its output or partial result.
+    for (var gi = 0u; gi < gs; gi = gi + 1u) {
+        let lo = select(select(select(a0.lo, a1.lo, gi == 1u), a2.lo, gi == 2u), a3.lo, gi == 3u);
+        let hi = select(select(select(a0.hi, a1.hi, gi == 1u), a2.hi, gi == 2u), a3.hi, gi == 3u);
+        if (lane < lanes) {
+            lane_acc[lane * d4 + g * q_per_slot] = lo;
+            if (q_per_slot == 2u) {
+                lane_acc[lane * d4 + g * 2u + 1u] = hi;
+            }
+        }
+        workgroupBarrier();
+        let head = h0 + gi;
+        let qbase = (token * p.n_heads + head) * d;
+        let piece_at = (token * p.n_heads + head) * p.n_splits + split;
+        for (var i = lid; i < d4; i = i + WG) {
+            if (p.n_splits == 1u) {
+                store4(qbase + 4u * i, head_value(i, lanes, l[gi]));
+            } else {
+                var o = vec4<f32>(0.0);
+                for (var k = 0u; k < lanes; k = k + 1u) {
+                    o = o + lane_acc[k * d4 + i];
+                }
+                partials[piece_at * d4 + i] = o;
+            }
+        }
+        if (p.n_splits > 1u && lid == 0u) {
+            partials[ml_base() + piece_at] = vec4<f32>(m[gi], l[gi], 0.0, 0.0);
+        }
+        workgroupBarrier();
     }
 }
 

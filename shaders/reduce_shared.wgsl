@@ -56,6 +56,21 @@ fn workgroup_sum4(v: vec4<f32>, lid: u32) -> vec4<f32> {
 }
 
 // workgroup_sum of v.x and workgroup_max of v.y in one tree.
+// workgroup_max of four values at once.
+fn workgroup_max4(v: vec4<f32>, lid: u32) -> vec4<f32> {
+    reduce_scratch4[lid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            reduce_scratch4[lid] = max(reduce_scratch4[lid], reduce_scratch4[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    let r = reduce_scratch4[0];
+    workgroupBarrier();
+    return r;
+}
+
 fn workgroup_sum_max(v: vec2<f32>, lid: u32) -> vec2<f32> {
     reduce_scratch4[lid] = vec4<f32>(v, 0.0, 0.0);
     workgroupBarrier();

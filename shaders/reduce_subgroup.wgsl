@@ -65,6 +65,24 @@ fn workgroup_sum4(v: vec4<f32>, lid: u32) -> vec4<f32> {
     return total;
 }
 
+// workgroup_max of four values at once, as workgroup_sum4.
+fn workgroup_max4(v: vec4<f32>, lid: u32) -> vec4<f32> {
+    let s = subgroupMax(v);
+    let size = subgroupAdd(1u);
+    let first = subgroupBroadcastFirst(lid);
+    if (lid == first) {
+        reduce_scratch4[first / size] = s;
+    }
+    workgroupBarrier();
+    var m = reduce_scratch4[0];
+    let n = (WG + size - 1u) / size;
+    for (var i = 1u; i < n; i = i + 1u) {
+        m = max(m, reduce_scratch4[i]);
+    }
+    workgroupBarrier();
+    return m;
+}
+
 // workgroup_sum of v.x and workgroup_max of v.y in one round (one barrier for the partials).
 fn workgroup_sum_max(v: vec2<f32>, lid: u32) -> vec2<f32> {
     let s = vec2<f32>(subgroupAdd(v.x), subgroupMax(v.y));

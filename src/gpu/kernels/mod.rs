@@ -69,6 +69,9 @@ pub enum Kernel {
     RmsNorm,
     Rope,
     Attention,
+    /// The prefill attention by KV head (`attention.wgsl`'s `main_group`): a workgroup
+    /// attends for the 2 to 4 query heads that share a KV head, loading its rows once.
+    AttentionGroup,
     Softmax,
     ReluSquared,
     SiluMul,
@@ -187,6 +190,7 @@ impl Kernel {
             Kernel::RmsNorm,
             Kernel::Rope,
             Kernel::Attention,
+            Kernel::AttentionGroup,
             Kernel::Softmax,
             Kernel::ReluSquared,
             Kernel::SiluMul,
@@ -295,7 +299,9 @@ impl Kernel {
                     v.push(("X_VEC4S", 512.0))
                 }
                 Kernel::Argmax => v.push(("BEST_N", 256.0)),
-                Kernel::Attention => v.extend([("LANE_VEC4S", 512.0), ("TILE", 256.0)]),
+                Kernel::Attention | Kernel::AttentionGroup => {
+                    v.extend([("LANE_VEC4S", 512.0), ("TILE", 256.0)])
+                }
                 _ => {}
             }
         }

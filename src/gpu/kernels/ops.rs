@@ -55,7 +55,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         ),
         // 256: one key per thread in the scores loop (TILE = 256 keys); a power of two from 16
         // to 256, at least head_dim / 4 (`AttentionOp` takes less on CPU adapters).
-        Kernel::Attention => (
+        Kernel::Attention | Kernel::AttentionGroup => (
             &[
                 "position_params.wgsl",
                 "rope_angle.wgsl",
@@ -75,7 +75,10 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
     };
     Some(KernelSource {
         files,
-        entry: "main",
+        entry: match kernel {
+            Kernel::AttentionGroup => "main_group",
+            _ => "main",
+        },
         default_workgroup_size,
     })
 }

@@ -1,6 +1,8 @@
 //! Causal grouped-query attention over a KV cache: appending the new K/V rows, attending
 //! (split over the context for decode, flash-decoding style) and combining the splits. All
-//! three are modes of attention.wgsl.
+//! three are modes of attention.wgsl; natively a prefill attends by KV head instead (its
+//! `main_group` entry point, [`AttentionOp::by_kv_head`]), loading each key and value row once
+//! for the query heads that share it.
 
 use super::rope::RopeTable;
 use super::{check, need, Position};
@@ -218,6 +220,11 @@ impl AttentionOp {
             format!("head_dim {d} needs more than {wg} threads per workgroup")
         })?;
         let pipeline = ctx.kernel(kernel, Some(wg))?;
+        let grouped = Self::by_kv_head(n_tokens, n_heads, n_kv);
+        let group_pipeline = match grouped {
+            true => Some(ctx.kernel(Kernel::AttentionGroup, Some(wg))?),
+            false => None,
+        };
         let q_bytes = u64::from(n_tokens) * u64::from(n_heads) * u64::from(d) * 4;
         let kv_bytes = u64::from(n_tokens) * u64::from(n_kv) * u64::from(d) * 4;
         need("attention q", io.q, q_bytes)?;
@@ -314,21 +321,55 @@ impl AttentionOp {
                 workgroups,
             }
         };
+        // The attend by KV head, bound as the attend.
+        let group_attend = group_pipeline.map(|gp| {
+            let u = ctx.uniform("attention.params", &params(MODE_ATTEND));
+            let bind_group = ctx.bind(
+                &gp,
+                &[
+                    &u,
+                    &position.buffer,
+                    io.q,
+                    io.v,
+                    k_cache,
+                    v_cache,
+                    io.out,
+                    &partials,
+                    freqs,
+                    io.k,
+                ],
+            );
+            (
+                u,
+                Dispatch {
+                    pipeline: gp,
+                    bind_group,
+                    workgroups: [n_splits, n_kv, n_tokens],
+                },
+            )
+        });
         let append_threads = n_tokens * n_kv * slots;
         let append = dispatch(
             MODE_APPEND,
             [io.k, io.v, &spare],
             grid(append_threads.div_ceil(wg), max_dim),
         );
-        let attend = dispatch(
-            MODE_ATTEND,
-            [io.q, io.v, io.k],
-            [n_splits, n_heads, n_tokens],
-        );
+        let (group_uniform, attend) = match group_attend {
+            Some((u, d)) => (Some(u), d),
+            None => (
+                None,
+                dispatch(
+                    MODE_ATTEND,
+                    [io.q, io.v, io.k],
+                    [n_splits, n_heads, n_tokens],
+                ),
+            ),
+        };
         let combine = (n_splits > 1).then(|| {
             let records = io.records.unwrap_or(&spare);
             dispatch(MODE_COMBINE, [io.q, io.q, records], [n_heads, n_tokens, 1])
         });
+        buffers.extend(group_uniform);
         buffers.extend(no_rope);
         buffers.push(spare);
         Ok(AttentionOp {
@@ -356,6 +397,14 @@ impl AttentionOp {
         per_ctx
             .min(512u32.div_ceil(n_tokens.max(1) * n_heads.max(1)))
             .clamp(1, MAX_SPLITS)
+    }
+
+    /// Whether the attend of `n_tokens` (prefill: more than one) runs by KV head, a workgroup
+    /// for the 2 to 4 query heads that share one ([`Kernel::AttentionGroup`]): natively only
+    /// (its workgroup arrays are the native sizes).
+    pub fn by_kv_head(n_tokens: u32, n_heads: u32, n_kv_heads: u32) -> bool {
+        let group = n_heads / n_kv_heads.max(1);
+        !cfg!(target_arch = "wasm32") && n_tokens > 1 && (2..=4).contains(&group)
     }
 
     /// Whether an attention cut into `n_splits` pieces over heads of `head_dim` can write the

@@ -230,8 +230,15 @@ fn rope_bound(x: &[f32], want: &[f64], cfg: &cpu::RopeConfig) -> Vec<f64> {
 /// f16 ulp of difference in every K and V element. f32 cache: `u = 0`.
 async fn attention(ctx: &GpuContext, dtype: KvDtype) -> Result<Stats, String> {
     let mut stats = Stats::default();
-    // head_dim 64, 128 and 256: 16, 32 and 64 invocations per workgroup on CPU adapters.
-    for (n_heads, n_kv, d) in [(9usize, 3usize, 64usize), (20, 5, 128), (4, 2, 256)] {
+    // head_dim 64, 128 and 256: 16, 32 and 64 invocations per workgroup on CPU adapters. The
+    // first three prefill by KV head (natively: 3, 4 and 2 query heads per KV head,
+    // `AttentionOp::by_kv_head`); six query heads over one KV head take the per-head attend.
+    for (n_heads, n_kv, d) in [
+        (9usize, 3usize, 64usize),
+        (20, 5, 128),
+        (4, 2, 256),
+        (6, 1, 64),
+    ] {
         stats.merge(attention_cases(ctx, dtype, [n_heads, n_kv, d], None).await?);
     }
     Ok(stats)

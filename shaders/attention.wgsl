@@ -439,15 +439,26 @@ fn attend(wid: vec3<u32>, lid: u32) {
         workgroupBarrier();
     }
     // Each lane's sums to workgroup memory, then one thread per 4 dimensions adds them up.
-    let d4 = d / 4u;
+    put_lane_sums(lane, lanes, g, q_per_slot, Slot(acc_lo, acc_hi));
+    workgroupBarrier();
+    write_piece(qbase, (token * p.n_heads + head) * p.n_splits + split, lanes, m, l, lid);
+}
+
+// A lane's sums of p * V (slot g of the head row) into lane_acc, rows of head_dim / 4.
+fn put_lane_sums(lane: u32, lanes: u32, g: u32, q_per_slot: u32, a: Slot) {
+    let d4 = p.head_dim / 4u;
     if (lane < lanes) {
-        lane_acc[lane * d4 + g * q_per_slot] = acc_lo;
+        lane_acc[lane * d4 + g * q_per_slot] = a.lo;
         if (q_per_slot == 2u) {
-            lane_acc[lane * d4 + g * 2u + 1u] = acc_hi;
+            lane_acc[lane * d4 + g * 2u + 1u] = a.hi;
         }
     }
-    workgroupBarrier();
-    let piece_at = (token * p.n_heads + head) * p.n_splits + split;
+}
+
+// The sums of `lanes` lanes in lane_acc added up per 4 dimensions: with one piece the head's
+// output from `qbase` (over l), else piece `piece_at`'s partial result and its (m, l).
+fn write_piece(qbase: u32, piece_at: u32, lanes: u32, m: f32, l: f32, lid: u32) {
+    let d4 = p.head_dim / 4u;
     for (var i = lid; i < d4; i = i + WG) {
         if (p.n_splits == 1u) {
             store4(qbase + 4u * i, head_value(i, lanes, l));
@@ -619,30 +630,11 @@ fn attend_group(wid: vec3<u32>, lid: u32) {
     for (var gi = 0u; gi < gs; gi = gi + 1u) {
         let lo = select(select(select(a0.lo, a1.lo, gi == 1u), a2.lo, gi == 2u), a3.lo, gi == 3u);
         let hi = select(select(select(a0.hi, a1.hi, gi == 1u), a2.hi, gi == 2u), a3.hi, gi == 3u);
-        if (lane < lanes) {
-            lane_acc[lane * d4 + g * q_per_slot] = lo;
-            if (q_per_slot == 2u) {
-                lane_acc[lane * d4 + g * 2u + 1u] = hi;
-            }
-        }
+        put_lane_sums(lane, lanes, g, q_per_slot, Slot(lo, hi));
         workgroupBarrier();
         let head = h0 + gi;
-        let qbase = (token * p.n_heads + head) * d;
         let piece_at = (token * p.n_heads + head) * p.n_splits + split;
-        for (var i = lid; i < d4; i = i + WG) {
-            if (p.n_splits == 1u) {
-                store4(qbase + 4u * i, head_value(i, lanes, l[gi]));
-            } else {
-                var o = vec4<f32>(0.0);
-                for (var k = 0u; k < lanes; k = k + 1u) {
-                    o = o + lane_acc[k * d4 + i];
-                }
-                partials[piece_at * d4 + i] = o;
-            }
-        }
-        if (p.n_splits > 1u && lid == 0u) {
-            partials[ml_base() + piece_at] = vec4<f32>(m[gi], l[gi], 0.0, 0.0);
-        }
+        write_piece((token * p.n_heads + head) * d, piece_at, lanes, m[gi], l[gi], lid);
         workgroupBarrier();
     }
 }

@@ -55,7 +55,6 @@ fn workgroup_sum4(v: vec4<f32>, lid: u32) -> vec4<f32> {
     return r;
 }
 
-// workgroup_sum of v.x and workgroup_max of v.y in one tree.
 // workgroup_max of four values at once.
 fn workgroup_max4(v: vec4<f32>, lid: u32) -> vec4<f32> {
     reduce_scratch4[lid] = v;
@@ -71,6 +70,7 @@ fn workgroup_max4(v: vec4<f32>, lid: u32) -> vec4<f32> {
     return r;
 }
 
+// workgroup_sum of v.x and workgroup_max of v.y in one tree.
 fn workgroup_sum_max(v: vec2<f32>, lid: u32) -> vec2<f32> {
     reduce_scratch4[lid] = vec4<f32>(v, 0.0, 0.0);
     workgroupBarrier();

@@ -109,7 +109,10 @@ fn shader_files_are_registered_once() {
 fn cooperative_matrix_kernels_validate_and_translate() {
     let mut n = 0;
     for kernel in Kernel::all() {
-        if !matches!(kernel, Kernel::MatmulCoop(_)) {
+        if !matches!(
+            kernel,
+            Kernel::MatmulF16 | Kernel::DequantF16(_) | Kernel::ScaleF16 | Kernel::SplitSum
+        ) {
             continue;
         }
         let wgsl = kernel
@@ -135,5 +138,8 @@ fn cooperative_matrix_kernels_validate_and_translate() {
             .unwrap_or_else(|e| panic!("{}: {e}", kernel.label()));
         n += 1;
     }
-    assert_eq!(n, 3, "Q4_K, Q5_K and Q6_K");
+    assert_eq!(
+        n, 6,
+        "the product, its sum, the input scaling, Q4_K/Q5_K/Q6_K to f16"
+    );
 }

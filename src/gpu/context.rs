@@ -18,7 +18,7 @@ pub struct GpuFeatures {
     pub subgroup_max_size: u32,
     /// Subgroup-scope cooperative matrices of 16x16x16 with f16 inputs and f32 accumulation
     /// (wgpu's experimental `wgpu-cooperative-matrix`; natively, on Vulkan tensor cores):
-    /// the prefill matmuls use them ([`crate::gpu::kernels::Kernel::MatmulCoop`]).
+    /// the prefill matmuls use them ([`crate::gpu::kernels::Kernel::MatmulF16`]).
     pub cooperative_matrix: bool,
 }
 
@@ -97,6 +97,9 @@ pub struct GpuContext {
     lost: std::sync::Arc<std::sync::Mutex<Option<String>>>,
     /// Uniforms, scratch and readback buffers, reused (src/gpu/pool.rs).
     pub(crate) pool: std::sync::Arc<super::BufferPool>,
+    /// The f16 operands of the cooperative-matrix matmul, shared by every product
+    /// ([`crate::gpu::matmul::CoopScratch`]).
+    pub(crate) coop_scratch: std::sync::Mutex<Option<super::matmul::CoopScratch>>,
 }
 
 /// Frees the GPU memory of everything made through one [`GpuContext`], also after the
@@ -301,6 +304,7 @@ impl GpuContext {
             pipelines: PipelineCache::default(),
             lost,
             pool: Default::default(),
+            coop_scratch: Default::default(),
         }
     }
 
@@ -377,7 +381,7 @@ impl GpuContext {
 }
 
 /// Whether the adapter offers subgroup-scope 16x16x16 cooperative matrices with f16 inputs and
-/// f32 accumulation (the one configuration the MatmulCoop kernels use).
+/// f32 accumulation (the one configuration the MatmulF16 kernel uses).
 fn has_f16_coop_16(adapter: &wgpu::Adapter) -> bool {
     if !adapter
         .features()

@@ -59,6 +59,92 @@ impl Dispatch {
     }
 }
 
+/// Rows and tokens per workgroup of [`Kernel::MatmulF16`] (`CM`, `CN` in
+/// `matmul_f16_coop.wgsl`).
+pub const F16_ROWS: u32 = 128;
+pub const F16_TOKENS: u32 = 128;
+/// Halves of f16 weights a range of [`Kernel::MatmulF16`] converts at a time (32 MiB: a whole
+/// 8192 x 2048 matrix); larger weights are converted and multiplied a range of rows at a time.
+pub const F16_RANGE_HALVES: u64 = 16 << 20;
+/// Workgroups below which [`Kernel::MatmulF16`] splits the columns into slices (summed by
+/// [`Kernel::SplitSum`]): on the H200, Llama-1B's 512-token prefill ran at 20,100 tokens/s
+/// splitting up to 256 workgroups, 17,300 up to 512 and 15,100 up to 1,024 (the slices' sums
+/// cost more than the parallelism gains), and at 18,600 with no splitting and 64-token tiles.
+pub const F16_SPLIT_WORKGROUPS: u32 = 256;
+
+/// The f16 operands of [`Kernel::MatmulF16`], one set per context: every product converts its
+/// operands into them just before it runs (products run one after another, so sharing them
+/// costs nothing but the largest product's size), and they grow with the largest product
+/// seen (ops built before keep the buffers they were built with).
+pub struct CoopScratch {
+    /// Weights of one range, f16 tiles.
+    pub w16: wgpu::Buffer,
+    /// Inputs, f16 tiles.
+    pub xh: wgpu::Buffer,
+    /// Each token's inverse input scale.
+    pub inv: wgpu::Buffer,
+    /// The column slices' partial products.
+    pub part: wgpu::Buffer,
+}
+
+impl CoopScratch {
+    /// Buffers of at least these sizes (bytes): weights, inputs, scales, partial products.
+    fn get(ctx: &GpuContext, need: [u64; 4]) -> Result<CoopScratch, GpuError> {
+        let mut guard = ctx
+            .coop_scratch
+            .lock()
+            .map_err(|_| GpuError::Validation("cooperative-matrix scratch lock poisoned".into()))?;
+        let have = guard.as_ref().map_or([0; 4], |s| {
+            [s.w16.size(), s.xh.size(), s.inv.size(), s.part.size()]
+        });
+        if have.iter().zip(need).any(|(h, n)| *h < n) {
+            let old = guard.take();
+            let pick = |i: usize, label: &str, current: Option<&wgpu::Buffer>| match current {
+                Some(b) if have[i] >= need[i] => Ok(b.clone()),
+                _ => ctx.storage(label, need[i].max(have[i])),
+            };
+            *guard = Some(CoopScratch {
+                w16: pick(0, "matmul.f16_weights", old.as_ref().map(|s| &s.w16))?,
+                xh: pick(1, "matmul.f16_inputs", old.as_ref().map(|s| &s.xh))?,
+                inv: pick(2, "matmul.f16_scales", old.as_ref().map(|s| &s.inv))?,
+                part: pick(3, "matmul.f16_slices", old.as_ref().map(|s| &s.part))?,
+            });
+        }
+        let s = guard.as_ref().expect("made above");
+        Ok(CoopScratch {
+            w16: s.w16.clone(),
+            xh: s.xh.clone(),
+            inv: s.inv.clone(),
+            part: s.part.clone(),
+        })
+    }
+
+    /// Bytes the context's scratch holds.
+    pub fn bytes(ctx: &GpuContext) -> u64 {
+        ctx.coop_scratch
+            .lock()
+            .ok()
+            .and_then(|g| {
+                g.as_ref()
+                    .map(|s| s.w16.size() + s.xh.size() + s.inv.size() + s.part.size())
+            })
+            .unwrap_or(0)
+    }
+}
+
+/// The column slices [`Kernel::MatmulF16`] splits a product of `rows` rows, `cols` columns
+/// and `n_tokens` tokens into: doubling while the workgroups stay under
+/// [`F16_SPLIT_WORKGROUPS`] and each slice keeps at least two 16-column steps.
+pub fn f16_split(rows: u32, cols: u32, n_tokens: u32) -> u32 {
+    let tiles = rows.div_ceil(F16_ROWS) * n_tokens.div_ceil(F16_TOKENS);
+    let steps = cols / 16;
+    let mut s = 1;
+    while tiles * s * 2 <= F16_SPLIT_WORKGROUPS && steps % (2 * s) == 0 && steps / (2 * s) >= 2 {
+        s *= 2;
+    }
+    s
+}
+
 /// `y[t, :] = W x[t, :]` for `n_tokens` tokens, built once and recorded every forward pass.
 pub struct MatmulOp {
     pub dispatches: Vec<Dispatch>,
@@ -90,15 +176,17 @@ fn adapter_workgroup_size(ctx: &GpuContext, kernel: Kernel, wg: u32) -> u32 {
     }
 }
 
-/// Whether products of several tokens over `dtype` take [`Kernel::MatmulCoop`] on this device:
-/// it has the cooperative matrices (and f16) and 32-wide subgroups, which the kernel's split
-/// of a tile among its 8 subgroups assumes.
+/// Whether products of several tokens over `dtype` take [`Kernel::MatmulF16`] on this device
+/// ([`MatmulOp::coop_f16`]): it has the cooperative matrices (and f16) and 32-wide subgroups,
+/// which the kernel's split of a tile among its 8 subgroups assumes, and `dtype` converts to
+/// f16 tiles ([`Kernel::DequantF16`]).
 pub fn uses_coop(ctx: &GpuContext, dtype: GgmlType) -> bool {
     ctx.features.cooperative_matrix
         && ctx.features.subgroups
         && ctx.features.subgroup_min_size == kquants::COOP_SUBGROUP
         && ctx.features.subgroup_max_size == kquants::COOP_SUBGROUP
-        && Kernel::MatmulCoop(dtype).source().is_some()
+        && Kernel::DequantF16(dtype).source().is_some()
+        && Kernel::MatmulF16.source().is_some()
 }
 
 /// Workgroups a family's kernel needs for `rows` rows and `n_tokens` tokens.
@@ -115,8 +203,7 @@ fn workgroups(
         | Kernel::MatvecAdd(t)
         | Kernel::MatvecQ8(t)
         | Kernel::MatvecQ8Add(t)
-        | Kernel::Matmul(t)
-        | Kernel::MatmulCoop(t) => match t {
+        | Kernel::Matmul(t) => match t {
             Q4_K | Q5_K | Q6_K => kquants::workgroups(kernel, rows, n_tokens, workgroup_size),
             I2_S | TQ1_0 | TQ2_0 => {
                 ternary::workgroups(kernel, rows, n_tokens, workgroup_size, mapping)
@@ -138,10 +225,12 @@ impl MatmulOp {
         y: &wgpu::Buffer,
         n_tokens: u32,
     ) -> Result<Self, GpuError> {
+        if n_tokens > 1 && uses_coop(ctx, w.dtype) {
+            let range = (F16_RANGE_HALVES / w.cols as u64) as u32 / F16_ROWS * F16_ROWS;
+            return Self::coop_f16(ctx, w, x, y, n_tokens, range.max(F16_ROWS));
+        }
         let kernel = if n_tokens == 1 {
             Kernel::Matvec(w.dtype)
-        } else if uses_coop(ctx, w.dtype) {
-            Kernel::MatmulCoop(w.dtype)
         } else {
             Kernel::Matmul(w.dtype)
         };
@@ -270,6 +359,113 @@ impl MatmulOp {
                 workgroups: grid(n, ctx.limits.max_compute_workgroups_per_dimension),
             }],
             _uniforms: vec![u],
+        })
+    }
+
+    /// `y = X W^T` on cooperative matrices ([`Kernel::MatmulF16`]): the inputs to scaled f16
+    /// tiles once ([`Kernel::ScaleF16`]), then for each range of at most `range_rows` rows
+    /// (a multiple of [`F16_ROWS`]) of each chunk, its weights to f16 tiles
+    /// ([`Kernel::DequantF16`]), their product, and where the product is split into column
+    /// slices ([`f16_split`]), the slices' sum ([`Kernel::SplitSum`]).
+    pub fn coop_f16(
+        ctx: &GpuContext,
+        w: &GpuWeight,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        n_tokens: u32,
+        range_rows: u32,
+    ) -> Result<Self, GpuError> {
+        let range = range_rows.next_multiple_of(F16_ROWS);
+        let ranges = || {
+            w.chunks.iter().flat_map(move |c| {
+                (0..c.rows)
+                    .step_by(range as usize)
+                    .map(move |r0| (c, r0, range.min(c.rows - r0)))
+            })
+        };
+        let (cols, tokens) = (w.cols as u64, n_tokens as u64);
+        let mut need = [
+            0,
+            tokens.next_multiple_of(F16_TOKENS as u64) * cols * 2,
+            tokens * 4,
+            4,
+        ];
+        for (_, _, rows) in ranges() {
+            need[0] = need[0].max(rows.next_multiple_of(F16_ROWS) as u64 * cols * 2);
+            let split = f16_split(rows, w.cols, n_tokens) as u64;
+            if split > 1 {
+                need[3] = need[3].max(split * tokens * rows as u64 * 4);
+            }
+        }
+        let scratch = CoopScratch::get(ctx, need)?;
+        let max_dim = ctx.limits.max_compute_workgroups_per_dimension;
+        let scale = ctx.kernel(Kernel::ScaleF16, None)?;
+        let dequant = ctx.kernel(Kernel::DequantF16(w.dtype), None)?;
+        let product = ctx.kernel(Kernel::MatmulF16, None)?;
+        let sum = ctx.kernel(Kernel::SplitSum, None)?;
+        let params = |rows: u32, row_offset: u32, split: u32| MatmulParams {
+            rows,
+            cols: w.cols,
+            n_tokens,
+            row_offset,
+            y_stride: w.rows,
+            x_stride: w.cols,
+            weight_scale: 1.0,
+            split,
+        };
+        let mut dispatches = Vec::new();
+        let mut uniforms = Vec::new();
+        let u = ctx.uniform(&format!("{}.scale", w.name), &params(0, 0, 1));
+        dispatches.push(Dispatch {
+            bind_group: ctx.bind(&scale, &[&u, x, &scratch.xh, &scratch.inv]),
+            pipeline: scale,
+            workgroups: grid(n_tokens, max_dim),
+        });
+        uniforms.push(u);
+        for (chunk, r0, rows) in ranges() {
+            let u = ctx.uniform(&format!("{}.dequant", w.name), &params(rows, r0, 1));
+            let mut entries: Vec<(u32, &wgpu::Buffer)> = vec![(0, &u), (1, &scratch.w16)];
+            entries.extend((3..).zip(chunk.planes.iter()));
+            let units = rows * (w.cols / 32);
+            dispatches.push(Dispatch {
+                bind_group: ctx.bind_at(&dequant, &entries),
+                pipeline: dequant.clone(),
+                workgroups: grid(units.div_ceil(256), max_dim),
+            });
+            uniforms.push(u);
+            let split = f16_split(rows, w.cols, n_tokens);
+            let u = ctx.uniform(
+                &format!("{}.params", w.name),
+                &params(rows, chunk.first_row + r0, split),
+            );
+            let tiles = rows.div_ceil(F16_ROWS) * n_tokens.div_ceil(F16_TOKENS) * split;
+            dispatches.push(Dispatch {
+                bind_group: ctx.bind(
+                    &product,
+                    &[
+                        &u,
+                        &scratch.xh,
+                        y,
+                        &scratch.w16,
+                        &scratch.inv,
+                        &scratch.part,
+                    ],
+                ),
+                pipeline: product.clone(),
+                workgroups: grid(tiles, max_dim),
+            });
+            if split > 1 {
+                dispatches.push(Dispatch {
+                    bind_group: ctx.bind(&sum, &[&u, &scratch.part, y]),
+                    pipeline: sum.clone(),
+                    workgroups: grid((rows * n_tokens).div_ceil(256), max_dim),
+                });
+            }
+            uniforms.push(u);
+        }
+        Ok(MatmulOp {
+            dispatches,
+            _uniforms: uniforms,
         })
     }
 

@@ -455,7 +455,8 @@ impl Backend for GpuBackend {
     }
 
     fn bytes_used(&self) -> u64 {
-        self.bytes
+        // The prefill products' shared f16 operands included (made on first use).
+        self.bytes + crate::gpu::matmul::CoopScratch::bytes(&self.ctx)
     }
 
     fn begin(&mut self, ids: &[u32], pos0: usize) -> Result<(), Error> {

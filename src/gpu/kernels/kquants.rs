@@ -40,13 +40,31 @@
 use super::{Kernel, KernelSource};
 use crate::quant::GgmlType;
 
-/// The cooperative-matrix matmul, native only (WebGPU has no cooperative matrices: the
-/// browser's package does not carry it).
+/// The cooperative-matrix matmul and its operands' conversions to f16 tiles, native only
+/// (WebGPU has no cooperative matrices: the browser's package does not carry them).
 #[cfg(not(target_arch = "wasm32"))]
-pub const NATIVE_FILES: &[(&str, &str)] = &[(
-    "matmul_kquants_coop.wgsl",
-    include_str!("../../../shaders/matmul_kquants_coop.wgsl"),
-)];
+pub const NATIVE_FILES: &[(&str, &str)] = &[
+    (
+        "f16_tiles.wgsl",
+        include_str!("../../../shaders/f16_tiles.wgsl"),
+    ),
+    (
+        "dequant_f16_kquants.wgsl",
+        include_str!("../../../shaders/dequant_f16_kquants.wgsl"),
+    ),
+    (
+        "scale_f16.wgsl",
+        include_str!("../../../shaders/scale_f16.wgsl"),
+    ),
+    (
+        "matmul_f16_coop.wgsl",
+        include_str!("../../../shaders/matmul_f16_coop.wgsl"),
+    ),
+    (
+        "matmul_f16_sum.wgsl",
+        include_str!("../../../shaders/matmul_f16_sum.wgsl"),
+    ),
+];
 #[cfg(target_arch = "wasm32")]
 pub const NATIVE_FILES: &[(&str, &str)] = &[];
 
@@ -167,10 +185,6 @@ pub fn matvec_q8_workgroup_size(bytes: u64, cols: u32) -> u32 {
     }
 }
 
-/// Rows and tokens per tile of the cooperative-matrix matmul (`CM`, `CN` in
-/// `matmul_kquants_coop.wgsl`).
-pub const COOP_ROWS: u32 = 128;
-pub const COOP_TOKENS: u32 = 64;
 /// Invocations per workgroup of the cooperative-matrix matmul: 8 subgroups of 32 (the
 /// kernel's fixed `@workgroup_size`).
 pub const COOP_WG: u32 = 256;
@@ -195,8 +209,31 @@ macro_rules! files {
 
 const MATVEC_FILES: [&[&str]; 3] = files!("matmul_params.wgsl", "matvec_kquants.wgsl");
 const MATMUL_FILES: [&[&str]; 3] = files!("matmul_params.wgsl", "matmul_kquants.wgsl");
-const MATMUL_COOP_FILES: [&[&str]; 3] = files!("matmul_params.wgsl", "matmul_kquants_coop.wgsl");
 const EMBEDDING_FILES: [&[&str]; 3] = files!("embedding_params.wgsl", "embedding_kquants.wgsl");
+/// The conversion to f16 tiles: `files!` with the tile layout before the skeleton.
+const DEQUANT_F16_FILES: [&[&str]; 3] = [
+    &[
+        "matmul_params.wgsl",
+        "f16_tiles.wgsl",
+        "quant/kquants.wgsl",
+        "quant/q4_k.wgsl",
+        "dequant_f16_kquants.wgsl",
+    ],
+    &[
+        "matmul_params.wgsl",
+        "f16_tiles.wgsl",
+        "quant/kquants.wgsl",
+        "quant/q5_k.wgsl",
+        "dequant_f16_kquants.wgsl",
+    ],
+    &[
+        "matmul_params.wgsl",
+        "f16_tiles.wgsl",
+        "quant/kquants.wgsl",
+        "quant/q6_k.wgsl",
+        "dequant_f16_kquants.wgsl",
+    ],
+];
 /// The integer-dot decode kernels: the f32 matvec's decode files, the activation record
 /// helpers, the format's integer dot, then the skeleton.
 const MATVEC_Q8_FILES: [&[&str]; 3] = {
@@ -328,8 +365,21 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
             })
         }
         Kernel::Matmul(t) => (MATMUL_FILES[format_index(t)?], MATMUL_WG),
-        Kernel::MatmulCoop(t) => (MATMUL_COOP_FILES[format_index(t)?], COOP_WG),
         Kernel::Embedding(t) => (EMBEDDING_FILES[format_index(t)?], EMBEDDING_WG),
+        // Native only, as their files are.
+        Kernel::DequantF16(t) if !NATIVE_FILES.is_empty() => {
+            (DEQUANT_F16_FILES[format_index(t)?], COOP_WG)
+        }
+        Kernel::ScaleF16 if !NATIVE_FILES.is_empty() => (
+            &["matmul_params.wgsl", "f16_tiles.wgsl", "scale_f16.wgsl"][..],
+            COOP_WG,
+        ),
+        Kernel::MatmulF16 if !NATIVE_FILES.is_empty() => {
+            (&["matmul_params.wgsl", "matmul_f16_coop.wgsl"][..], COOP_WG)
+        }
+        Kernel::SplitSum if !NATIVE_FILES.is_empty() => {
+            (&["matmul_params.wgsl", "matmul_f16_sum.wgsl"][..], COOP_WG)
+        }
         _ => return None,
     };
     Some(KernelSource {
@@ -372,7 +422,6 @@ pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32)
             let rows_per_tile = (workgroup_size / 2).max(1);
             rows.div_ceil(rows_per_tile) * n_tokens.div_ceil(MATMUL_TOKENS)
         }
-        Kernel::MatmulCoop(_) => rows.div_ceil(COOP_ROWS) * n_tokens.div_ceil(COOP_TOKENS),
         _ => n_tokens,
     }
 }

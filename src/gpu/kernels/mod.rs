@@ -37,9 +37,16 @@ pub enum Kernel {
     MatvecQ8Pair(GgmlType),
     /// `Y = X W^T` for several tokens (prefill).
     Matmul(GgmlType),
-    /// [`Kernel::Matmul`] on cooperative matrices (f16 inputs, f32 accumulation; where the
-    /// device has them: [`crate::gpu::GpuFeatures::cooperative_matrix`]).
-    MatmulCoop(GgmlType),
+    /// Weights in the given format to f16 tiles, the weight operand of [`Kernel::MatmulF16`].
+    DequantF16(GgmlType),
+    /// Activations to f16 tiles scaled per token, the input operand of [`Kernel::MatmulF16`].
+    ScaleF16,
+    /// `Y = X W^T` for several tokens (prefill) on cooperative matrices over f16 tiles of both
+    /// operands, f32 accumulation (where the device has them:
+    /// [`crate::gpu::GpuFeatures::cooperative_matrix`]; see `MatmulOp::coop_f16`).
+    MatmulF16,
+    /// The column slices of a split [`Kernel::MatmulF16`] summed into its output.
+    SplitSum,
     /// Rows of an embedding table gathered by token id.
     Embedding(GgmlType),
     /// Per-token int8 absmax quantization of activations (BitLinear input).
@@ -169,11 +176,14 @@ impl Kernel {
                 Kernel::MatvecQ8Add(t),
                 Kernel::MatvecQ8Pair(t),
                 Kernel::Matmul(t),
-                Kernel::MatmulCoop(t),
+                Kernel::DequantF16(t),
                 Kernel::Embedding(t),
             ]);
         }
         v.extend([
+            Kernel::ScaleF16,
+            Kernel::MatmulF16,
+            Kernel::SplitSum,
             Kernel::QuantizeQ8,
             Kernel::SiluMulQuantizeQ8,
             Kernel::RmsNormQuantizeQ8,
@@ -216,10 +226,11 @@ impl Kernel {
             },
             Kernel::MatvecAdd(t) if legacy::is_legacy(t) => legacy::source(self),
             Kernel::MatvecAdd(_) => None,
-            Kernel::MatmulCoop(t) => match t {
+            Kernel::DequantF16(t) => match t {
                 Q4_K | Q5_K | Q6_K => kquants::source(self),
                 _ => None,
             },
+            Kernel::ScaleF16 | Kernel::MatmulF16 | Kernel::SplitSum => kquants::source(self),
             Kernel::MatvecQ8Pair(t) => match t {
                 Q4_K | Q5_K | Q6_K => kquants::source(self),
                 _ => None,
@@ -261,7 +272,10 @@ impl Kernel {
             Kernel::MatvecQ8Add(t) => format!("matvec_q8_add_{}", t.name().to_lowercase()),
             Kernel::MatvecQ8Pair(t) => format!("matvec_q8_pair_{}", t.name().to_lowercase()),
             Kernel::Matmul(t) => format!("matmul_{}", t.name().to_lowercase()),
-            Kernel::MatmulCoop(t) => format!("matmul_coop_{}", t.name().to_lowercase()),
+            Kernel::DequantF16(t) => format!("dequant_f16_{}", t.name().to_lowercase()),
+            Kernel::ScaleF16 => "scale_f16".to_string(),
+            Kernel::MatmulF16 => "matmul_f16".to_string(),
+            Kernel::SplitSum => "split_sum".to_string(),
             Kernel::Embedding(t) => format!("embedding_{}", t.name().to_lowercase()),
             Kernel::NormBitLinear(mode, tpr) => format!("norm_bitlinear_{mode}_tpr{tpr}"),
             k => format!("{k:?}").to_lowercase(),
@@ -315,9 +329,9 @@ impl Kernel {
             .source()
             .ok_or_else(|| GpuError::Unsupported(self.label()))?;
         let mut text = String::new();
-        // The cooperative-matrix kernels stage f16 whatever the variant (the host picks them
-        // only with shader-f16).
-        let coop = matches!(self, Kernel::MatmulCoop(_));
+        // The cooperative-matrix kernel reads f16 whatever the variant (the host picks it only
+        // with shader-f16).
+        let coop = matches!(self, Kernel::MatmulF16);
         if variant.f16 || coop {
             text.push_str("enable f16;\n");
         }

@@ -19,9 +19,10 @@
 //! `gamma_cols * sum |w x| <= cols * eps * sum |w x|`: the bound of `reference_matmul`.
 //!
 //! Where the device has cooperative matrices ([`crate::gpu::matmul::uses_coop`]), the matmul
-//! check also runs `MatmulCoop` (the kernel prefill uses there), whose weights and inputs are
-//! rounded to f16 before exact products accumulated in f32: the f32 bound plus
-//! `2^-10 sum |w x|` and an absolute term for f16's subnormal range ([`coop_bound`]).
+//! check also runs the cooperative-matrix product prefill uses there ([`coop`]), whose
+//! weights and inputs are rounded to f16 before exact products accumulated in f32: the f32
+//! bound plus `2^-10 sum |w x|` and an absolute term for f16's subnormal range
+//! ([`coop_bound`]).
 //!
 //! Matvec (decode, bandwidth-bound) applies each 16-weight group's scale once to the group's
 //! sum: it adds `d*sc * (sum q x)` and `- dmin*m * (sum x)` for Q4_K/Q5_K and
@@ -226,6 +227,9 @@ async fn matmul(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
         let big = kquants::largest_matmul_workgroup(ctx.limits.max_compute_workgroup_storage_size);
         for (split, wg) in [(false, 128), (true, big)] {
             let gw = upload(ctx, dtype, rows, cols, &data, split)?;
+            if uses_coop(ctx, dtype) {
+                stats.merge(coop(ctx, &gw, &w, &mut rng).await?);
+            }
             for n_tokens in [1usize, 3, 17, 70] {
                 let x = rng.vec(cols * n_tokens, 1.0);
                 let xb = upload_f32(ctx, "x", &x)?;
@@ -237,38 +241,67 @@ async fn matmul(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
                     gw.chunks.len()
                 );
                 stats.merge(compare(&what, &got, &want, &bound)?);
-                if n_tokens > 1 && uses_coop(ctx, dtype) {
-                    let k = Kernel::MatmulCoop(dtype);
-                    let got =
-                        run_kernel(ctx, k, kquants::COOP_WG, &gw, &xb, n_tokens as u32, split)
-                            .await?;
-                    let coop_bound = coop_bound(&w, &x, rows, cols, n_tokens, &bound);
-                    stats.merge(compare(
-                        &format!("{what}, cooperative matrices"),
-                        &got,
-                        &want,
-                        &coop_bound,
-                    )?);
-                    // Inputs far beyond f16's range (65504): the kernel's per-token scaling
-                    // keeps them finite; a power of two scales the reference exactly.
-                    let big = 2f32.powi(20);
-                    let xb = upload_f32(ctx, "x", &x.iter().map(|v| v * big).collect::<Vec<_>>())?;
-                    let got =
-                        run_kernel(ctx, k, kquants::COOP_WG, &gw, &xb, n_tokens as u32, split)
-                            .await?;
-                    let scaled =
-                        |v: &[f64]| -> Vec<f64> { v.iter().map(|e| e * f64::from(big)).collect() };
-                    stats.merge(compare(
-                        &format!("{what}, cooperative matrices, inputs times 2^20"),
-                        &got,
-                        &scaled(&want),
-                        &scaled(&coop_bound),
-                    )?);
-                }
             }
         }
     }
     Ok(stats)
+}
+
+/// The cooperative-matrix prefill product ([`MatmulOp::coop_f16`]) of `gw` (weights `w`) for
+/// 3, 17, 70 and 200 tokens (200: two 128-token tiles, the second partial): as prefill runs
+/// it, and a 128-row range at a time (so every weight here spans several ranges, a partial
+/// last one included, and the small ranges split their columns into slices); then with the
+/// inputs times 2^20, beyond f16's range.
+async fn coop(ctx: &GpuContext, gw: &GpuWeight, w: &[f32], rng: &mut Rng) -> Result<Stats, String> {
+    let mut stats = Stats::default();
+    let (rows, cols) = (gw.rows as usize, gw.cols as usize);
+    for n_tokens in [3usize, 17, 70, 200] {
+        let x = rng.vec(cols * n_tokens, 1.0);
+        let (want, bound) = reference_matmul(w, &x, rows, cols, n_tokens);
+        let coop_bound = coop_bound(w, &x, rows, cols, n_tokens, &bound);
+        let what = format!(
+            "{rows}x{cols} in {} chunks, {n_tokens} tokens, cooperative matrices",
+            gw.chunks.len()
+        );
+        let xb = upload_f32(ctx, "x", &x)?;
+        let got = run_matmul(ctx, gw, &xb, n_tokens as u32).await?;
+        stats.merge(compare(&what, &got, &want, &coop_bound)?);
+        let got = run_coop(ctx, gw, &xb, n_tokens as u32, 128).await?;
+        stats.merge(compare(
+            &format!("{what}, 128-row ranges"),
+            &got,
+            &want,
+            &coop_bound,
+        )?);
+        // Inputs far beyond f16's range (65504): the per-token scaling keeps them finite; a
+        // power of two scales the reference exactly.
+        let big = 2f32.powi(20);
+        let xb = upload_f32(ctx, "x", &x.iter().map(|v| v * big).collect::<Vec<_>>())?;
+        let got = run_matmul(ctx, gw, &xb, n_tokens as u32).await?;
+        let scaled = |v: &[f64]| -> Vec<f64> { v.iter().map(|e| e * f64::from(big)).collect() };
+        stats.merge(compare(
+            &format!("{what}, inputs times 2^20"),
+            &got,
+            &scaled(&want),
+            &scaled(&coop_bound),
+        )?);
+    }
+    Ok(stats)
+}
+
+/// [`MatmulOp::coop_f16`] with ranges of `range_rows` rows into a poisoned output.
+async fn run_coop(
+    ctx: &GpuContext,
+    w: &GpuWeight,
+    x: &wgpu::Buffer,
+    n_tokens: u32,
+    range_rows: u32,
+) -> Result<Vec<f32>, String> {
+    let n = (w.rows * n_tokens) as usize;
+    let y = poisoned(ctx, n)?;
+    let op = MatmulOp::coop_f16(ctx, w, x, &y, n_tokens, range_rows).map_err(gpu_err)?;
+    submit(ctx, |pass| op.record(pass));
+    read_f32(ctx, &y, n).await
 }
 
 /// The bound of the cooperative-matrix matmul (module docs): the f32 summation bound `bound`

@@ -5,16 +5,17 @@
 // back exactly). The host picks this kernel only where the device offers that configuration,
 // with 32-wide subgroups.
 //
-// A workgroup of 256 invocations (8 subgroups) computes a tile of CM = 128 weight rows by
+// A workgroup of 128 invocations (4 subgroups) computes a tile of CM = 128 weight rows by
 // CN = 128 tokens over one slice of the columns (`split` slices, for products too small to
-// fill the GPU otherwise): subgroup s accumulates a 32-row by 64-token block (rows
-// 32 (s % 4) .., tokens 64 (s / 4) ..) as eight 16x16 f32 matrices, loading each step's two
+// fill the GPU otherwise): subgroup s accumulates a 64-row by 64-token block (rows
+// 64 (s % 2) .., tokens 64 (s / 2) ..) as sixteen 16x16 f32 matrices, loading each step's four
 // weight tiles and four input tiles straight from the buffers (512 contiguous bytes each; the
-// next step's loaded before this step's products). There is no workgroup memory staging and
-// no barrier until the end, where each block goes through workgroup memory to y (or, split,
-// to its slice of `part`, which matmul_f16_sum.wgsl adds up), so rows and tokens past the
-// ends are never written. Tiles past the last row or token read whatever the scratch holds
-// there: each output depends only on its own row and token, and those are not written.
+// next step's loaded before this step's products), so each load feeds four products. There
+// is no workgroup memory staging and no barrier until the end, where each block goes through
+// workgroup memory to y (or, split, to its slice of `part`, which matmul_f16_sum.wgsl adds
+// up), so rows and tokens past the ends are never written. Tiles past the last row or token
+// read whatever the scratch holds there: each output depends only on its own row and token,
+// and those are not written.
 //
 // Bindings:
 //   0  uniform MatmulParams (rows: the rows of `w` to multiply; row_offset: their first
@@ -37,7 +38,7 @@ const CM: u32 = 128u;
 const CN: u32 = 128u;
 
 // One 16x16 f32 block per subgroup on its way out (column-major: row i, token j at i + 16 j).
-var<workgroup> cs: array<f32, 2048>;
+var<workgroup> cs: array<f32, 1024>;
 
 // Block c (rows r0 .., tokens t0 ..) of subgroup sg to y, or to its slice of `part`.
 fn write_block(c: coop_mat16x16<f32, C>, sg: u32, lane: u32, lanes: u32, r0: u32, t0: u32,
@@ -59,7 +60,7 @@ fn write_block(c: coop_mat16x16<f32, C>, sg: u32, lane: u32, lanes: u32, r0: u32
     workgroupBarrier();
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(128)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -67,12 +68,12 @@ fn main(
     @builtin(subgroup_invocation_id) lane: u32,
     @builtin(subgroup_size) lanes: u32,
 ) {
+    let token_tiles = (p.n_tokens + CN - 1u) / CN;
+    let row_tiles = (p.rows + CM - 1u) / CM;
     // Workgroups run token tile first, then row tile, then slice, so the token tiles of one
     // row tile run together and its weights come from memory about once. A folded grid has
     // a few workgroups past the end: they repeat the last slice's last tile (cooperative
     // operations need uniform control flow, so no early return) and write the same values.
-    let token_tiles = (p.n_tokens + CN - 1u) / CN;
-    let row_tiles = (p.rows + CM - 1u) / CM;
     let tile = min(flat_workgroup(wid, nwg), token_tiles * row_tiles * p.split - 1u);
     let tok0 = (tile % token_tiles) * CN;
     let row0 = ((tile / token_tiles) % row_tiles) * CM;
@@ -81,15 +82,17 @@ fn main(
     let steps = kb / p.split;
     // The subgroup's block: rows rb .., tokens tb ..; its first weight tile and input tile of
     // the slice (offsets in halves), the next row or token block one tile row further.
-    let rb = row0 + 32u * (sg % 4u);
-    let tb = tok0 + 64u * (sg / 4u);
+    let rb = row0 + 64u * (sg % 2u);
+    let tb = tok0 + 64u * (sg / 2u);
     let next = kb * 256u;
     let wa = ((rb / 16u) * kb + slice * steps) * 256u;
     let xa = ((tb / 16u) * kb + slice * steps) * 256u;
-    var a0 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa], 16u);
-    var a1 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + next], 16u);
-    var b0 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa], 16u);
-    var b1 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + next], 16u);
+    var a0 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 0u * next], 16u);
+    var a1 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 1u * next], 16u);
+    var a2 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 2u * next], 16u);
+    var a3 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 3u * next], 16u);
+    var b0 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 0u * next], 16u);
+    var b1 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 1u * next], 16u);
     var b2 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 2u * next], 16u);
     var b3 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 3u * next], 16u);
     var c00 = coop_mat16x16<f32, C>();
@@ -100,13 +103,23 @@ fn main(
     var c11 = coop_mat16x16<f32, C>();
     var c12 = coop_mat16x16<f32, C>();
     var c13 = coop_mat16x16<f32, C>();
+    var c20 = coop_mat16x16<f32, C>();
+    var c21 = coop_mat16x16<f32, C>();
+    var c22 = coop_mat16x16<f32, C>();
+    var c23 = coop_mat16x16<f32, C>();
+    var c30 = coop_mat16x16<f32, C>();
+    var c31 = coop_mat16x16<f32, C>();
+    var c32 = coop_mat16x16<f32, C>();
+    var c33 = coop_mat16x16<f32, C>();
     for (var s = 1u; s <= steps; s = s + 1u) {
         // The next step's tiles (the last step loads the slice's first again, unused).
         let o = 256u * (s % steps);
-        let na0 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + o], 16u);
-        let na1 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + next + o], 16u);
-        let nb0 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + o], 16u);
-        let nb1 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + next + o], 16u);
+        let na0 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 0u * next + o], 16u);
+        let na1 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 1u * next + o], 16u);
+        let na2 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 2u * next + o], 16u);
+        let na3 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 3u * next + o], 16u);
+        let nb0 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 0u * next + o], 16u);
+        let nb1 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 1u * next + o], 16u);
         let nb2 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 2u * next + o], 16u);
         let nb3 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 3u * next + o], 16u);
         c00 = coopMultiplyAdd(a0, b0, c00);
@@ -117,20 +130,37 @@ fn main(
         c11 = coopMultiplyAdd(a1, b1, c11);
         c12 = coopMultiplyAdd(a1, b2, c12);
         c13 = coopMultiplyAdd(a1, b3, c13);
+        c20 = coopMultiplyAdd(a2, b0, c20);
+        c21 = coopMultiplyAdd(a2, b1, c21);
+        c22 = coopMultiplyAdd(a2, b2, c22);
+        c23 = coopMultiplyAdd(a2, b3, c23);
+        c30 = coopMultiplyAdd(a3, b0, c30);
+        c31 = coopMultiplyAdd(a3, b1, c31);
+        c32 = coopMultiplyAdd(a3, b2, c32);
+        c33 = coopMultiplyAdd(a3, b3, c33);
         a0 = na0;
         a1 = na1;
+        a2 = na2;
+        a3 = na3;
         b0 = nb0;
         b1 = nb1;
         b2 = nb2;
         b3 = nb3;
     }
-
-    write_block(c00, sg, lane, lanes, rb, tb, slice);
-    write_block(c01, sg, lane, lanes, rb, tb + 16u, slice);
-    write_block(c02, sg, lane, lanes, rb, tb + 32u, slice);
-    write_block(c03, sg, lane, lanes, rb, tb + 48u, slice);
-    write_block(c10, sg, lane, lanes, rb + 16u, tb, slice);
+    write_block(c00, sg, lane, lanes, rb + 0u, tb + 0u, slice);
+    write_block(c01, sg, lane, lanes, rb + 0u, tb + 16u, slice);
+    write_block(c02, sg, lane, lanes, rb + 0u, tb + 32u, slice);
+    write_block(c03, sg, lane, lanes, rb + 0u, tb + 48u, slice);
+    write_block(c10, sg, lane, lanes, rb + 16u, tb + 0u, slice);
     write_block(c11, sg, lane, lanes, rb + 16u, tb + 16u, slice);
     write_block(c12, sg, lane, lanes, rb + 16u, tb + 32u, slice);
     write_block(c13, sg, lane, lanes, rb + 16u, tb + 48u, slice);
+    write_block(c20, sg, lane, lanes, rb + 32u, tb + 0u, slice);
+    write_block(c21, sg, lane, lanes, rb + 32u, tb + 16u, slice);
+    write_block(c22, sg, lane, lanes, rb + 32u, tb + 32u, slice);
+    write_block(c23, sg, lane, lanes, rb + 32u, tb + 48u, slice);
+    write_block(c30, sg, lane, lanes, rb + 48u, tb + 0u, slice);
+    write_block(c31, sg, lane, lanes, rb + 48u, tb + 16u, slice);
+    write_block(c32, sg, lane, lanes, rb + 48u, tb + 32u, slice);
+    write_block(c33, sg, lane, lanes, rb + 48u, tb + 48u, slice);
 }

@@ -66,10 +66,10 @@ pub const F16_TOKENS: u32 = 128;
 /// Halves of f16 weights a range of [`Kernel::MatmulF16`] converts at a time (32 MiB: a whole
 /// 8192 x 2048 matrix); larger weights are converted and multiplied a range of rows at a time.
 pub const F16_RANGE_HALVES: u64 = 16 << 20;
-/// Workgroups below which [`Kernel::MatmulF16`] splits the columns into slices (summed by
-/// [`Kernel::SplitSum`]): on the H200, Llama-1B's 512-token prefill ran at 20,100 tokens/s
-/// splitting up to 256 workgroups, 17,300 up to 512 and 15,100 up to 1,024 (the slices' sums
-/// cost more than the parallelism gains), and at 18,600 with no splitting and 64-token tiles.
+/// Workgroups up to which [`Kernel::MatmulF16`] splits the columns into slices (summed by
+/// [`Kernel::SplitSum`]): on the H200, Llama-1B's 512-token prefill ran at 25,400-25,600
+/// tokens/s splitting up to 256 workgroups, 23,300 up to 128 (`ffn_down` 291 us instead of
+/// 200) and 20,900-21,200 up to 512 (the slices' sums cost more than the parallelism gains).
 pub const F16_SPLIT_WORKGROUPS: u32 = 256;
 
 /// The f16 operands of [`Kernel::MatmulF16`], one set per context: every product converts its
@@ -178,7 +178,7 @@ fn adapter_workgroup_size(ctx: &GpuContext, kernel: Kernel, wg: u32) -> u32 {
 
 /// Whether products of several tokens over `dtype` take [`Kernel::MatmulF16`] on this device
 /// ([`MatmulOp::coop_f16`]): it has the cooperative matrices (and f16) and 32-wide subgroups,
-/// which the kernel's split of a tile among its 8 subgroups assumes, and `dtype` converts to
+/// which the kernel's split of a tile among its 4 subgroups assumes, and `dtype` converts to
 /// f16 tiles ([`Kernel::DequantF16`]).
 pub fn uses_coop(ctx: &GpuContext, dtype: GgmlType) -> bool {
     ctx.features.cooperative_matrix

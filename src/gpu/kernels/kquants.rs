@@ -185,9 +185,11 @@ pub fn matvec_q8_workgroup_size(bytes: u64, cols: u32) -> u32 {
     }
 }
 
-/// Invocations per workgroup of the cooperative-matrix matmul: 8 subgroups of 32 (the
-/// kernel's fixed `@workgroup_size`).
+/// Invocations per workgroup of the conversions to f16 tiles and the slices' sum.
 pub const COOP_WG: u32 = 256;
+/// Invocations per workgroup of the cooperative-matrix matmul: 4 subgroups of 32 (the
+/// kernel's fixed `@workgroup_size`).
+pub const MATMUL_F16_WG: u32 = 128;
 /// The subgroup width the cooperative-matrix matmul's work split assumes.
 pub const COOP_SUBGROUP: u32 = 32;
 
@@ -374,9 +376,10 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
             &["matmul_params.wgsl", "f16_tiles.wgsl", "scale_f16.wgsl"][..],
             COOP_WG,
         ),
-        Kernel::MatmulF16 if !NATIVE_FILES.is_empty() => {
-            (&["matmul_params.wgsl", "matmul_f16_coop.wgsl"][..], COOP_WG)
-        }
+        Kernel::MatmulF16 if !NATIVE_FILES.is_empty() => (
+            &["matmul_params.wgsl", "matmul_f16_coop.wgsl"][..],
+            MATMUL_F16_WG,
+        ),
         Kernel::SplitSum if !NATIVE_FILES.is_empty() => {
             (&["matmul_params.wgsl", "matmul_f16_sum.wgsl"][..], COOP_WG)
         }

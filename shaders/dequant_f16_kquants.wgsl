@@ -12,11 +12,6 @@
 @group(0) @binding(0) var<uniform> p: MatmulParams;
 @group(0) @binding(1) var<storage, read_write> out: array<vec4<u32>>;
 
-fn halves8(a: vec4<f32>, b: vec4<f32>) -> vec4<u32> {
-    return vec4<u32>(pack2x16float(a.xy), pack2x16float(a.zw),
-                     pack2x16float(b.xy), pack2x16float(b.zw));
-}
-
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,

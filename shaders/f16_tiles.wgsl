@@ -4,6 +4,12 @@
 // 256 halves contiguous and row-major. A cooperative load of one tile then reads 512
 // consecutive bytes (four whole cache lines) instead of 32 bytes from each of 16 rows.
 
+// Eight f32 values rounded to f16, packed two per word (low half first).
+fn halves8(a: vec4<f32>, b: vec4<f32>) -> vec4<u32> {
+    return vec4<u32>(pack2x16float(a.xy), pack2x16float(a.zw),
+                     pack2x16float(b.xy), pack2x16float(b.zw));
+}
+
 // The index, in halves, of element (r, c) of a matrix with `cols` columns (a multiple of 16).
 fn f16_tile(r: u32, c: u32, cols: u32) -> u32 {
     return (((r / 16u) * (cols / 16u) + c / 16u) * 256u) + (r % 16u) * 16u + c % 16u;

@@ -139,7 +139,8 @@ fn cooperative_matrix_kernels_validate_and_translate() {
         n += 1;
     }
     assert_eq!(
-        n, 6,
-        "the product, its sum, the input scaling, Q4_K/Q5_K/Q6_K to f16"
+        n, 12,
+        "the product, its sum, the input scaling, and to f16: Q4_K, Q5_K, Q6_K, F16, Q4_0, \
+         Q4_1, Q5_0, Q5_1, Q8_0"
     );
 }

@@ -179,7 +179,8 @@ fn adapter_workgroup_size(ctx: &GpuContext, kernel: Kernel, wg: u32) -> u32 {
 /// Whether products of several tokens over `dtype` take [`Kernel::MatmulF16`] on this device
 /// ([`MatmulOp::coop_f16`]): it has the cooperative matrices (and f16) and 32-wide subgroups,
 /// which the kernel's split of a tile among its 4 subgroups assumes, and `dtype` converts to
-/// f16 tiles ([`Kernel::DequantF16`]).
+/// f16 tiles ([`Kernel::DequantF16`]; [`MatmulOp::new`] also needs rows of whole 32-value
+/// blocks).
 pub fn uses_coop(ctx: &GpuContext, dtype: GgmlType) -> bool {
     ctx.features.cooperative_matrix
         && ctx.features.subgroups
@@ -225,7 +226,7 @@ impl MatmulOp {
         y: &wgpu::Buffer,
         n_tokens: u32,
     ) -> Result<Self, GpuError> {
-        if n_tokens > 1 && uses_coop(ctx, w.dtype) {
+        if n_tokens > 1 && uses_coop(ctx, w.dtype) && w.cols % 32 == 0 {
             let range = (F16_RANGE_HALVES / w.cols as u64) as u32 / F16_ROWS * F16_ROWS;
             return Self::coop_f16(ctx, w, x, y, n_tokens, range.max(F16_ROWS));
         }
@@ -375,6 +376,12 @@ impl MatmulOp {
         n_tokens: u32,
         range_rows: u32,
     ) -> Result<Self, GpuError> {
+        if w.cols % 32 != 0 {
+            return Err(GpuError::Unsupported(format!(
+                "cooperative-matrix product of {}: rows of {} values (not whole 32-value blocks)",
+                w.name, w.cols
+            )));
+        }
         let range = range_rows.next_multiple_of(F16_ROWS);
         let ranges = || {
             w.chunks.iter().flat_map(move |c| {
@@ -423,7 +430,12 @@ impl MatmulOp {
         });
         uniforms.push(u);
         for (chunk, r0, rows) in ranges() {
-            let u = ctx.uniform(&format!("{}.dequant", w.name), &params(rows, r0, 1));
+            // The legacy formats' planes interleave the chunk's rows: they need its row count.
+            let dequant_params = MatmulParams {
+                y_stride: chunk.rows,
+                ..params(rows, r0, 1)
+            };
+            let u = ctx.uniform(&format!("{}.dequant", w.name), &dequant_params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = vec![(0, &u), (1, &scratch.w16)];
             entries.extend((3..).zip(chunk.planes.iter()));
             let units = rows * (w.cols / 32);

@@ -125,6 +125,37 @@ pub const FILES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The conversion of weights to f16 tiles for the cooperative-matrix matmul, native only (see
+/// [`super::kquants::NATIVE_FILES`]).
+#[cfg(not(target_arch = "wasm32"))]
+pub const NATIVE_FILES: &[(&str, &str)] = &[(
+    "dequant_f16_legacy.wgsl",
+    include_str!("../../../shaders/dequant_f16_legacy.wgsl"),
+)];
+#[cfg(target_arch = "wasm32")]
+pub const NATIVE_FILES: &[(&str, &str)] = &[];
+
+/// The files of the conversion to f16 tiles ([`Kernel::DequantF16`]) of a block format (F32
+/// keeps the f32 matmul: rounding its weights to f16 would lose what the file kept).
+fn dequant_f16_files(t: GgmlType) -> Option<&'static [&'static str]> {
+    const P: &str = "matmul_params.wgsl";
+    const T: &str = "f16_tiles.wgsl";
+    const B: &str = "quant/legacy_blocks.wgsl";
+    const S: &str = "dequant_f16_legacy.wgsl";
+    if NATIVE_FILES.is_empty() {
+        return None;
+    }
+    Some(match t {
+        GgmlType::F16 => &[P, T, B, "quant/legacy_f16.wgsl", S],
+        GgmlType::Q4_0 => &[P, T, B, "quant/legacy_q4_0.wgsl", S],
+        GgmlType::Q4_1 => &[P, T, B, "quant/legacy_q4_1.wgsl", S],
+        GgmlType::Q5_0 => &[P, T, B, "quant/legacy_q5_0.wgsl", S],
+        GgmlType::Q5_1 => &[P, T, B, "quant/legacy_q5_1.wgsl", S],
+        GgmlType::Q8_0 => &[P, T, B, "quant/legacy_q8_0.wgsl", S],
+        _ => return None,
+    })
+}
+
 /// The files of one kernel: its parameters, the shared block helpers, the format's decoder,
 /// then the skeleton.
 macro_rules! files_for {
@@ -217,6 +248,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
             64,
         ),
         Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => (matvec_q8_files(t)?, 256),
+        Kernel::DequantF16(t) => (dequant_f16_files(t)?, 256),
         _ => return None,
     };
     Some(KernelSource {

@@ -154,6 +154,7 @@ fn all_files() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
         .chain(legacy::FILES)
         .chain(kquants::FILES)
         .chain(kquants::NATIVE_FILES)
+        .chain(legacy::NATIVE_FILES)
         .chain(ternary::FILES)
         .chain(q8::FILES)
         .chain(ops::FILES)
@@ -228,6 +229,7 @@ impl Kernel {
             Kernel::MatvecAdd(_) => None,
             Kernel::DequantF16(t) => match t {
                 Q4_K | Q5_K | Q6_K => kquants::source(self),
+                F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
                 _ => None,
             },
             Kernel::ScaleF16 | Kernel::MatmulF16 | Kernel::SplitSum => kquants::source(self),

@@ -156,3 +156,97 @@ pub fn compare(what: &str, got: &[f32], want: &[f64], bound: &[f64]) -> Result<S
         worst_ratio: worst,
     })
 }
+
+/// The cooperative-matrix prefill product ([`MatmulOp::coop_f16`]) of `gw` (weights `w`) for
+/// 3, 17, 70 and 200 tokens (200: two 128-token tiles, the second partial): as prefill runs
+/// it, and a 128-row range at a time (so every weight here spans several ranges, a partial
+/// last one included, and the small ranges split their columns into slices); then with the
+/// inputs times 2^20, beyond f16's range.
+pub async fn coop_checks(
+    ctx: &GpuContext,
+    gw: &GpuWeight,
+    w: &[f32],
+    rng: &mut Rng,
+) -> Result<Stats, String> {
+    let mut stats = Stats::default();
+    let (rows, cols) = (gw.rows as usize, gw.cols as usize);
+    for n_tokens in [3usize, 17, 70, 200] {
+        let x = rng.vec(cols * n_tokens, 1.0);
+        let (want, bound) = reference_matmul(w, &x, rows, cols, n_tokens);
+        let coop_bound = coop_bound(w, &x, rows, cols, n_tokens, &bound);
+        let what = format!(
+            "{rows}x{cols} in {} chunks, {n_tokens} tokens, cooperative matrices",
+            gw.chunks.len()
+        );
+        let xb = upload_f32(ctx, "x", &x)?;
+        let got = run_matmul(ctx, gw, &xb, n_tokens as u32).await?;
+        stats.merge(compare(&what, &got, &want, &coop_bound)?);
+        let got = run_coop(ctx, gw, &xb, n_tokens as u32, 128).await?;
+        stats.merge(compare(
+            &format!("{what}, 128-row ranges"),
+            &got,
+            &want,
+            &coop_bound,
+        )?);
+        // Inputs far beyond f16's range (65504): the per-token scaling keeps them finite; a
+        // power of two scales the reference exactly.
+        let big = 2f32.powi(20);
+        let xb = upload_f32(ctx, "x", &x.iter().map(|v| v * big).collect::<Vec<_>>())?;
+        let got = run_matmul(ctx, gw, &xb, n_tokens as u32).await?;
+        let scaled = |v: &[f64]| -> Vec<f64> { v.iter().map(|e| e * f64::from(big)).collect() };
+        stats.merge(compare(
+            &format!("{what}, inputs times 2^20"),
+            &got,
+            &scaled(&want),
+            &scaled(&coop_bound),
+        )?);
+    }
+    Ok(stats)
+}
+
+/// [`MatmulOp::coop_f16`] with ranges of `range_rows` rows into a poisoned output.
+pub async fn run_coop(
+    ctx: &GpuContext,
+    w: &GpuWeight,
+    x: &wgpu::Buffer,
+    n_tokens: u32,
+    range_rows: u32,
+) -> Result<Vec<f32>, String> {
+    let n = (w.rows * n_tokens) as usize;
+    let y = poisoned(ctx, n)?;
+    let op = MatmulOp::coop_f16(ctx, w, x, &y, n_tokens, range_rows).map_err(gpu_err)?;
+    submit(ctx, |pass| op.record(pass));
+    read_f32(ctx, &y, n).await
+}
+
+/// The bound of the cooperative-matrix matmul (module docs): the f32 summation bound `bound`
+/// (`cols eps sum |w x|`), plus the rounding of each weight and input to f16: relative 2^-11
+/// each (`2^-10 sum |w x|`, and a little more for their product), and absolute in f16's
+/// subnormal range, 2^-25 for a weight and 2^-25 of the token's scale (at most `2 max|x|`)
+/// for an input, which `2^-24 (sum |x| + max|x| sum |w|)` covers.
+pub fn coop_bound(
+    w: &[f32],
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    n_tokens: usize,
+    bound: &[f64],
+) -> Vec<f64> {
+    let eps = f64::from(f32::EPSILON);
+    let mut out = Vec::with_capacity(bound.len());
+    for t in 0..n_tokens {
+        let row = &x[t * cols..(t + 1) * cols];
+        let xs: f64 = row.iter().map(|v| f64::from(v.abs())).sum();
+        let xmax = row.iter().fold(0f64, |m, v| m.max(f64::from(v.abs())));
+        for r in 0..rows {
+            let ws: f64 = w[r * cols..(r + 1) * cols]
+                .iter()
+                .map(|v| f64::from(v.abs()))
+                .sum();
+            let b = bound[t * rows + r];
+            let wx = b / (cols as f64 * eps);
+            out.push(b + 1.001 * 2f64.powi(-10) * wx + 2f64.powi(-24) * (xs + xmax * ws));
+        }
+    }
+    out
+}

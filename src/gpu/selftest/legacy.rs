@@ -19,15 +19,18 @@
 //!   some order, each step rounding once: at most about `(cols + 2) * eps / 2 * sum |w x|`.
 //!   The random-x checks leave that bound loose on long rows, so the matvec also runs x with
 //!   one nonzero per block (`matvec_positions`), where the bound is a few ulps.
+//! - matmul where prefill takes the cooperative-matrix product (a device with the extension;
+//!   F16 and the block formats, rows of whole 32-value blocks): its f16 bound
+//!   ([`super::coop_bound`]), and its own checks ([`super::coop_checks`]).
 //! - embedding: exact (bound 0). A gather does no arithmetic beyond the decode, which is exact.
 
 use super::{
-    added_to_residual, compare, gpu_err, poisoned, read_f32, reference_matmul, run_matmul, submit,
-    upload_f32, Check, Rng, Stats,
+    added_to_residual, compare, coop_bound, coop_checks, gpu_err, poisoned, read_f32,
+    reference_matmul, run_matmul, submit, upload_f32, Check, Rng, Stats,
 };
 use crate::gpu::embedding::EmbeddingOp;
 use crate::gpu::kernels::Kernel;
-use crate::gpu::matmul::MatmulOp;
+use crate::gpu::matmul::{uses_coop, MatmulOp};
 use crate::gpu::weights::{row_bytes, GpuWeight};
 use crate::gpu::GpuContext;
 use crate::quant::{self, GgmlType};
@@ -219,6 +222,15 @@ async fn matmul(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
         let seed = rows as u64 * 104_729 + cols as u64 + u64::from(dtype.id()) * 1_000_033;
         let (bytes, w) = random_weight(dtype, rows, cols, seed)?;
         let weights = uploads(ctx, dtype, rows, cols, &bytes)?;
+        // Where prefill takes the cooperative-matrix product (f16 operands), its checks and
+        // bound (see the K-quant checks).
+        let coop = uses_coop(ctx, dtype) && cols % 32 == 0;
+        if coop {
+            let mut rng = Rng(seed ^ 0xc00b);
+            for gw in &weights {
+                stats.merge(coop_checks(ctx, gw, &w, &mut rng).await?);
+            }
+        }
         // 40 tokens span two token tiles (32 tokens each with the default workgroup size).
         let tokens: &[usize] = if rows * cols <= 576 * 288 {
             &[1, 3, 17, 40]
@@ -228,7 +240,10 @@ async fn matmul(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
         for &n_tokens in tokens {
             let x = Rng(seed ^ n_tokens as u64).vec(n_tokens * cols, 1.0);
             let xb = upload_f32(ctx, "x", &x)?;
-            let (want, bound) = reference_matmul(&w, &x, rows, cols, n_tokens);
+            let (want, mut bound) = reference_matmul(&w, &x, rows, cols, n_tokens);
+            if coop && n_tokens > 1 {
+                bound = coop_bound(&w, &x, rows, cols, n_tokens, &bound);
+            }
             for gw in &weights {
                 let got = if n_tokens == 1 {
                     run_matmul_kernel(ctx, gw, &xb, 1).await?

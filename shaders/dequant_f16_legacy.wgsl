@@ -1,0 +1,37 @@
+// Weights in a legacy block format (its decode helpers are prepended) to f16 tiles
+// (f16_tiles.wgsl), the weight operand of the cooperative-matrix matmul (matmul_f16_coop.wgsl):
+// one invocation per 32-weight block, decoded with decode_block (the f32 weights of
+// crate::quant) and rounded to f16 once. Its two 16-weight halves are rows of two tiles: four
+// 16-byte stores.
+//
+// Bindings:
+//   0  uniform MatmulParams: rows to convert, cols (a multiple of 32), row_offset: the
+//      chunk's first row to convert (the output's row 0), y_stride: the chunk's rows (the
+//      planes interleave rows by groups of 32 of the chunk)
+//   1  out: (rows, cols) f16 in tiles, 8 halves a vec4<u32>
+//   3.. the chunk's planes, declared by the format file
+
+@group(0) @binding(0) var<uniform> p: MatmulParams;
+@group(0) @binding(1) var<storage, read_write> out: array<vec4<u32>>;
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let blocks = p.cols / 32u;
+    let i = flat_workgroup(wid, nwg) * WG + lid;
+    if (i >= p.rows * blocks) {
+        return;
+    }
+    let r = i / blocks;
+    let b = i % blocks;
+    let v = decode_block(p.row_offset + r, b, p.cols, p.y_stride);
+    let a = f16_tile(r, 32u * b, p.cols) / 8u;
+    let c = f16_tile(r, 32u * b + 16u, p.cols) / 8u;
+    out[a] = halves8(v[0], v[1]);
+    out[a + 1u] = halves8(v[2], v[3]);
+    out[c] = halves8(v[4], v[5]);
+    out[c + 1u] = halves8(v[6], v[7]);
+}

@@ -2,12 +2,14 @@
 // (f16_tiles.wgsl), the weight operand of the cooperative-matrix matmul (matmul_f16_coop.wgsl):
 // one invocation per 32-weight block, decoded with decode_block (the f32 weights of
 // crate::quant) and rounded to f16 once. Its two 16-weight halves are rows of two tiles: four
-// 16-byte stores.
+// 16-byte stores. Invocations run row first within groups of 16 rows (see
+// dequant_f16_kquants.wgsl), which also reads the planes' 32-row interleave in order.
 //
 // Bindings:
 //   0  uniform MatmulParams: rows to convert, cols (a multiple of 32), row_offset: the
 //      chunk's first row to convert (the output's row 0), y_stride: the chunk's rows (the
-//      planes interleave rows by groups of 32 of the chunk)
+//      planes interleave rows by groups of 32 of the chunk); invocations for rows rounded
+//      up to 16
 //   1  out: (rows, cols) f16 in tiles, 8 halves a vec4<u32>
 //   3.. the chunk's planes, declared by the format file
 
@@ -22,11 +24,11 @@ fn main(
 ) {
     let blocks = p.cols / 32u;
     let i = flat_workgroup(wid, nwg) * WG + lid;
-    if (i >= p.rows * blocks) {
+    let r = (i / (16u * blocks)) * 16u + i % 16u;
+    if (r >= p.rows) {
         return;
     }
-    let r = i / blocks;
-    let b = i % blocks;
+    let b = (i / 16u) % blocks;
     let v = decode_block(p.row_offset + r, b, p.cols, p.y_stride);
     let a = f16_tile(r, 32u * b, p.cols) / 8u;
     let c = f16_tile(r, 32u * b + 16u, p.cols) / 8u;

@@ -438,7 +438,8 @@ impl MatmulOp {
             let u = ctx.uniform(&format!("{}.dequant", w.name), &dequant_params);
             let mut entries: Vec<(u32, &wgpu::Buffer)> = vec![(0, &u), (1, &scratch.w16)];
             entries.extend((3..).zip(chunk.planes.iter()));
-            let units = rows * (w.cols / 32);
+            // One invocation per 32 weights, for rows rounded up to 16.
+            let units = rows.next_multiple_of(16) * (w.cols / 32);
             dispatches.push(Dispatch {
                 bind_group: ctx.bind_at(&dequant, &entries),
                 pipeline: dequant.clone(),

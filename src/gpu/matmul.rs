@@ -443,7 +443,7 @@ impl MatmulOp {
             dispatches.push(Dispatch {
                 bind_group: ctx.bind_at(&dequant, &entries),
                 pipeline: dequant.clone(),
-                workgroups: grid(units.div_ceil(256), max_dim),
+                workgroups: grid(units.div_ceil(kquants::COOP_WG), max_dim),
             });
             uniforms.push(u);
             let split = f16_split(rows, w.cols, n_tokens);
@@ -471,7 +471,7 @@ impl MatmulOp {
                 dispatches.push(Dispatch {
                     bind_group: ctx.bind(&sum, &[&u, &scratch.part, y]),
                     pipeline: sum.clone(),
-                    workgroups: grid((rows * n_tokens).div_ceil(256), max_dim),
+                    workgroups: grid((rows * n_tokens).div_ceil(kquants::COOP_WG), max_dim),
                 });
             }
             uniforms.push(u);

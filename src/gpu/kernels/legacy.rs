@@ -248,7 +248,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
             64,
         ),
         Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => (matvec_q8_files(t)?, 256),
-        Kernel::DequantF16(t) => (dequant_f16_files(t)?, 256),
+        Kernel::DequantF16(t) => (dequant_f16_files(t)?, super::kquants::COOP_WG),
         _ => return None,
     };
     Some(KernelSource {

@@ -65,24 +65,7 @@
 //   9  src3: fused attend: new K (1, n_kv_heads, head_dim) f32 bits; quantized combine: the
 //      output's q8 records (n_tokens, record words), written; otherwise unused
 
-struct AttentionParams {
-    mode: u32,
-    n_tokens: u32,
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
-    max_ctx: u32,
-    n_splits: u32,
-    kv_f16: u32,
-    scale: f32,
-    min_split: u32,
-    rope_dim: u32, // dimensions rotated (0: no RoPE here)
-    rope_neox: u32, // 1: pairs (i, i + rope_dim/2); 0: pairs (2i, 2i+1)
-    fused: u32, // attend: 1 also appends the one new token's K and V (decode)
-    quantize: u32, // combine: 1 also writes the output's q8 records into src3
-    pad1: u32,
-    pad2: u32,
-}
+// AttentionParams is in attention_params.wgsl.
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(1) var<uniform> position: PositionParams;

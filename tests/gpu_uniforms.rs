@@ -111,7 +111,11 @@ fn cooperative_matrix_kernels_validate_and_translate() {
     for kernel in Kernel::all() {
         if !matches!(
             kernel,
-            Kernel::MatmulF16 | Kernel::DequantF16(_) | Kernel::ScaleF16 | Kernel::SplitSum
+            Kernel::MatmulF16
+                | Kernel::DequantF16(_)
+                | Kernel::ScaleF16
+                | Kernel::SplitSum
+                | Kernel::AttentionCoop(_)
         ) {
             continue;
         }
@@ -122,6 +126,13 @@ fn cooperative_matrix_kernels_validate_and_translate() {
             })
             .unwrap()
             .replace("override WG: u32 = 64u;", "const WG: u32 = 256u;");
+        let wgsl = match kernel {
+            Kernel::AttentionCoop(hd) => wgsl.replace(
+                "override HD: u32 = 64u;",
+                &format!("const HD: u32 = {hd}u;"),
+            ),
+            _ => wgsl,
+        };
         let module = naga::front::wgsl::parse_str(&wgsl)
             .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(&wgsl)));
         let info = naga::valid::Validator::new(
@@ -139,8 +150,8 @@ fn cooperative_matrix_kernels_validate_and_translate() {
         n += 1;
     }
     assert_eq!(
-        n, 12,
-        "the product, its sum, the input scaling, and to f16: Q4_K, Q5_K, Q6_K, F16, Q4_0, \
-         Q4_1, Q5_0, Q5_1, Q8_0"
+        n, 14,
+        "the product, its sum, the input scaling, to f16: Q4_K, Q5_K, Q6_K, F16, Q4_0, Q4_1, \
+         Q5_0, Q5_1, Q8_0, and the prefill attention for heads of 64 and 128"
     );
 }

@@ -143,9 +143,8 @@ impl GpuBackend {
         let Some(cache) = self.cache.as_ref() else {
             return false;
         };
-        let splits = self
-            .attention_splits
-            .unwrap_or_else(|| AttentionOp::default_splits(&self.ctx, cache, 1, n_heads as u32));
+        let splits =
+            AttentionOp::pieces(&self.ctx, cache, 1, n_heads as u32, self.attention_splits);
         self.int_dot
             && self.fuse_attention_q8
             && self.n_tokens == 1

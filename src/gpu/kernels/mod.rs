@@ -79,6 +79,10 @@ pub enum Kernel {
     /// The prefill attention by KV head (`attention.wgsl`'s `main_group`): a workgroup
     /// attends for the 2 to 4 query heads that share a KV head, loading its rows once.
     AttentionGroup,
+    /// The prefill attention on cooperative matrices for heads of the given size
+    /// (`attention_coop.wgsl`, flash attention over the f16 cache; native only, see
+    /// `AttentionOp::uses_coop`).
+    AttentionCoop(u32),
     Softmax,
     ReluSquared,
     SiluMul,
@@ -158,6 +162,7 @@ fn all_files() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
         .chain(ternary::FILES)
         .chain(q8::FILES)
         .chain(ops::FILES)
+        .chain(ops::NATIVE_FILES)
 }
 
 /// The names of every registered shader file (each should appear once).
@@ -202,6 +207,8 @@ impl Kernel {
             Kernel::Rope,
             Kernel::Attention,
             Kernel::AttentionGroup,
+            Kernel::AttentionCoop(64),
+            Kernel::AttentionCoop(128),
             Kernel::Softmax,
             Kernel::ReluSquared,
             Kernel::SiluMul,
@@ -280,6 +287,7 @@ impl Kernel {
             Kernel::SplitSum => "split_sum".to_string(),
             Kernel::Embedding(t) => format!("embedding_{}", t.name().to_lowercase()),
             Kernel::NormBitLinear(mode, tpr) => format!("norm_bitlinear_{mode}_tpr{tpr}"),
+            Kernel::AttentionCoop(hd) => format!("attention_coop_hd{hd}"),
             k => format!("{k:?}").to_lowercase(),
         }
     }
@@ -300,6 +308,7 @@ impl Kernel {
             Kernel::NormBitLinear(mode, tpr) => {
                 crate::gpu::bitlinear::norm_bitlinear_constants(mode, tpr)
             }
+            Kernel::AttentionCoop(hd) => vec![("HD", f64::from(hd))],
             _ => Vec::new(),
         };
         // Workgroup arrays: the WGSL sizes them by the workgroup size for the browser, which
@@ -331,9 +340,9 @@ impl Kernel {
             .source()
             .ok_or_else(|| GpuError::Unsupported(self.label()))?;
         let mut text = String::new();
-        // The cooperative-matrix kernel reads f16 whatever the variant (the host picks it only
-        // with shader-f16).
-        let coop = matches!(self, Kernel::MatmulF16);
+        // The cooperative-matrix kernels read f16 whatever the variant (the host picks them
+        // only with shader-f16).
+        let coop = matches!(self, Kernel::MatmulF16 | Kernel::AttentionCoop(_));
         if variant.f16 || coop {
             text.push_str("enable f16;\n");
         }

@@ -3,6 +3,15 @@
 
 use super::{Kernel, KernelSource};
 
+/// The prefill attention on cooperative matrices, native only (WebGPU has none).
+#[cfg(not(target_arch = "wasm32"))]
+pub const NATIVE_FILES: &[(&str, &str)] = &[(
+    "attention_coop.wgsl",
+    include_str!("../../../shaders/attention_coop.wgsl"),
+)];
+#[cfg(target_arch = "wasm32")]
+pub const NATIVE_FILES: &[(&str, &str)] = &[];
+
 pub const FILES: &[(&str, &str)] = &[
     (
         "position_params.wgsl",
@@ -16,6 +25,10 @@ pub const FILES: &[(&str, &str)] = &[
     (
         "rope_angle.wgsl",
         include_str!("../../../shaders/rope_angle.wgsl"),
+    ),
+    (
+        "attention_params.wgsl",
+        include_str!("../../../shaders/attention_params.wgsl"),
     ),
     (
         "attention.wgsl",
@@ -61,9 +74,20 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
                 "rope_angle.wgsl",
                 "absmax_scale.wgsl",
                 "q8_quarter.wgsl",
+                "attention_params.wgsl",
                 "attention.wgsl",
             ],
             256,
+        ),
+        // One subgroup of 32 (`AttentionOp::uses_coop`).
+        Kernel::AttentionCoop(_) if !NATIVE_FILES.is_empty() => (
+            &[
+                "position_params.wgsl",
+                "rope_angle.wgsl",
+                "attention_params.wgsl",
+                "attention_coop.wgsl",
+            ],
+            crate::gpu::ops::attention::COOP_WG,
         ),
         Kernel::Softmax => (&["softmax.wgsl"], 256),
         Kernel::ReluSquared => (&["elementwise.wgsl", "relu_squared.wgsl"], 256),

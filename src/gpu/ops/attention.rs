@@ -2,7 +2,8 @@
 //! (split over the context for decode, flash-decoding style) and combining the splits. All
 //! three are modes of attention.wgsl; natively a prefill attends by KV head instead (its
 //! `main_group` entry point, [`AttentionOp::by_kv_head`]), loading each key and value row once
-//! for the query heads that share it.
+//! for the query heads that share it, or, where the device has cooperative matrices, on them
+//! (`attention_coop.wgsl`, flash attention in one dispatch: [`AttentionOp::uses_coop`]).
 
 use super::rope::RopeTable;
 use super::{check, need, Position};
@@ -57,6 +58,20 @@ const DECODE_KEYS_PER_SPLIT: u32 = 80;
 /// Most pieces per query.
 const MAX_SPLITS: u32 = 64;
 
+/// Invocations per workgroup of the prefill attention on cooperative matrices
+/// ([`Kernel::AttentionCoop`]): one subgroup of 32.
+pub const COOP_WG: u32 = 32;
+/// Query tokens per workgroup of that kernel (its `QB`).
+const COOP_QUERIES: u32 = 16;
+/// The largest head that kernel takes (its accumulators).
+const COOP_MAX_HEAD_DIM: u32 = 128;
+/// Workgroup memory that kernel declares at the largest head: queries 16 x 128 halves,
+/// scores 1 Ki f32, probabilities 1 Ki halves.
+const COOP_WORKGROUP_BYTES: u32 = 10 * 1024;
+/// The cache holds its positions rounded up to this, so that the cooperative attention's
+/// 16-key tiles never read past it.
+const CACHE_POSITIONS_MULTIPLE: u32 = 16;
+
 /// How K and V are stored.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum KvDtype {
@@ -83,7 +98,8 @@ impl KvDtype {
     }
 }
 
-/// K and V of every layer, each `(max_ctx, n_kv_heads, head_dim)`, one buffer per layer.
+/// K and V of every layer, each `(max_ctx, n_kv_heads, head_dim)` (positions rounded up to a
+/// multiple of 16, never written), one buffer per layer.
 pub struct KvCache {
     pub k: Vec<wgpu::Buffer>,
     pub v: Vec<wgpu::Buffer>,
@@ -108,8 +124,8 @@ impl KvCache {
         check(max_ctx > 0 && n_kv_heads > 0, || {
             "a KV cache with no positions or no heads".into()
         })?;
-        let bytes =
-            u64::from(max_ctx) * u64::from(n_kv_heads) * u64::from(head_dim) * dtype.bytes();
+        let rows = max_ctx.next_multiple_of(CACHE_POSITIONS_MULTIPLE);
+        let bytes = u64::from(rows) * u64::from(n_kv_heads) * u64::from(head_dim) * dtype.bytes();
         if bytes > ctx.max_binding_bytes() {
             return Err(GpuError::TooLarge {
                 what: format!("KV cache layer ({max_ctx} positions)"),
@@ -220,7 +236,12 @@ impl AttentionOp {
             format!("head_dim {d} needs more than {wg} threads per workgroup")
         })?;
         let pipeline = ctx.kernel(kernel, Some(wg))?;
-        let grouped = Self::by_kv_head(n_tokens, n_heads, n_kv);
+        let coop = Self::uses_coop(ctx, cache.dtype, d, n_tokens, splits);
+        let coop_pipeline = match coop {
+            true => Some(ctx.kernel(Kernel::AttentionCoop(d), Some(COOP_WG))?),
+            false => None,
+        };
+        let grouped = !coop && Self::by_kv_head(n_tokens, n_heads, n_kv);
         let group_pipeline = match grouped {
             true => Some(ctx.kernel(Kernel::AttentionGroup, Some(wg))?),
             false => None,
@@ -232,8 +253,7 @@ impl AttentionOp {
         need("attention k", io.k, kv_bytes)?;
         need("attention v", io.v, kv_bytes)?;
 
-        let n_splits =
-            splits.unwrap_or_else(|| Self::default_splits(ctx, cache, n_tokens, n_heads));
+        let n_splits = Self::pieces(ctx, cache, n_tokens, n_heads, splits);
         check((1..=MAX_SPLITS).contains(&n_splits), || {
             format!("{n_splits} attention splits (1 ..= {MAX_SPLITS})")
         })?;
@@ -348,13 +368,29 @@ impl AttentionOp {
                 },
             )
         });
+        // The attend on cooperative matrices: its own bindings.
+        let coop_attend = coop_pipeline.map(|cp| {
+            let u = ctx.uniform("attention.params", &params(MODE_ATTEND));
+            let bind_group = ctx.bind(
+                &cp,
+                &[&u, &position.buffer, io.q, k_cache, v_cache, io.out, freqs],
+            );
+            (
+                u,
+                Dispatch {
+                    pipeline: cp,
+                    bind_group,
+                    workgroups: [n_tokens.div_ceil(COOP_QUERIES), n_heads, 1],
+                },
+            )
+        });
         let append_threads = n_tokens * n_kv * slots;
         let append = dispatch(
             MODE_APPEND,
             [io.k, io.v, &spare],
             grid(append_threads.div_ceil(wg), max_dim),
         );
-        let (group_uniform, attend) = match group_attend {
+        let (group_uniform, attend) = match coop_attend.or(group_attend) {
             Some((u, d)) => (Some(u), d),
             None => (
                 None,
@@ -383,6 +419,21 @@ impl AttentionOp {
         })
     }
 
+    /// The pieces an op for this call cuts each query's context into: `splits` if given, else
+    /// one on cooperative matrices ([`Self::uses_coop`]), else [`Self::default_splits`].
+    pub fn pieces(
+        ctx: &GpuContext,
+        cache: &KvCache,
+        n_tokens: u32,
+        n_heads: u32,
+        splits: Option<u32>,
+    ) -> u32 {
+        if Self::uses_coop(ctx, cache.dtype, cache.head_dim, n_tokens, splits) {
+            return 1;
+        }
+        splits.unwrap_or_else(|| Self::default_splits(ctx, cache, n_tokens, n_heads))
+    }
+
     /// Pieces per query when the caller does not choose: decode one per
     /// `DECODE_KEYS_PER_SPLIT` positions of the cache; prefill as many as keep a few hundred
     /// workgroups busy. A CPU adapter has a few cores, which the heads and tokens already
@@ -397,6 +448,33 @@ impl AttentionOp {
         per_ctx
             .min(512u32.div_ceil(n_tokens.max(1) * n_heads.max(1)))
             .clamp(1, MAX_SPLITS)
+    }
+
+    /// Whether the attend of `n_tokens` runs on cooperative matrices ([`Kernel::AttentionCoop`],
+    /// flash attention in one dispatch): for a prefill (several tokens) whose caller leaves the
+    /// pieces to the op (`splits` None; a number asks for the split attend), over an f16 cache
+    /// with heads (`d` values) of a multiple of 16 up to 128, on a device with the 16x16x16 f16
+    /// cooperative matrices, 32-wide subgroups (a workgroup is one) and 10 KiB of workgroup
+    /// memory.
+    pub fn uses_coop(
+        ctx: &GpuContext,
+        dtype: KvDtype,
+        d: u32,
+        n_tokens: u32,
+        splits: Option<u32>,
+    ) -> bool {
+        let sub = crate::gpu::kernels::kquants::COOP_SUBGROUP;
+        n_tokens > 1
+            && splits.is_none()
+            && dtype == KvDtype::F16
+            && d % 16 == 0
+            && d <= COOP_MAX_HEAD_DIM
+            && ctx.features.cooperative_matrix
+            && ctx.features.subgroups
+            && ctx.features.subgroup_min_size == sub
+            && ctx.features.subgroup_max_size == sub
+            && ctx.limits.max_compute_workgroup_storage_size >= COOP_WORKGROUP_BYTES
+            && Kernel::AttentionCoop(d).source().is_some()
     }
 
     /// Whether the attend of `n_tokens` (prefill: more than one) runs by KV head, a workgroup

@@ -228,6 +228,13 @@ fn rope_bound(x: &[f32], want: &[f64], cfg: &cpu::RopeConfig) -> Vec<f64> {
 /// The f16 cache: the reference uses K and V rounded to f16 (to nearest even, as the `half`
 /// crate does); WGSL lets `pack2x16float` round to either neighbour, so `u = 2^-10` covers one
 /// f16 ulp of difference in every K and V element. f32 cache: `u = 0`.
+///
+/// On cooperative matrices (a prefill where `AttentionOp::uses_coop`) the pre-scaled q is
+/// rounded to f16 (`2^-11` relative, `2^-25` absolute below f16's normal range: each score
+/// moves by at most `c 2^-11 + head_dim 2^-25 max|k|`), the hardware's f32 sums may truncate
+/// instead of rounding (the score sums' `eps` counted twice), and each `p = e^(s - m)` (at most
+/// 1; `l >= 1`) is rounded to f16 before it multiplies V while `l` sums the unrounded ones:
+/// `2^-11 A + L 2^-25 max|v|` more per output.
 async fn attention(ctx: &GpuContext, dtype: KvDtype) -> Result<Stats, String> {
     let mut stats = Stats::default();
     // head_dim 64, 128 and 256: 16, 32 and 64 invocations per workgroup on CPU adapters. The
@@ -289,7 +296,8 @@ async fn attention_cases(
     // or 52 at 4096; one on CPU adapters), Some(64) leaves most pieces empty (a different
     // number per token with 17 tokens), Some(1) streams every tile in one workgroup
     // (positions 260 and 1000 cross the 256-key tiles).
-    let cases: [(u32, usize, usize, Option<u32>); 12] = [
+    // (1100, 1080, 17): the last keys' 16-key tiles reach past max_ctx (cooperative matrices).
+    let cases: [(u32, usize, usize, Option<u32>); 14] = [
         (1100, 0, 17, None),
         (1100, 0, 17, Some(1)),
         (1100, 0, 17, Some(64)),
@@ -302,6 +310,8 @@ async fn attention_cases(
         (1100, 130, 17, Some(1)),
         (1100, 260, 17, None),
         (4096, 4095, 1, None),
+        (1100, 1080, 17, None),
+        (1100, 0, 100, None),
     ];
     let table = match rope {
         Some(cfg) => Some(RopeTable::new(ctx, cfg).map_err(gpu_err)?),
@@ -352,6 +362,14 @@ async fn attention_cases(
             KvDtype::F32 => (k.clone(), v.clone(), 0.0),
         };
         let want = wide(&cpu::attention(&q, &k_ref, &v_ref, pos0, shape));
+        let coop = AttentionOp::uses_coop(ctx, dtype, d as u32, n_tokens as u32, splits);
+        let (u_q, sum_eps) = match coop {
+            true => (2f64.powi(-11), 2.0),
+            false => (0.0, 1.0),
+        };
+        let tiny = 2f64.powi(-25);
+        let max_abs = |x: &[f32]| x.iter().fold(0.0f64, |m, v| m.max(f64::from(v.abs())));
+        let (k_max, v_max) = (max_abs(&k_ref), max_abs(&v_ref));
         let v_abs: Vec<f32> = v_ref.iter().map(|x| x.abs()).collect();
         let a = cpu::attention(&q, &k_ref, &v_abs, pos0, shape);
         let scale = 1.0 / (d as f64).sqrt();
@@ -375,11 +393,18 @@ async fn attention_cases(
                 c = c.max(scale * dot);
                 rot = rot.max(scale * moved);
             }
-            let ds = c * (u + (d as f64 + 2.0) * EPS) + rot;
-            let rel = (2.0 * ds).exp_m1() + u + (3.0 + 6.0 * c + 2.0 * keys as f64 + 16.0) * EPS;
+            let q_tiny = if coop { d as f64 * tiny * k_max } else { 0.0 };
+            let ds = c * (u + u_q + sum_eps * (d as f64 + 2.0) * EPS) + q_tiny + rot;
+            let rel =
+                (2.0 * ds).exp_m1() + u + u_q + (3.0 + 6.0 * c + 2.0 * keys as f64 + 16.0) * EPS;
+            let abs = if coop {
+                keys as f64 * tiny * v_max
+            } else {
+                0.0
+            };
             for i in 0..d {
                 let at = row * d + i;
-                bound[at] = f64::from(a[at]) * rel + want[at].abs() * EPS;
+                bound[at] = f64::from(a[at]) * rel + want[at].abs() * EPS + abs;
             }
         }
         let roped = rope.map_or(String::new(), |c| {
@@ -387,7 +412,8 @@ async fn attention_cases(
         });
         let what = format!(
             "attention {n_heads}/{n_kv} heads of {d}, {dtype:?} cache of {max_ctx}, \
-             {n_tokens} tokens at {pos0}, splits {splits:?}{roped}"
+             {n_tokens} tokens at {pos0}, splits {splits:?}{roped}{}",
+            if coop { ", cooperative matrices" } else { "" }
         );
         stats.merge(compare(&what, &got, &want, &bound)?);
         // The combine's q8 records of the output: those the CPU makes of the f32 output the
@@ -448,9 +474,7 @@ async fn run_attention(
     let kb = upload_f32(ctx, "k", &k[pos0 * row..])?;
     let vb = upload_f32(ctx, "v", &v[pos0 * row..])?;
     let out = poisoned(ctx, q.len())?;
-    let n_splits = splits.unwrap_or_else(|| {
-        AttentionOp::default_splits(ctx, &cache, n_tokens as u32, n_heads as u32)
-    });
+    let n_splits = AttentionOp::pieces(ctx, &cache, n_tokens as u32, n_heads as u32, splits);
     let record_words = n_tokens * record_bytes((n_heads * d) as u32) as usize / 4;
     let records = match AttentionOp::quantizes(n_splits, d as u32) {
         true => Some(poisoned(ctx, record_words)?),

@@ -9,8 +9,9 @@
 // CN = 128 tokens over one slice of the columns (`split` slices, for products too small to
 // fill the GPU otherwise): subgroup s accumulates a 64-row by 64-token block (rows
 // 64 (s % 2) .., tokens 64 (s / 2) ..) as sixteen 16x16 f32 matrices, loading each step's four
-// weight tiles and four input tiles straight from the buffers (512 contiguous bytes each; the
-// next step's loaded before this step's products), so each load feeds four products. There
+// weight tiles and four input tiles straight from the buffers (512 contiguous bytes each; two
+// steps ahead of the products: the step after next is loaded before this step's products), so
+// each load feeds four products. There
 // is no workgroup memory staging and no barrier until the end, where each block goes through
 // workgroup memory to y (or, split, to its slice of `part`, which matmul_f16_sum.wgsl adds
 // up), so rows and tokens past the ends are never written. Tiles past the last row or token
@@ -95,6 +96,16 @@ fn main(
     var b1 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 1u * next], 16u);
     var b2 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 2u * next], 16u);
     var b3 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 3u * next], 16u);
+    // The second step's tiles (with one step, the first again, unused).
+    let o1 = 256u * (1u % steps);
+    var na0 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 0u * next + o1], 16u);
+    var na1 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 1u * next + o1], 16u);
+    var na2 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 2u * next + o1], 16u);
+    var na3 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 3u * next + o1], 16u);
+    var nb0 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 0u * next + o1], 16u);
+    var nb1 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 1u * next + o1], 16u);
+    var nb2 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 2u * next + o1], 16u);
+    var nb3 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 3u * next + o1], 16u);
     var c00 = coop_mat16x16<f32, C>();
     var c01 = coop_mat16x16<f32, C>();
     var c02 = coop_mat16x16<f32, C>();
@@ -112,16 +123,17 @@ fn main(
     var c32 = coop_mat16x16<f32, C>();
     var c33 = coop_mat16x16<f32, C>();
     for (var s = 1u; s <= steps; s = s + 1u) {
-        // The next step's tiles (the last step loads the slice's first again, unused).
-        let o = 256u * (s % steps);
-        let na0 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 0u * next + o], 16u);
-        let na1 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 1u * next + o], 16u);
-        let na2 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 2u * next + o], 16u);
-        let na3 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 3u * next + o], 16u);
-        let nb0 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 0u * next + o], 16u);
-        let nb1 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 1u * next + o], 16u);
-        let nb2 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 2u * next + o], 16u);
-        let nb3 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 3u * next + o], 16u);
+        // The tiles of the step after next (the last two steps load the slice's first ones
+        // again, unused).
+        let o = 256u * ((s + 1u) % steps);
+        let ma0 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 0u * next + o], 16u);
+        let ma1 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 1u * next + o], 16u);
+        let ma2 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 2u * next + o], 16u);
+        let ma3 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 3u * next + o], 16u);
+        let mb0 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 0u * next + o], 16u);
+        let mb1 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 1u * next + o], 16u);
+        let mb2 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 2u * next + o], 16u);
+        let mb3 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 3u * next + o], 16u);
         c00 = coopMultiplyAdd(a0, b0, c00);
         c01 = coopMultiplyAdd(a0, b1, c01);
         c02 = coopMultiplyAdd(a0, b2, c02);
@@ -146,6 +158,14 @@ fn main(
         b1 = nb1;
         b2 = nb2;
         b3 = nb3;
+        na0 = ma0;
+        na1 = ma1;
+        na2 = ma2;
+        na3 = ma3;
+        nb0 = mb0;
+        nb1 = mb1;
+        nb2 = mb2;
+        nb3 = mb3;
     }
     write_block(c00, sg, lane, lanes, rb + 0u, tb + 0u, slice);
     write_block(c01, sg, lane, lanes, rb + 0u, tb + 16u, slice);

@@ -149,6 +149,10 @@ pub fn f16_split(rows: u32, cols: u32, n_tokens: u32) -> u32 {
 pub struct MatmulOp {
     pub dispatches: Vec<Dispatch>,
     _uniforms: Vec<Pooled>,
+    /// The product reads its inputs from the shared f16 scratch ([`MatmulOp::coop_f16`]).
+    f16_inputs: bool,
+    /// Its first dispatch scales them into it.
+    scales_input: bool,
 }
 
 /// The legacy matvec's workgroup on CPU adapters: 4 invocations (one SIMD group of
@@ -308,6 +312,8 @@ impl MatmulOp {
         Ok(MatmulOp {
             dispatches,
             _uniforms: uniforms,
+            f16_inputs: false,
+            scales_input: false,
         })
     }
 
@@ -360,6 +366,8 @@ impl MatmulOp {
                 workgroups: grid(n, ctx.limits.max_compute_workgroups_per_dimension),
             }],
             _uniforms: vec![u],
+            f16_inputs: false,
+            scales_input: false,
         })
     }
 
@@ -479,7 +487,27 @@ impl MatmulOp {
         Ok(MatmulOp {
             dispatches,
             _uniforms: uniforms,
+            f16_inputs: true,
+            scales_input: true,
         })
+    }
+
+    /// The same product taking its scaled inputs from the shared f16 scratch as the product
+    /// recorded just before it left them: for consecutive cooperative-matrix products of one
+    /// input (q, k and v; gate and up), where nothing in between writes that scratch but the
+    /// weights' conversions. A product without that step is returned as it is.
+    pub fn reusing_scaled_input(mut self) -> Self {
+        if self.scales_input {
+            self.dispatches.remove(0);
+            self.scales_input = false;
+        }
+        self
+    }
+
+    /// Whether this product reads its inputs from the shared f16 scratch (a
+    /// cooperative-matrix product, [`MatmulOp::coop_f16`]), so that it leaves them there.
+    pub fn f16_inputs(&self) -> bool {
+        self.f16_inputs
     }
 
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {

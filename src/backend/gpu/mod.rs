@@ -511,13 +511,23 @@ impl Backend for GpuBackend {
         self.wrote(out);
         self.step(Key::Matmul(w, x, out, rows), |s| {
             let gw = &s.weights[w.0 as usize];
-            Ok(Step::Matmul(MatmulOp::new(
-                &s.ctx,
-                gw,
-                s.buf(x),
-                s.buf(out),
-                rows as u32,
-            )?))
+            let op = MatmulOp::new(&s.ctx, gw, s.buf(x), s.buf(out), rows as u32)?;
+            // Right after a cooperative-matrix product of the same input (q, k, v; gate,
+            // up), its scaled f16 inputs are still in the shared scratch.
+            let shares = match s.previous_step() {
+                Some((Key::Matmul(pw, px, pout, prows), Step::Matmul(prev))) => {
+                    *px == x
+                        && *prows == rows
+                        && *pout != x
+                        && s.weights[pw.0 as usize].cols == gw.cols
+                        && prev.f16_inputs()
+                }
+                _ => false,
+            };
+            Ok(Step::Matmul(match shares {
+                true => op.reusing_scaled_input(),
+                false => op,
+            }))
         })
     }
 

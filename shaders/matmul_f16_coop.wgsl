@@ -11,8 +11,7 @@
 // 64 (s % 2) .., tokens 64 (s / 2) ..) as sixteen 16x16 f32 matrices, loading each step's four
 // weight tiles and four input tiles straight from the buffers (512 contiguous bytes each; two
 // steps ahead of the products: the step after next is loaded before this step's products), so
-// each load feeds four products. There
-// is no workgroup memory staging and no barrier until the end, where each block goes through
+// each load feeds four products. There is no workgroup memory staging and no barrier until the end, where each block goes through
 // workgroup memory to y (or, split, to its slice of `part`, which matmul_f16_sum.wgsl adds
 // up), so rows and tokens past the ends are never written. Tiles past the last row or token
 // read whatever the scratch holds there: each output depends only on its own row and token,
@@ -61,6 +60,34 @@ fn write_block(c: coop_mat16x16<f32, C>, sg: u32, lane: u32, lanes: u32, r0: u32
     workgroupBarrier();
 }
 
+// One step's operands of a subgroup: its four weight tiles (rows 16 i ..) and four input tiles
+// (tokens 16 j ..).
+struct Tiles {
+    a0: coop_mat16x16<f16, A>,
+    a1: coop_mat16x16<f16, A>,
+    a2: coop_mat16x16<f16, A>,
+    a3: coop_mat16x16<f16, A>,
+    b0: coop_mat16x16<f16, B>,
+    b1: coop_mat16x16<f16, B>,
+    b2: coop_mat16x16<f16, B>,
+    b3: coop_mat16x16<f16, B>,
+}
+
+// The tiles at offset o (halves) from the block's first weight tile wa and input tile xa, the
+// next row or token block `next` further.
+fn load_tiles(wa: u32, xa: u32, next: u32, o: u32) -> Tiles {
+    return Tiles(
+        coopLoadT<coop_mat16x16<f16, A>>(&w[wa + o], 16u),
+        coopLoadT<coop_mat16x16<f16, A>>(&w[wa + next + o], 16u),
+        coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 2u * next + o], 16u),
+        coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 3u * next + o], 16u),
+        coopLoad<coop_mat16x16<f16, B>>(&xh[xa + o], 16u),
+        coopLoad<coop_mat16x16<f16, B>>(&xh[xa + next + o], 16u),
+        coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 2u * next + o], 16u),
+        coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 3u * next + o], 16u),
+    );
+}
+
 @compute @workgroup_size(128)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -88,24 +115,9 @@ fn main(
     let next = kb * 256u;
     let wa = ((rb / 16u) * kb + slice * steps) * 256u;
     let xa = ((tb / 16u) * kb + slice * steps) * 256u;
-    var a0 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 0u * next], 16u);
-    var a1 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 1u * next], 16u);
-    var a2 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 2u * next], 16u);
-    var a3 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 3u * next], 16u);
-    var b0 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 0u * next], 16u);
-    var b1 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 1u * next], 16u);
-    var b2 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 2u * next], 16u);
-    var b3 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 3u * next], 16u);
-    // The second step's tiles (with one step, the first again, unused).
-    let o1 = 256u * (1u % steps);
-    var na0 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 0u * next + o1], 16u);
-    var na1 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 1u * next + o1], 16u);
-    var na2 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 2u * next + o1], 16u);
-    var na3 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 3u * next + o1], 16u);
-    var nb0 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 0u * next + o1], 16u);
-    var nb1 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 1u * next + o1], 16u);
-    var nb2 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 2u * next + o1], 16u);
-    var nb3 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 3u * next + o1], 16u);
+    // This step's tiles and the next one's (with one step, the first again, unused).
+    var t = load_tiles(wa, xa, next, 0u);
+    var t1 = load_tiles(wa, xa, next, 256u * (1u % steps));
     var c00 = coop_mat16x16<f32, C>();
     var c01 = coop_mat16x16<f32, C>();
     var c02 = coop_mat16x16<f32, C>();
@@ -125,47 +137,25 @@ fn main(
     for (var s = 1u; s <= steps; s = s + 1u) {
         // The tiles of the step after next (the last two steps load the slice's first ones
         // again, unused).
-        let o = 256u * ((s + 1u) % steps);
-        let ma0 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 0u * next + o], 16u);
-        let ma1 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 1u * next + o], 16u);
-        let ma2 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 2u * next + o], 16u);
-        let ma3 = coopLoadT<coop_mat16x16<f16, A>>(&w[wa + 3u * next + o], 16u);
-        let mb0 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 0u * next + o], 16u);
-        let mb1 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 1u * next + o], 16u);
-        let mb2 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 2u * next + o], 16u);
-        let mb3 = coopLoad<coop_mat16x16<f16, B>>(&xh[xa + 3u * next + o], 16u);
-        c00 = coopMultiplyAdd(a0, b0, c00);
-        c01 = coopMultiplyAdd(a0, b1, c01);
-        c02 = coopMultiplyAdd(a0, b2, c02);
-        c03 = coopMultiplyAdd(a0, b3, c03);
-        c10 = coopMultiplyAdd(a1, b0, c10);
-        c11 = coopMultiplyAdd(a1, b1, c11);
-        c12 = coopMultiplyAdd(a1, b2, c12);
-        c13 = coopMultiplyAdd(a1, b3, c13);
-        c20 = coopMultiplyAdd(a2, b0, c20);
-        c21 = coopMultiplyAdd(a2, b1, c21);
-        c22 = coopMultiplyAdd(a2, b2, c22);
-        c23 = coopMultiplyAdd(a2, b3, c23);
-        c30 = coopMultiplyAdd(a3, b0, c30);
-        c31 = coopMultiplyAdd(a3, b1, c31);
-        c32 = coopMultiplyAdd(a3, b2, c32);
-        c33 = coopMultiplyAdd(a3, b3, c33);
-        a0 = na0;
-        a1 = na1;
-        a2 = na2;
-        a3 = na3;
-        b0 = nb0;
-        b1 = nb1;
-        b2 = nb2;
-        b3 = nb3;
-        na0 = ma0;
-        na1 = ma1;
-        na2 = ma2;
-        na3 = ma3;
-        nb0 = mb0;
-        nb1 = mb1;
-        nb2 = mb2;
-        nb3 = mb3;
+        let t2 = load_tiles(wa, xa, next, 256u * ((s + 1u) % steps));
+        c00 = coopMultiplyAdd(t.a0, t.b0, c00);
+        c01 = coopMultiplyAdd(t.a0, t.b1, c01);
+        c02 = coopMultiplyAdd(t.a0, t.b2, c02);
+        c03 = coopMultiplyAdd(t.a0, t.b3, c03);
+        c10 = coopMultiplyAdd(t.a1, t.b0, c10);
+        c11 = coopMultiplyAdd(t.a1, t.b1, c11);
+        c12 = coopMultiplyAdd(t.a1, t.b2, c12);
+        c13 = coopMultiplyAdd(t.a1, t.b3, c13);
+        c20 = coopMultiplyAdd(t.a2, t.b0, c20);
+        c21 = coopMultiplyAdd(t.a2, t.b1, c21);
+        c22 = coopMultiplyAdd(t.a2, t.b2, c22);
+        c23 = coopMultiplyAdd(t.a2, t.b3, c23);
+        c30 = coopMultiplyAdd(t.a3, t.b0, c30);
+        c31 = coopMultiplyAdd(t.a3, t.b1, c31);
+        c32 = coopMultiplyAdd(t.a3, t.b2, c32);
+        c33 = coopMultiplyAdd(t.a3, t.b3, c33);
+        t = t1;
+        t1 = t2;
     }
     write_block(c00, sg, lane, lanes, rb + 0u, tb + 0u, slice);
     write_block(c01, sg, lane, lanes, rb + 0u, tb + 16u, slice);

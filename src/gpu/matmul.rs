@@ -180,16 +180,23 @@ fn adapter_workgroup_size(ctx: &GpuContext, kernel: Kernel, wg: u32) -> u32 {
     }
 }
 
+/// Whether the device has the cooperative matrices (16x16x16 f16 into f32, and f16) and
+/// subgroups of exactly [`kquants::COOP_SUBGROUP`] invocations, which the cooperative-matrix
+/// kernels' work splits assume.
+pub fn has_coop_subgroups(ctx: &GpuContext) -> bool {
+    ctx.features.cooperative_matrix
+        && ctx.features.subgroups
+        && ctx.features.subgroup_min_size == kquants::COOP_SUBGROUP
+        && ctx.features.subgroup_max_size == kquants::COOP_SUBGROUP
+}
+
 /// Whether products of several tokens over `dtype` take [`Kernel::MatmulF16`] on this device
 /// ([`MatmulOp::coop_f16`]): it has the cooperative matrices (and f16) and 32-wide subgroups,
 /// which the kernel's split of a tile among its 4 subgroups assumes, and `dtype` converts to
 /// f16 tiles ([`Kernel::DequantF16`]; [`MatmulOp::new`] also needs rows of whole 32-value
 /// blocks).
 pub fn uses_coop(ctx: &GpuContext, dtype: GgmlType) -> bool {
-    ctx.features.cooperative_matrix
-        && ctx.features.subgroups
-        && ctx.features.subgroup_min_size == kquants::COOP_SUBGROUP
-        && ctx.features.subgroup_max_size == kquants::COOP_SUBGROUP
+    has_coop_subgroups(ctx)
         && Kernel::DequantF16(dtype).source().is_some()
         && Kernel::MatmulF16.source().is_some()
 }

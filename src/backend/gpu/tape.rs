@@ -117,14 +117,14 @@ pub(super) struct Tape {
 pub(super) const MAX_TAPES: usize = 6;
 
 impl GpuBackend {
-    /// Advance the tape by one op with `key`, building it with `build` unless the tape
-    /// already holds it at this place.
     /// The step recorded just before the current one in this pass (with its key), if any.
     pub(super) fn previous_step(&self) -> Option<&(Key, Step)> {
         let at = self.cursor.checked_sub(1)?;
         self.tapes.get(&self.n_tokens)?.steps.get(at)
     }
 
+    /// Advance the tape by one op with `key`, building it with `build` unless the tape
+    /// already holds it at this place.
     pub(super) fn step(
         &mut self,
         key: Key,

@@ -463,16 +463,12 @@ impl AttentionOp {
         n_tokens: u32,
         splits: Option<u32>,
     ) -> bool {
-        let sub = crate::gpu::kernels::kquants::COOP_SUBGROUP;
         n_tokens > 1
             && splits.is_none()
             && dtype == KvDtype::F16
             && d % 16 == 0
             && d <= COOP_MAX_HEAD_DIM
-            && ctx.features.cooperative_matrix
-            && ctx.features.subgroups
-            && ctx.features.subgroup_min_size == sub
-            && ctx.features.subgroup_max_size == sub
+            && crate::gpu::matmul::has_coop_subgroups(ctx)
             && ctx.limits.max_compute_workgroup_storage_size >= COOP_WORKGROUP_BYTES
             && Kernel::AttentionCoop(d).source().is_some()
     }

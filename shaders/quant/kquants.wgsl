@@ -93,33 +93,23 @@ fn kq_dot16(c: vec4<u32>, mask: u32, x: V16, bias: f32) -> f32 {
         + (dot(kq_lanes(c.z, mask, bias), x.c) + dot(kq_lanes(c.w, mask, bias), x.d));
 }
 
-// ggml's get_scale_min_k4: the 6-bit (scale, min) of sub-block j (0..8) from a Q4_K/Q5_K
-// header word vector h = (d | dmin << 16, scales[0..4], scales[4..8], scales[8..12]).
-fn k4_scale_min(h: vec4<u32>, j: u32) -> vec2<u32> {
-    let sh = 8u * (j & 3u);
-    let s = (h.y >> sh) & 0xffu; // scales[j % 4]
-    let m = (h.z >> sh) & 0xffu; // scales[j % 4 + 4]
-    let t = (h.w >> sh) & 0xffu; // scales[j % 4 + 8]
-    if (j < 4u) {
-        return vec2<u32>(s & 63u, m & 63u);
-    }
-    return vec2<u32>((t & 0x0fu) | ((s >> 6u) << 4u), (t >> 4u) | ((m >> 6u) << 4u));
-}
-
-// Unit u's (d * scale, dmin * min) for group A, then group B, from a Q4_K/Q5_K header: the
-// sub-blocks are 2 (u / 2) and 2 (u / 2) + 1, whose scale and min bytes are adjacent, so both
-// are decoded at once (k4_scale_min for the pair, without branches). Each product is exact.
+// Unit u's (d * scale, dmin * min) for group A, then group B, from a Q4_K/Q5_K header
+// h = (d | dmin << 16, scale words) whose 12 scale bytes were permuted at upload
+// (permute_k4_scales in src/gpu/kernels/kquants.rs): the unit's sub-blocks 2p and 2p + 1
+// (pair p = u / 2) have their four 6-bit values (scale 2p, scale 2p + 1, min 2p, min 2p + 1)
+// in the low 6 bits of the bytes of word p for p < 3, and in the top two bits of the bytes of
+// all three words for p = 3. Both are decoded without branches and the pair's word selected.
+// Each value becomes an f32 exactly (or-ed into the mantissa of 2^23, which is subtracted), so
+// each product is exact.
 fn k4_unit_scales(h: vec4<u32>, u: u32) -> vec4<f32> {
     let dm = unpack2x16float(h.x);
     let pair = u / 2u;
-    let sh = 16u * (pair & 1u);
-    let a = h.y >> sh; // scales[2 (pair % 2) ..] (sub-block j % 4)
-    let b = h.z >> sh; // scales[2 (pair % 2) + 4 ..]
-    let c = h.w >> sh; // scales[2 (pair % 2) + 8 ..]
-    let hi = pair >= 2u;
-    let sc = select(a & 0x3f3fu, (c & 0x0f0fu) | ((a >> 2u) & 0x3030u), hi);
-    let mn = select(b & 0x3f3fu, ((c >> 4u) & 0x0f0fu) | ((b >> 2u) & 0x3030u), hi);
-    let q = vec4<u32>(sc, mn, sc >> 8u, mn >> 8u) & vec4<u32>(0xffu);
+    let last = ((h.y >> 6u) & 0x03030303u) | ((h.z >> 4u) & 0x0c0c0c0cu)
+        | ((h.w >> 2u) & 0x30303030u);
+    let low = select(select(h.y, h.z, pair == 1u), h.w, pair == 2u) & 0x3f3f3f3fu;
+    let v = select(low, last, pair == 3u);
+    // (scale A, min A, scale B, min B)
+    let q = (vec4<u32>(v) >> vec4<u32>(0u, 16u, 8u, 24u)) & vec4<u32>(0xffu);
     let s = bitcast<vec4<f32>>(q | vec4<u32>(0x4b000000u)) - vec4<f32>(8388608.0);
-    return vec4<f32>(dm.x * s.x, dm.y * s.y, dm.x * s.z, dm.y * s.w);
+    return vec4<f32>(dm.x, dm.y, dm.x, dm.y) * s;
 }

@@ -1,5 +1,6 @@
-// Q4_K: 144-byte super-blocks read as stored (144 = 9 * 16, so every block is vec4-aligned):
-// vec4 0 = (d | dmin << 16, scales[12]); vec4 1 + c2 = qs[16 c2 .. 16 c2 + 16]. Unit u is qs
+// Q4_K: 144-byte super-blocks as stored but for the order of the scale bytes (144 = 9 * 16, so
+// every block is vec4-aligned): vec4 0 = (d | dmin << 16, scales[12] permuted for
+// k4_unit_scales); vec4 1 + c2 = qs[16 c2 .. 16 c2 + 16]. Unit u is qs
 // vec4 u: sub-block 2 (u / 2) in the low nibbles, 2 (u / 2) + 1 in the high nibbles, elements
 // 16 (u % 2) .. + 16 of each. w = (d * sc) * q - dmin * m.
 

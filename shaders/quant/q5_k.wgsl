@@ -1,5 +1,6 @@
-// Q5_K: 176-byte super-blocks read as stored (176 = 11 * 16, so every block is vec4-aligned):
-// vec4 0 = (d | dmin << 16, scales[12]); vec4 1..2 = qh[32]; vec4 3 + c2 = qs[16 c2 .. + 16].
+// Q5_K: 176-byte super-blocks as stored but for the order of the scale bytes (176 = 11 * 16, so
+// every block is vec4-aligned): vec4 0 = (d | dmin << 16, scales[12] permuted for
+// k4_unit_scales); vec4 1..2 = qh[32]; vec4 3 + c2 = qs[16 c2 .. + 16].
 // Unit u is qs vec4 u (as Q4_K) plus qh vec4 u % 2, whose bit s is the fifth bit of sub-block
 // s. w = (d * sc) * q - dmin * m.
 

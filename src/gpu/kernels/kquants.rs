@@ -8,10 +8,14 @@
 //!
 //! Layouts on the GPU (all lossless: the same bits as the file):
 //! - Q4_K (144 bytes = 9 x 16) and Q5_K (176 bytes = 11 x 16): blocks are already multiples
-//!   of 16 bytes, so a row of blocks uploaded as stored is an `array<vec4<u32>>` in which every
-//!   header, `qh` half and `qs` quarter is one aligned 16-byte load. A consecutive run of
-//!   threads reads a consecutive run of blocks, so the loads are coalesced without a repack;
-//!   an SoA split would only add planes (bindings) for the same transactions.
+//!   of 16 bytes, so a row of blocks is an `array<vec4<u32>>` in which every header, `qh` half
+//!   and `qs` quarter is one aligned 16-byte load. A consecutive run of threads reads a
+//!   consecutive run of blocks, so the loads are coalesced without a repack; an SoA split
+//!   would only add planes (bindings) for the same transactions (and headers in a plane of
+//!   their own were slower: 73% against 77% of copy bandwidth for Q4_K on an H200). The 12
+//!   scale bytes of each header are permuted at upload ([`permute_k4_scales`]) so that a pair
+//!   of sub-blocks' four 6-bit values are one byte-aligned word: ggml's packing costs about
+//!   36 operations per unit and row to unpack, this one about 26.
 //! - Q6_K (210 bytes, not even 4-byte aligned): two planes. Plane 0 is each block's first 208
 //!   bytes (`ql`, `qh`, `scales`: 13 x 16, aligned like the others); plane 1 is the f16 `d` of
 //!   every block, two per word. Splitting off only the trailing `d` makes everything else
@@ -396,10 +400,51 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
 const Q6K_BODY: usize = 208;
 const Q6K_BLOCK: usize = 210;
 
-/// The planes a chunk of rows is uploaded as (see the module docs): Q4_K and Q5_K as stored,
-/// Q6_K as (blocks without `d`, the `d` values).
+/// Bytes of a Q4_K / Q5_K block before its 12 scale bytes (`d`, `dmin`).
+const K4_SCALES_AT: usize = 4;
+
+/// A Q4_K / Q5_K block's 12 scale bytes (ggml's packing, [`crate::quant::kquants::scale_min_k4`])
+/// rearranged for `k4_unit_scales` in quant/kquants.wgsl. Sub-blocks 2p and 2p + 1 (a "pair",
+/// p = 0..4) have the four 6-bit values (scale 2p, scale 2p + 1, min 2p, min 2p + 1). Pair p < 3
+/// is word p (bytes 4p .. 4p + 4), one value in the low 6 bits of each byte; the top two bits of
+/// byte f of word p hold bits 2p, 2p + 1 of pair 3's value f. Lossless: 16 values of 6 bits in
+/// 96 bits.
+pub fn permute_k4_scales(q: &[u8; 12]) -> [u8; 12] {
+    use crate::quant::scale_min_k4;
+    let pair = |p: usize| {
+        let (s0, m0) = scale_min_k4(2 * p, q);
+        let (s1, m1) = scale_min_k4(2 * p + 1, q);
+        [s0, s1, m0, m1]
+    };
+    let last = pair(3);
+    let mut out = [0u8; 12];
+    for p in 0..3 {
+        let values = pair(p);
+        for f in 0..4 {
+            out[4 * p + f] = values[f] | (((last[f] >> (2 * p)) & 3) << 6);
+        }
+    }
+    out
+}
+
+/// The planes a chunk of rows is uploaded as (see the module docs): Q4_K and Q5_K as stored
+/// but for the scale bytes ([`permute_k4_scales`]), Q6_K as (blocks without `d`, the `d`
+/// values).
 pub fn planes(dtype: GgmlType, data: &[u8], _rows: u32, _cols: u32) -> Vec<Vec<u8>> {
     match dtype {
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let block_bytes = match dtype {
+                GgmlType::Q4_K => 144,
+                _ => 176,
+            };
+            let mut out = data.to_vec();
+            for block in out.chunks_exact_mut(block_bytes) {
+                let scales = &mut block[K4_SCALES_AT..K4_SCALES_AT + 12];
+                let packed: [u8; 12] = (&*scales).try_into().expect("12 scale bytes");
+                scales.copy_from_slice(&permute_k4_scales(&packed));
+            }
+            vec![out]
+        }
         GgmlType::Q6_K => {
             let n = data.len() / Q6K_BLOCK;
             let mut body = Vec::with_capacity(n * Q6K_BODY);
@@ -453,6 +498,39 @@ mod tests {
         assert!(matmul.contains("var<workgroup> xs: array<vec4<f32>, 512>;"));
         // The small tile fits the 16 KiB every WebGPU device has.
         assert_eq!(matmul_workgroup_bytes(MATMUL_WG), 16 * 1024);
+    }
+
+    /// The WGSL decode of a permuted header (`k4_unit_scales` in quant/kquants.wgsl, word by
+    /// word) gives ggml's 6-bit values for every sub-block, and the permutation loses nothing,
+    /// over random scale bytes (every bit pattern of the 12 bytes is a valid packing).
+    #[test]
+    fn permuted_k4_scales_decode_to_ggml_values() {
+        use crate::quant::scale_min_k4;
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..10_000 {
+            let mut q = [0u8; 12];
+            for b in &mut q {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                *b = (state >> 56) as u8;
+            }
+            let permuted = permute_k4_scales(&q);
+            let w = |i: usize| u32::from_le_bytes(permuted[4 * i..4 * i + 4].try_into().unwrap());
+            let (h1, h2, h3) = (w(0), w(1), w(2));
+            let hi3 =
+                ((h1 >> 6) & 0x0303_0303) | ((h2 >> 4) & 0x0c0c_0c0c) | ((h3 >> 2) & 0x3030_3030);
+            for p in 0..4 {
+                let v = [h1 & 0x3f3f_3f3f, h2 & 0x3f3f_3f3f, h3 & 0x3f3f_3f3f, hi3][p];
+                let byte = |f: u32| ((v >> (8 * f)) & 0xff) as u8;
+                assert_eq!((byte(0), byte(2)), scale_min_k4(2 * p, &q));
+                assert_eq!((byte(1), byte(3)), scale_min_k4(2 * p + 1, &q));
+            }
+            seen.insert(permuted);
+        }
+        // Distinct inputs stay distinct (no two of 10,000 random headers collide).
+        assert_eq!(seen.len(), 10_000);
     }
 
     #[test]

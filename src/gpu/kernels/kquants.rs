@@ -31,15 +31,17 @@
 //! each weight dequantized once per tile into workgroup memory and every thread accumulating
 //! an 8-row by 4-token block; embedding one workgroup per token.
 //!
-//! Matvec speed on an H200 through Vulkan (default 64 threads; the copy kernel reaches 4.2 TB/s
-//! there): 1.60 TB/s on 256 MB of Q4_K, 1.72 Q5_K, 2.21 Q6_K; 2.07 TB/s on the 128256 x 2048
-//! Q6_K head (104 us, was 135); 4.2-10.8 us on the Llama-3.2-1B projections (a layer's seven
-//! matvecs 50.0 us, was 54.6). Still far from the copy bandwidth: every format runs at about
-//! 2.5-3 G weights per ms whatever its bytes per weight, the same with 4 or 8 rows per thread,
-//! 32, 64 or 128 threads, or with a third fewer decode instructions, so the limit is per-weight
-//! issue and latency in the f32 decode rather than the memory system. 32 threads gain 6% on
-//! the head and 7% on 8192-wide rows but lose 25% on 512-row matrices; 8 rows per workgroup,
-//! and pairs of adjacent units per thread (one scale decode for 64 weights), were slower.
+//! Matvec speed on an H200 through Vulkan (the copy kernel reaches 4.2 TB/s there; BENCHMARKS.md
+//! has the tables). The f32-activation kernel (`Kernel::Matvec`, prefill's fallback and the
+//! devices without integer dot products): 1.60 TB/s on 256 MB of Q4_K, 1.72 Q5_K, 2.21 Q6_K,
+//! limited by per-weight issue in the f32 decode rather than by the memory system. The
+//! integer-dot kernel decode uses (`Kernel::MatvecQ8`, `matvec_kquants_q8.wgsl`): 80-81% of
+//! the copy bandwidth for Q4_K, 76-77% Q5_K, 85% Q6_K; timing variants that skip the scale
+//! unpacking reach 87-89% for Q4_K, and 99% without the per-unit header load as well, so what
+//! is left is the per-unit and per-row header work (the permuted scale bytes above cut it by
+//! about a third). 32 threads gain on the large 2048-column matrices
+//! ([`matvec_q8_workgroup_size`]); 8 rows per workgroup, pairs of adjacent units per thread,
+//! and a loop with the unit index fixed per thread were slower.
 
 use super::{Kernel, KernelSource};
 use crate::quant::GgmlType;
@@ -403,7 +405,7 @@ const Q6K_BLOCK: usize = 210;
 /// Bytes of a Q4_K / Q5_K block before its 12 scale bytes (`d`, `dmin`).
 const K4_SCALES_AT: usize = 4;
 
-/// A Q4_K / Q5_K block's 12 scale bytes (ggml's packing, [`crate::quant::kquants::scale_min_k4`])
+/// A Q4_K / Q5_K block's 12 scale bytes (ggml's packing, [`crate::quant::scale_min_k4`])
 /// rearranged for `k4_unit_scales` in quant/kquants.wgsl. Sub-blocks 2p and 2p + 1 (a "pair",
 /// p = 0..4) have the four 6-bit values (scale 2p, scale 2p + 1, min 2p, min 2p + 1). Pair p < 3
 /// is word p (bytes 4p .. 4p + 4), one value in the low 6 bits of each byte; the top two bits of

@@ -11,11 +11,11 @@
 // 64 (s % 2) .., tokens 64 (s / 2) ..) as sixteen 16x16 f32 matrices, loading each step's four
 // weight tiles and four input tiles straight from the buffers (512 contiguous bytes each; two
 // steps ahead of the products: the step after next is loaded before this step's products), so
-// each load feeds four products. There is no workgroup memory staging and no barrier until the end, where each block goes through
-// workgroup memory to y (or, split, to its slice of `part`, which matmul_f16_sum.wgsl adds
-// up), so rows and tokens past the ends are never written. Tiles past the last row or token
-// read whatever the scratch holds there: each output depends only on its own row and token,
-// and those are not written.
+// each load feeds four products. There is no workgroup memory staging and no barrier until
+// the end, where each block goes through workgroup memory to y (or, split, to its slice of
+// `part`, which matmul_f16_sum.wgsl adds up), so rows and tokens past the ends are never
+// written. Tiles past the last row or token read whatever the scratch holds there: each
+// output depends only on its own row and token, and those are not written.
 //
 // Bindings:
 //   0  uniform MatmulParams (rows: the rows of `w` to multiply; row_offset: their first

@@ -11,11 +11,12 @@
 //!   of 16 bytes, so a row of blocks is an `array<vec4<u32>>` in which every header, `qh` half
 //!   and `qs` quarter is one aligned 16-byte load. A consecutive run of threads reads a
 //!   consecutive run of blocks, so the loads are coalesced without a repack; an SoA split
-//!   would only add planes (bindings) for the same transactions (and headers in a plane of
-//!   their own were slower: 73% against 77% of copy bandwidth for Q4_K on an H200). The 12
-//!   scale bytes of each header are permuted at upload ([`permute_k4_scales`]) so that a pair
-//!   of sub-blocks' four 6-bit values are one byte-aligned word: ggml's packing costs about
-//!   36 operations per unit and row to unpack, this one about 26.
+//!   would only add planes (bindings) for the same transactions (a timing variant reading the
+//!   headers from a compact array of 16 bytes per block ran at 73% against 77% of copy
+//!   bandwidth for Q4_K on an H200). The 12 scale bytes of each header are permuted at upload
+//!   ([`permute_k4_scales`]) so that a pair of sub-blocks' four 6-bit values are one
+//!   byte-aligned word: unpacking ggml's order takes about 36 WGSL operations per unit and row,
+//!   this one about 26 (counted in the source, not profiled).
 //! - Q6_K (210 bytes, not even 4-byte aligned): two planes. Plane 0 is each block's first 208
 //!   bytes (`ql`, `qh`, `scales`: 13 x 16, aligned like the others); plane 1 is the f16 `d` of
 //!   every block, two per word. Splitting off only the trailing `d` makes everything else
@@ -35,11 +36,11 @@
 //! has the tables). The f32-activation kernel (`Kernel::Matvec`, prefill's fallback and the
 //! devices without integer dot products): 1.60 TB/s on 256 MB of Q4_K, 1.72 Q5_K, 2.21 Q6_K,
 //! limited by per-weight issue in the f32 decode rather than by the memory system. The
-//! integer-dot kernel decode uses (`Kernel::MatvecQ8`, `matvec_kquants_q8.wgsl`): 80-81% of
-//! the copy bandwidth for Q4_K, 76-77% Q5_K, 85% Q6_K; timing variants that skip the scale
-//! unpacking reach 87-89% for Q4_K, and 99% without the per-unit header load as well, so what
-//! is left is the per-unit and per-row header work (the permuted scale bytes above cut it by
-//! about a third). 32 threads gain on the large 2048-column matrices
+//! integer-dot kernel decode uses (`Kernel::MatvecQ8`, `matvec_kquants_q8.wgsl`): 80-81.5% of
+//! the copy bandwidth for Q4_K, 75.5-76.5% Q5_K, 84.5-85.6% Q6_K; timing variants that skip the
+//! scale unpacking reach 87-89% for Q4_K, and 99% without the per-unit header load as well, so
+//! what is left is the per-unit and per-row header work (the permuted scale bytes above took
+//! Q4_K from 78% to 80-81.5%). 32 threads gain on the large 2048-column matrices
 //! ([`matvec_q8_workgroup_size`]); 8 rows per workgroup, pairs of adjacent units per thread,
 //! and a loop with the unit index fixed per thread were slower.
 
@@ -435,12 +436,12 @@ pub fn permute_k4_scales(q: &[u8; 12]) -> [u8; 12] {
 pub fn planes(dtype: GgmlType, data: &[u8], _rows: u32, _cols: u32) -> Vec<Vec<u8>> {
     match dtype {
         GgmlType::Q4_K | GgmlType::Q5_K => {
-            let block_bytes = match dtype {
-                GgmlType::Q4_K => 144,
-                _ => 176,
-            };
+            let block_bytes = dtype
+                .block()
+                .expect("K-quants are block formats")
+                .block_bytes;
             let mut out = data.to_vec();
-            for block in out.chunks_exact_mut(block_bytes) {
+            for block in out.chunks_exact_mut(block_bytes as usize) {
                 let scales = &mut block[K4_SCALES_AT..K4_SCALES_AT + 12];
                 let packed: [u8; 12] = (&*scales).try_into().expect("12 scale bytes");
                 scales.copy_from_slice(&permute_k4_scales(&packed));

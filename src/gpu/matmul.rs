@@ -288,9 +288,23 @@ impl MatmulOp {
         y: &wgpu::Buffer,
         n_tokens: u32,
     ) -> Result<Self, GpuError> {
+        let span = kquants::matvec_q8_span(kernel, w.bytes, w.cols);
+        Self::spanned(ctx, (kernel, wg, span), w, x, y, n_tokens)
+    }
+
+    /// [`MatmulOp::with_kernel`] with the K-quant integer-dot matvec's units per step given
+    /// (`(kernel, workgroup size, span)`; self-tests run both spans at every shape).
+    pub fn spanned(
+        ctx: &GpuContext,
+        (kernel, wg, span): (Kernel, u32, Option<u32>),
+        w: &GpuWeight,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        n_tokens: u32,
+    ) -> Result<Self, GpuError> {
         // One pipeline for every chunk: the mapping follows the whole weight's rows.
         let mapping = ternary::matvec_mapping(kernel, w.rows);
-        let pipeline = ctx.kernel_mapped(kernel, Some(wg), mapping)?;
+        let pipeline = ctx.kernel_with(kernel, Some(wg), mapping, span)?;
         let mut dispatches = Vec::new();
         let mut uniforms = Vec::new();
         for chunk in &w.chunks {
@@ -327,12 +341,11 @@ impl MatmulOp {
     /// `ya = A x` and `yb = B x` for one token in one dispatch of `kernel` (a
     /// [`Kernel::MatvecQ8Pair`]): `x` the records of the input, `a` and `b` single chunks of
     /// one format and row length, `a`'s rows a multiple of the kernel's rows per workgroup
-    /// (see [`crate::gpu::q8::can_pair`]).
-    #[allow(clippy::too_many_arguments)]
+    /// (see [`crate::gpu::q8::can_pair`]); `span` the units per step
+    /// ([`kquants::matvec_q8_span`]).
     pub fn pair(
         ctx: &GpuContext,
-        kernel: Kernel,
-        wg: u32,
+        (kernel, wg, span): (Kernel, u32, Option<u32>),
         a: &GpuWeight,
         b: &GpuWeight,
         x: &wgpu::Buffer,
@@ -347,7 +360,7 @@ impl MatmulOp {
                 b.name
             )));
         };
-        let pipeline = ctx.kernel(kernel, Some(wg))?;
+        let pipeline = ctx.kernel_with(kernel, Some(wg), None, span)?;
         let rows = a.rows + b.rows;
         let params = MatmulParams {
             rows,

@@ -281,6 +281,8 @@ pub fn q8_matvec_pair(
             a.name, a.dtype, a.rows, a.cols, b.name, b.dtype, b.rows, b.cols
         )));
     }
+    let kernel = Kernel::MatvecQ8Pair(a.dtype);
     let wg = kquants::matvec_q8_workgroup_size(a.bytes + b.bytes, a.cols);
-    MatmulOp::pair(ctx, Kernel::MatvecQ8Pair(a.dtype), wg, a, b, xq, ya, yb)
+    let span = kquants::matvec_q8_span(kernel, a.bytes + b.bytes, a.cols);
+    MatmulOp::pair(ctx, (kernel, wg, span), a, b, xq, ya, yb)
 }

@@ -24,7 +24,8 @@
 //!   a block share through the cache.
 //!
 //! Dispatch: matvec runs [`MATVEC_ROWS`] rows per workgroup: each thread issues the loads of
-//! two units of all its rows before computing, applies each unit's x (loaded once, pre-scaled
+//! two steps (of one or two units, [`matvec_q8_span`], for the integer-dot kernel) of all its
+//! rows before computing, applies each unit's x (loaded once, pre-scaled
 //! by powers of two so every code is decoded in place in the mantissa of 2^23: one AND-OR and
 //! one subtraction per weight) to every row, and the rows are reduced together by one
 //! `workgroup_sum4` (a vec4 `subgroupAdd` and one barrier); short rows split the workgroup into
@@ -36,13 +37,15 @@
 //! has the tables). The f32-activation kernel (`Kernel::Matvec`, prefill's fallback and the
 //! devices without integer dot products): 1.60 TB/s on 256 MB of Q4_K, 1.72 Q5_K, 2.21 Q6_K,
 //! limited by per-weight issue in the f32 decode rather than by the memory system. The
-//! integer-dot kernel decode uses (`Kernel::MatvecQ8`, `matvec_kquants_q8.wgsl`): 80-81.5% of
-//! the copy bandwidth for Q4_K, 75.5-76.5% Q5_K, 84.5-85.6% Q6_K; timing variants that skip the
+//! integer-dot kernel decode uses (`Kernel::MatvecQ8`, `matvec_kquants_q8.wgsl`): 86.5% of
+//! the copy bandwidth for Q4_K, 75.5-76.5% Q5_K, 84-85.6% Q6_K; timing variants that skip the
 //! scale unpacking reach 87-89% for Q4_K, and 99% without the per-unit header load as well, so
-//! what is left is the per-unit and per-row header work (the permuted scale bytes above took
-//! Q4_K from 78% to 80-81.5%). 32 threads gain on the large 2048-column matrices
-//! ([`matvec_q8_workgroup_size`]); 8 rows per workgroup, pairs of adjacent units per thread,
-//! and a loop with the unit index fixed per thread were slower.
+//! what limits it is the per-unit and per-row header work. The permuted scale bytes above took
+//! Q4_K from 78% to 80-81.5%; a step of two units (a sub-block pair, one header word unpacked
+//! for 64 weights, `SPAN` 2: [`matvec_q8_span`]) to 86.5% on large matrices, where it is used
+//! (small ones are latency-bound and faster with one). 32 threads gain on the large
+//! 2048-column matrices ([`matvec_q8_workgroup_size`]); 8 rows per workgroup and a loop with
+//! the unit index fixed per thread were slower.
 
 use super::{Kernel, KernelSource};
 use crate::quant::GgmlType;
@@ -192,6 +195,33 @@ pub fn matvec_q8_workgroup_size(bytes: u64, cols: u32) -> u32 {
     }
 }
 
+/// Units per step (`SPAN` in matvec_kquants_q8.wgsl) of a K-quant integer-dot matvec
+/// (`kernel`: [`Kernel::MatvecQ8`], [`Kernel::MatvecQ8Add`] or [`Kernel::MatvecQ8Pair`]) over
+/// `bytes` of weights with rows of `cols`; `None` for other kernels.
+///
+/// Two units (a Q4_K sub-block pair, whose scales and mins share one header word, unpacked once
+/// for both) where that measured faster: on an H200 (2026-11-27, `tritium bench kernels`, each
+/// span twice in one session) Q4_K at 256 MiB of 4096-column rows went from 79.3 to 86.4% of
+/// the copy bandwidth, and the Q6_K head of Llama-3.2-1B (128256 x 2048, the 32-invocation
+/// workgroups of [`matvec_q8_workgroup_size`]) from 70.7 to 63.2 us. One unit everywhere else:
+/// the small matrices are latency-bound and slower with two (Q4_K 2048 x 2048: 3.78 -> 4.55 us,
+/// 8192 x 2048: 6.28 -> 7.82), as are Q5_K (76.1 -> 73.2% at 256 MiB) and Q6_K with
+/// 4096-column rows (84.0 -> 75.8%).
+pub fn matvec_q8_span(kernel: Kernel, bytes: u64, cols: u32) -> Option<u32> {
+    let t = match kernel {
+        Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) | Kernel::MatvecQ8Pair(t) => t,
+        _ => return None,
+    };
+    format_index(t)?;
+    let large = bytes >= MATVEC_Q8_LARGE_BYTES;
+    let two = match t {
+        GgmlType::Q4_K => large && cols > 2048,
+        GgmlType::Q6_K => large && cols <= 2048,
+        _ => false,
+    };
+    Some(if two { 2 } else { 1 })
+}
+
 /// Invocations per workgroup of the conversions to f16 tiles and the slices' sum.
 pub const COOP_WG: u32 = 256;
 /// Invocations per workgroup of the cooperative-matrix matmul: 4 subgroups of 32 (the
@@ -305,8 +335,9 @@ fn replace_word(text: &str, from: &str, to: &str) -> String {
 }
 
 /// The pair kernel's second weight: the format's plane declarations moved to bindings
-/// [`PAIR_PLANES_BINDING`].. and renamed `<plane>_b`, and copies of `kq_load` (reading them)
-/// and `q8_rows` (calling it) as `kq_load_b` and `q8_rows_b`, appended to `wgsl`.
+/// [`PAIR_PLANES_BINDING`].. and renamed `<plane>_b`, and copies of `kq_load` and `kq8_load`
+/// (reading them) and `q8_rows` (calling them) as `kq_load_b`, `kq8_load_b` and `q8_rows_b`,
+/// appended to `wgsl`.
 pub fn pair_wgsl(wgsl: &str) -> Option<String> {
     let mut planes = Vec::new();
     let mut decls = String::new();
@@ -337,12 +368,25 @@ pub fn pair_wgsl(wgsl: &str) -> Option<String> {
     if planes.is_empty() {
         return None;
     }
-    let mut load = replace_word(function_text(wgsl, "kq_load")?, "kq_load", "kq_load_b");
+    // The loaders (`kq_load`, and the matvec's `kq8_load`, which may call it) read the
+    // second weight's planes under their `_b` names.
+    let rename = |text: &str| {
+        ["kq_load", "kq8_load"]
+            .iter()
+            .fold(text.to_string(), |t, f| {
+                replace_word(&t, f, &format!("{f}_b"))
+            })
+    };
+    let mut load = String::new();
+    for f in ["kq_load", "kq8_load"] {
+        load.push_str(&rename(function_text(wgsl, f)?));
+        load.push('\n');
+    }
     for name in &planes {
         load = replace_word(&load, name, &format!("{name}_b"));
     }
     let rows = replace_word(
-        &replace_word(function_text(wgsl, "q8_rows")?, "kq_load", "kq_load_b"),
+        &rename(function_text(wgsl, "q8_rows")?),
         "q8_rows",
         "q8_rows_b",
     );

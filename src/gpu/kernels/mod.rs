@@ -111,6 +111,9 @@ pub struct PipelineKey {
     /// Invocations per row and rows per invocation (`TPR`, `RPT`) of the matvec kernels that
     /// take them ([`ternary::matvec_mapping`]), or `None`: the kernel's defaults.
     pub mapping: Option<(u32, u32)>,
+    /// Units per step (`SPAN`) of the K-quant integer-dot matvecs
+    /// ([`kquants::matvec_q8_span`]), or `None`: the kernel's default.
+    pub span: Option<u32>,
 }
 
 /// The shader files of one kernel, in the order they are concatenated (helpers first), and
@@ -414,6 +417,9 @@ impl GpuContext {
         if let Some((tpr, rpt)) = key.mapping {
             constants.extend([("TPR", f64::from(tpr)), ("RPT", f64::from(rpt))]);
         }
+        if let Some(span) = key.span {
+            constants.push(("SPAN", f64::from(span)));
+        }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self
             .device
@@ -463,6 +469,18 @@ impl GpuContext {
         workgroup_size: Option<u32>,
         mapping: Option<(u32, u32)>,
     ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
+        self.kernel_with(kernel, workgroup_size, mapping, None)
+    }
+
+    /// [`GpuContext::kernel_mapped`] with the K-quant integer-dot matvecs' `SPAN` constant set
+    /// (see [`PipelineKey::span`]).
+    pub fn kernel_with(
+        &self,
+        kernel: Kernel,
+        workgroup_size: Option<u32>,
+        mapping: Option<(u32, u32)>,
+        span: Option<u32>,
+    ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
         let default = kernel.source().map_or(64, |s| s.default_workgroup_size);
         let workgroup_size = workgroup_size.unwrap_or(default);
         let mut variant = self.variant();
@@ -481,6 +499,7 @@ impl GpuContext {
             variant,
             workgroup_size,
             mapping,
+            span,
         })
     }
 

@@ -32,7 +32,7 @@ use super::{
     added_to_residual, compare, gpu_err, poisoned, read_f32, submit, upload_f32, Check, Rng, Stats,
     POISON,
 };
-use crate::gpu::kernels::Kernel;
+use crate::gpu::kernels::{kquants, Kernel};
 use crate::gpu::matmul::MatmulOp;
 use crate::gpu::q8::{decode_record, record_bytes, QuantizeQ8Op, RmsNormQuantizeQ8Op};
 use crate::gpu::weights::{row_bytes, GpuWeight};
@@ -316,13 +316,14 @@ async fn silu_mul_quantize(ctx: &GpuContext) -> Result<Stats, String> {
     Ok(stats)
 }
 
-/// Run QuantizeQ8 then `MatvecQ8(w.dtype)` at `wg` (chunks reversed if asked) in one pass;
+/// Run QuantizeQ8 then `MatvecQ8(w.dtype)` at `wg` (chunks reversed if asked) in one pass,
+/// a K-quant kernel taking `span` units per step (`None`: the kernel's choice for the weight);
 /// with a `residual`, `MatvecQ8Add` into a copy of it at the default workgroup size.
 async fn run_q8(
     ctx: &GpuContext,
     w: &GpuWeight,
     x: &wgpu::Buffer,
-    wg: Option<u32>,
+    (wg, span): (Option<u32>, Option<u32>),
     reverse: bool,
     residual: Option<&[f32]>,
 ) -> Result<Vec<f32>, String> {
@@ -340,8 +341,11 @@ async fn run_q8(
     let accumulate = residual.is_some();
     let mut op = match wg {
         None => crate::gpu::q8::q8_matvec(ctx, w, &xq, &y, accumulate).map_err(gpu_err)?,
-        Some(wg) => MatmulOp::with_kernel(ctx, Kernel::MatvecQ8(w.dtype), wg, w, &xq, &y, 1)
-            .map_err(gpu_err)?,
+        Some(wg) => {
+            let kernel = Kernel::MatvecQ8(w.dtype);
+            let span = span.or(kquants::matvec_q8_span(kernel, w.bytes, w.cols));
+            MatmulOp::spanned(ctx, (kernel, wg, span), w, &xq, &y, 1).map_err(gpu_err)?
+        }
     };
     if reverse {
         op.dispatches.reverse();
@@ -396,6 +400,7 @@ async fn matvec(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
     let mut stats = Stats::default();
     // The ternary formats also at enough rows for their wide mapping (ternary::WIDE_ROWS).
     let wide = [(crate::gpu::kernels::ternary::WIDE_ROWS as usize + 7, 256)];
+    let kquant = matches!(dtype, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
     let shapes: Vec<(usize, usize)> = match dtype {
         GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => SHAPES.to_vec(),
         GgmlType::TQ1_0 | GgmlType::TQ2_0 => SHAPES.iter().chain(&wide).copied().collect(),
@@ -411,15 +416,24 @@ async fn matvec(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
         for split in [false, true] {
             let gw = upload(ctx, dtype, rows, cols, &data, split)?;
             let what = format!("{rows}x{cols} in {} chunks", gw.chunks.len());
-            for (wg, reverse) in [(None, false), (Some(32), true), (Some(256), true)] {
-                let got = run_q8(ctx, &gw, &xb, wg, reverse, None).await?;
-                let what = format!("{what}, wg {wg:?}");
+            // K-quants also with two units per step (the large matrices' mapping).
+            let mut runs = vec![
+                (None, None, false),
+                (Some(32), None, true),
+                (Some(256), None, true),
+            ];
+            if kquant {
+                runs.extend([(Some(32), Some(2), false), (Some(64), Some(2), true)]);
+            }
+            for (wg, span, reverse) in runs {
+                let got = run_q8(ctx, &gw, &xb, (wg, span), reverse, None).await?;
+                let what = format!("{what}, wg {wg:?}, span {span:?}");
                 stats.merge(compare(&format!("{what} (integer)"), &got, &want, &bound)?);
                 compare(&format!("{what} (f32)"), &got, &exact, &exact_bound)?;
             }
             // Added to a residual (MatvecQ8Add): the product's bound plus the add's rounding.
             let residual = activations(&mut rng, rows);
-            let got = run_q8(ctx, &gw, &xb, None, false, Some(&residual)).await?;
+            let got = run_q8(ctx, &gw, &xb, (None, None), false, Some(&residual)).await?;
             let (sum, sum_bound) = added_to_residual(&want, &bound, &residual);
             let what = format!("{what}, added to a residual");
             stats.merge(compare(
@@ -458,46 +472,52 @@ async fn matvec_pair(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String>
             return Err(format!("{ra}x{cols} and {rb}x{cols} cannot be paired"));
         }
         let xb = upload_f32(ctx, "x", &x)?;
-        let ya = poisoned(ctx, ra + MARGIN)?;
-        let yb = poisoned(ctx, rb + MARGIN)?;
         let xqb = ctx
             .storage("xq", record_bytes(cols as u32))
             .map_err(gpu_err)?;
         let quant = QuantizeQ8Op::new(ctx, &xb, &xqb, cols as u32, 1).map_err(gpu_err)?;
-        let op = crate::gpu::q8::q8_matvec_pair(ctx, &wa, &wb, &xqb, &ya, &yb).map_err(gpu_err)?;
-        submit(ctx, |pass| {
-            quant.record(pass);
-            op.record(pass);
-        });
-        let label = Kernel::MatvecQ8Pair(dtype).label();
-        let mut got_a = read_f32(ctx, &ya, ra + MARGIN).await?;
-        let mut got_b = read_f32(ctx, &yb, rb + MARGIN).await?;
-        check_margin(&label, &got_a[ra..])?;
-        check_margin(&label, &got_b[rb..])?;
-        got_a.truncate(ra);
-        got_b.truncate(rb);
-        let what = format!("{ra}x{cols} + {rb}x{cols}");
-        stats.merge(compare(
-            &format!("{what}, first"),
-            &got_a,
-            &want_a,
-            &bound_a,
-        )?);
-        stats.merge(compare(
-            &format!("{what}, second"),
-            &got_b,
-            &want_b,
-            &bound_b,
-        )?);
-        let wg =
-            crate::gpu::kernels::kquants::matvec_q8_workgroup_size(wa.bytes + wb.bytes, wa.cols);
-        for (w, got, which) in [(&wa, &got_a, "first"), (&wb, &got_b, "second")] {
-            let single = run_q8(ctx, w, &xb, Some(wg), false, None).await?;
-            if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != single[i].to_bits()) {
-                return Err(format!(
-                    "{what}: the {which} product's row {i} is {} paired, {} alone",
-                    got[i], single[i]
-                ));
+        let kernel = Kernel::MatvecQ8Pair(dtype);
+        let wg = kquants::matvec_q8_workgroup_size(wa.bytes + wb.bytes, wa.cols);
+        // The pair as the backend makes it, then with two units per step (the large matrices'
+        // mapping), each against the single kernel at the same workgroup size and span.
+        let chosen = kquants::matvec_q8_span(kernel, wa.bytes + wb.bytes, wa.cols);
+        for span in [chosen, Some(2)] {
+            let ya = poisoned(ctx, ra + MARGIN)?;
+            let yb = poisoned(ctx, rb + MARGIN)?;
+            let op = MatmulOp::pair(ctx, (kernel, wg, span), &wa, &wb, &xqb, &ya, &yb)
+                .map_err(gpu_err)?;
+            submit(ctx, |pass| {
+                quant.record(pass);
+                op.record(pass);
+            });
+            let label = kernel.label();
+            let mut got_a = read_f32(ctx, &ya, ra + MARGIN).await?;
+            let mut got_b = read_f32(ctx, &yb, rb + MARGIN).await?;
+            check_margin(&label, &got_a[ra..])?;
+            check_margin(&label, &got_b[rb..])?;
+            got_a.truncate(ra);
+            got_b.truncate(rb);
+            let what = format!("{ra}x{cols} + {rb}x{cols}, span {span:?}");
+            stats.merge(compare(
+                &format!("{what}, first"),
+                &got_a,
+                &want_a,
+                &bound_a,
+            )?);
+            stats.merge(compare(
+                &format!("{what}, second"),
+                &got_b,
+                &want_b,
+                &bound_b,
+            )?);
+            for (w, got, which) in [(&wa, &got_a, "first"), (&wb, &got_b, "second")] {
+                let single = run_q8(ctx, w, &xb, (Some(wg), span), false, None).await?;
+                if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != single[i].to_bits()) {
+                    return Err(format!(
+                        "{what}: the {which} product's row {i} is {} paired, {} alone",
+                        got[i], single[i]
+                    ));
+                }
             }
         }
     }

@@ -244,7 +244,7 @@ pub fn q8_matvec(
     };
     let wg = match w.dtype {
         GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
-            kquants::matvec_q8_workgroup_size(w.bytes, w.cols)
+            kquants::matvec_q8_workgroup_size(w.dtype, w.bytes, w.cols)
         }
         _ => kernel.source().map_or(64, |s| s.default_workgroup_size),
     };
@@ -282,7 +282,7 @@ pub fn q8_matvec_pair(
         )));
     }
     let kernel = Kernel::MatvecQ8Pair(a.dtype);
-    let wg = kquants::matvec_q8_workgroup_size(a.bytes + b.bytes, a.cols);
+    let wg = kquants::matvec_q8_workgroup_size(a.dtype, a.bytes + b.bytes, a.cols);
     let span = kquants::matvec_q8_span(kernel, a.bytes + b.bytes, a.cols);
     MatmulOp::pair(ctx, (kernel, wg, span), a, b, xq, ya, yb)
 }

@@ -37,15 +37,15 @@
 //! has the tables). The f32-activation kernel (`Kernel::Matvec`, prefill's fallback and the
 //! devices without integer dot products): 1.60 TB/s on 256 MB of Q4_K, 1.72 Q5_K, 2.21 Q6_K,
 //! limited by per-weight issue in the f32 decode rather than by the memory system. The
-//! integer-dot kernel decode uses (`Kernel::MatvecQ8`, `matvec_kquants_q8.wgsl`): 86.5% of
-//! the copy bandwidth for Q4_K, 75.5-76.5% Q5_K, 84-85.6% Q6_K; timing variants that skip the
+//! integer-dot kernel decode uses (`Kernel::MatvecQ8`, `matvec_kquants_q8.wgsl`): 82.5-87% of
+//! the copy bandwidth for Q4_K, 78.5% Q5_K, 85% Q6_K; timing variants that skip the
 //! scale unpacking reach 87-89% for Q4_K, and 99% without the per-unit header load as well, so
 //! what limits it is the per-unit and per-row header work. The permuted scale bytes above took
 //! Q4_K from 78% to 80-81.5%; a step of two units (a sub-block pair, one header word unpacked
-//! for 64 weights, `SPAN` 2: [`matvec_q8_span`]) to 86.5% on large matrices, where it is used
-//! (small ones are latency-bound and faster with one). 32 threads gain on the large
-//! 2048-column matrices ([`matvec_q8_workgroup_size`]); 8 rows per workgroup and a loop with
-//! the unit index fixed per thread were slower.
+//! for 64 weights, `SPAN` 2: [`matvec_q8_span`]) to 82.5-87% on large matrices, where it is
+//! used (small ones are latency-bound and faster with one). 32 threads gain on the large
+//! 2048-column matrices and on large Q5_K/Q6_K ([`matvec_q8_workgroup_size`]); 8 rows per
+//! workgroup and a loop with the unit index fixed per thread were slower.
 
 use super::{Kernel, KernelSource};
 use crate::quant::GgmlType;
@@ -180,15 +180,24 @@ pub fn matmul_workgroup_size(workgroup_bytes: u32, rows: u32, n_tokens: u32) -> 
 /// [`matvec_q8_workgroup_size`]).
 pub const MATVEC_Q8_LARGE_BYTES: u64 = 64 << 20;
 
-/// The integer-dot matvec's workgroup size for a K-quant matrix of `cols` columns and `bytes`
-/// of weights: [`MATVEC_WG`], except for large matrices with rows of at most 2048 columns (64
-/// units), which take 32 so that each thread has two units in flight per row rather than one
-/// (the skeleton's paired loads). On an H100 the Q6_K head of Llama-3.2-1B (128256 x 2048)
-/// went from 90.5 to 79.5 us; small matrices of the same width are latency-bound and faster
-/// with 64 threads (8192 x 2048 Q4_K: 6.5 against 6.8 us), as are longer rows (4096 columns at
-/// 256 MiB: 92/84/96% against 85/82/94% of copy bandwidth for Q4_K/Q5_K/Q6_K).
-pub fn matvec_q8_workgroup_size(bytes: u64, cols: u32) -> u32 {
-    if bytes >= MATVEC_Q8_LARGE_BYTES && cols <= 2048 {
+/// The integer-dot matvec's workgroup size for a `dtype` (K-quant) matrix of `cols` columns
+/// and `bytes` of weights: [`MATVEC_WG`], except for large matrices with rows of at most 2048
+/// columns (64 units), and large Q5_K and Q6_K matrices of any width, which take 32 so that
+/// each thread has two units or steps in flight per row rather than one (the skeleton's paired
+/// loads). On an H100 the Q6_K head of Llama-3.2-1B (128256 x 2048) went from 90.5 to 79.5 us;
+/// small matrices of the same width are latency-bound and faster with 64 threads (8192 x 2048
+/// Q4_K: 6.5 against 6.8 us), as are longer Q4_K rows (4096 columns at 256 MiB: 92/84/96%
+/// against 85/82/94% of copy bandwidth for Q4_K/Q5_K/Q6_K with one unit per step). With two
+/// units per step ([`matvec_q8_span`]) at 4096 columns on an H200 (2026-11-27), 32 threads
+/// against 64: Q5_K 78.3-78.5% against 72.9-73.2%, Q6_K 84.8-85.3% against 75.7-76.9%, Q4_K
+/// 82.6-82.9% against 82.5-87.1% (so Q4_K keeps 64); 128 threads were slower for every format.
+/// With both choices as here, against one unit and 64 threads at 4096 columns: H200 Q5_K
+/// 77.3-77.5 -> 79.2-79.6%, Q6_K 85.7-85.8 -> 86.7-86.9%; H100 Q5_K 85.3-85.4 -> 88.5-89.0%,
+/// Q6_K 94.9-95.0 -> 91.8-91.9% (a loss there, kept for the H200, where Q6_K was at the edge
+/// of 85%).
+pub fn matvec_q8_workgroup_size(dtype: GgmlType, bytes: u64, cols: u32) -> u32 {
+    let large = bytes >= MATVEC_Q8_LARGE_BYTES;
+    if large && (cols <= 2048 || matches!(dtype, GgmlType::Q5_K | GgmlType::Q6_K)) {
         32
     } else {
         MATVEC_WG
@@ -199,14 +208,15 @@ pub fn matvec_q8_workgroup_size(bytes: u64, cols: u32) -> u32 {
 /// (`kernel`: [`Kernel::MatvecQ8`], [`Kernel::MatvecQ8Add`] or [`Kernel::MatvecQ8Pair`]) over
 /// `bytes` of weights with rows of `cols`; `None` for other kernels.
 ///
-/// Two units (a Q4_K sub-block pair, whose scales and mins share one header word, unpacked once
-/// for both) where that measured faster: on an H200 (2026-11-27, `tritium bench kernels`, each
-/// span twice in one session) Q4_K at 256 MiB of 4096-column rows went from 79.3 to 86.4% of
-/// the copy bandwidth, and the Q6_K head of Llama-3.2-1B (128256 x 2048, the 32-invocation
-/// workgroups of [`matvec_q8_workgroup_size`]) from 70.7 to 63.2 us. One unit everywhere else:
-/// the small matrices are latency-bound and slower with two (Q4_K 2048 x 2048: 3.78 -> 4.55 us,
-/// 8192 x 2048: 6.28 -> 7.82), as are Q5_K (76.1 -> 73.2% at 256 MiB) and Q6_K with
-/// 4096-column rows (84.0 -> 75.8%).
+/// Two units (a Q4_K/Q5_K sub-block pair, whose scales and mins share one header word,
+/// unpacked once for both) where that measured faster, on an H200 (2026-11-27, `tritium bench
+/// kernels`, each choice twice in one session): Q4_K at 256 MiB of 4096-column rows went from
+/// 79.3 to 86.4% of the copy bandwidth (64 invocations), Q5_K from 74-76% to 78.3-78.5% and
+/// Q6_K from 84.0-84.2% to 84.8-85.3% (32 invocations, [`matvec_q8_workgroup_size`]), and the
+/// Q6_K head of Llama-3.2-1B (128256 x 2048, 32 invocations) from 70.7 to 63.2 us. One unit
+/// everywhere else: small matrices are latency-bound and slower with two (Q4_K 2048 x 2048:
+/// 3.78 -> 4.55 us, 8192 x 2048: 6.28 -> 7.82), and large Q4_K rows of at most 2048 columns
+/// were not measured with two.
 pub fn matvec_q8_span(kernel: Kernel, bytes: u64, cols: u32) -> Option<u32> {
     let t = match kernel {
         Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) | Kernel::MatvecQ8Pair(t) => t,
@@ -216,8 +226,7 @@ pub fn matvec_q8_span(kernel: Kernel, bytes: u64, cols: u32) -> Option<u32> {
     let large = bytes >= MATVEC_Q8_LARGE_BYTES;
     let two = match t {
         GgmlType::Q4_K => large && cols > 2048,
-        GgmlType::Q6_K => large && cols <= 2048,
-        _ => false,
+        _ => large,
     };
     Some(if two { 2 } else { 1 })
 }

@@ -458,22 +458,12 @@ impl GpuContext {
         kernel: Kernel,
         workgroup_size: Option<u32>,
     ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
-        self.kernel_mapped(kernel, workgroup_size, None)
+        self.kernel_with(kernel, workgroup_size, None, None)
     }
 
     /// [`GpuContext::kernel`] with the kernel's `TPR` and `RPT` constants set (see
-    /// [`PipelineKey::mapping`]).
-    pub fn kernel_mapped(
-        &self,
-        kernel: Kernel,
-        workgroup_size: Option<u32>,
-        mapping: Option<(u32, u32)>,
-    ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
-        self.kernel_with(kernel, workgroup_size, mapping, None)
-    }
-
-    /// [`GpuContext::kernel_mapped`] with the K-quant integer-dot matvecs' `SPAN` constant set
-    /// (see [`PipelineKey::span`]).
+    /// [`PipelineKey::mapping`]) and the K-quant integer-dot matvecs' `SPAN` (see
+    /// [`PipelineKey::span`]).
     pub fn kernel_with(
         &self,
         kernel: Kernel,

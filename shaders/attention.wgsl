@@ -25,6 +25,9 @@
 // Prefill by KV head (entry point main_group, Kernel::AttentionGroup): attend for the 2 to 4
 // query heads of one KV head in one workgroup (see attend_group).
 //
+// Decode with the combine in the attend (entry point main_decode, Kernel::AttentionDecode,
+// natively): the last piece of each head to finish combines them (see main_decode).
+//
 // Decode (fused == 1, one token): attend also appends, so one dispatch does both. Its
 // workgroups take the new key and value (position pos0) from src3 and src2, packed exactly
 // as the cache would hold them, instead of from the cache, and the split-0 workgroup of the
@@ -288,7 +291,8 @@ fn values4(j: u32, lanes: u32, last: u32, fused: bool, fresh_at: u32, base: u32,
     );
 }
 
-fn attend(wid: vec3<u32>, lid: u32) {
+// Whether this workgroup's piece holds keys (else it did nothing).
+fn attend(wid: vec3<u32>, lid: u32) -> bool {
     let split = wid.x;
     let head = wid.y;
     let token = wid.z;
@@ -304,7 +308,7 @@ fn attend(wid: vec3<u32>, lid: u32) {
     // (it also appends, fused). Uniform per workgroup, so returning before the barriers is
     // fine.
     if (start >= end) {
-        return;
+        return false;
     }
 
     let qbase = (token * p.n_heads + head) * d;
@@ -425,6 +429,7 @@ fn attend(wid: vec3<u32>, lid: u32) {
     put_lane_sums(lane, lanes, g, q_per_slot, Slot(acc_lo, acc_hi));
     workgroupBarrier();
     write_piece(qbase, (token * p.n_heads + head) * p.n_splits + split, lanes, m, l, lid);
+    return true;
 }
 
 // A lane's sums of p * V (slot g of the head row) into lane_acc, rows of head_dim / 4.
@@ -638,8 +643,35 @@ fn ml_base() -> u32 {
 }
 
 fn combine(wid: vec3<u32>, lid: u32) {
-    let head = wid.x;
-    let token = wid.y;
+    let c = combine_head(wid.x, wid.y, lid);
+    if (c.holds) {
+        src3[c.at] = c.w0;
+        src3[c.at + 1u] = c.w1;
+        if (c.scale_at != NO_SCALE) {
+            src3[c.scale_at] = c.scale;
+        }
+    }
+}
+
+const NO_SCALE: u32 = 0xffffffffu;
+
+// What an invocation of the combine writes into the q8 records (quantize == 1): words w0 and
+// w1 at `at` and `at + 1`, and the block's scale word at scale_at (NO_SCALE: none), where
+// `holds`.
+struct RecordWords {
+    holds: bool,
+    at: u32,
+    w0: u32,
+    w1: u32,
+    scale_at: u32,
+    scale: u32,
+}
+
+// The combine of (head, token): the head's output into `out`, and (quantize == 1) the words
+// of its q8 records, which the caller writes (the entry points hold the records at different
+// bindings).
+fn combine_head(head: u32, token: u32, lid: u32) -> RecordWords {
+    var words = RecordWords(false, 0u, 0u, 0u, NO_SCALE, 0u);
     let d4 = p.head_dim / 4u;
     let first = (token * p.n_heads + head) * p.n_splits; // this row's first piece
     // Only the pieces that hold keys were written (attend skips the rest).
@@ -689,7 +721,7 @@ fn combine(wid: vec3<u32>, lid: u32) {
         for (var j = lid; j < d4; j = j + WG) {
             store4(base + 4u * j, head_value(j, count, l));
         }
-        return;
+        return words;
     }
     // Invocation i < head_dim / 8 holds values 8i .. 8i + 7 of the head, a quarter of a
     // block of 32 (head_dim is a multiple of 32, so the head's blocks are whole and four
@@ -708,10 +740,62 @@ fn combine(wid: vec3<u32>, lid: u32) {
         let cols = p.n_heads * p.head_dim;
         let rec = token * (cols / 4u + 4u * ((cols + 127u) / 128u));
         let e = head * p.head_dim + 8u * lid; // first value, in the token's row
-        src3[rec + e / 4u] = q8_pack4(v0, s);
-        src3[rec + e / 4u + 1u] = q8_pack4(v1, s);
+        words = RecordWords(true, rec + e / 4u, q8_pack4(v0, s), q8_pack4(v1, s), NO_SCALE, 0u);
         if (lid % 4u == 0u) {
-            src3[rec + cols / 4u + e / 32u] = q8_scale_word(s);
+            words.scale_at = rec + cols / 4u + e / 32u;
+            words.scale = q8_scale_word(s);
+        }
+    }
+    return words;
+}
+
+// One-token decode with the combine in the attend dispatch (entry point main_decode,
+// Kernel::AttentionDecode, natively; as main's fused attend otherwise): each workgroup that
+// wrote a piece counts itself in `arrivals` (one counter per head and token) after a
+// storageBarrier, which naga makes a device-scope acquire-release fence over storage memory;
+// the last of a head's pieces to arrive (after another such fence) combines them, writes the
+// output (and with quantize == 1 its q8 records, at binding 10), and sets the counter back to
+// 0 for the next dispatch. The combine's own dispatch and its barrier go.
+//   10 records: the output's q8 records (quantize == 1; any buffer otherwise)
+//   11 arrivals: (n_tokens, n_heads) u32, 0 between dispatches
+@group(0) @binding(10) var<storage, read_write> records: array<u32>;
+@group(0) @binding(11) var<storage, read_write> arrivals: array<atomic<u32>>;
+
+var<workgroup> last_piece: u32;
+
+@compute @workgroup_size(WG)
+fn main_decode(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    // Uniform per workgroup: a piece past the keys returns before any barrier.
+    if (!attend(wid, lid)) {
+        return;
+    }
+    let head = wid.y;
+    let token = wid.z;
+    storageBarrier();
+    if (lid == 0u) {
+        let len = keys_seen(token);
+        let pieces = (len + piece_keys(len) - 1u) / piece_keys(len);
+        let slot = token * p.n_heads + head;
+        let before = atomicAdd(&arrivals[slot], 1u);
+        var last = 0u;
+        if (before + 1u == pieces) {
+            atomicStore(&arrivals[slot], 0u);
+            last = 1u;
+        }
+        last_piece = last;
+    }
+    if (workgroupUniformLoad(&last_piece) == 1u) {
+        storageBarrier();
+        let c = combine_head(head, token, lid);
+        if (c.holds) {
+            records[c.at] = c.w0;
+            records[c.at + 1u] = c.w1;
+            if (c.scale_at != NO_SCALE) {
+                records[c.scale_at] = c.scale;
+            }
         }
     }
 }

@@ -173,6 +173,7 @@ pub fn run(
         engine.model.backend.set_fuse_bitlinear(fuse);
         engine.model.backend.set_fold_rope(fuse);
         engine.model.backend.set_fuse_attention_q8(fuse);
+        engine.model.backend.set_combine_in_attend(fuse);
         if opts.warmup {
             run(engine, opts.decode_tokens.min(16))?;
         }

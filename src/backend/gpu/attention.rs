@@ -96,6 +96,13 @@ impl GpuBackend {
             && matches!(self.pending_rope.as_slice(), [a, b] if (*a, *b) == (qh, kh) || (*a, *b) == (kh, qh))
     }
 
+    /// Combine a one-token attention's pieces in its attend dispatch where the platform allows
+    /// (the default), or in a dispatch of their own (for comparisons).
+    pub fn set_combine_in_attend(&mut self, on: bool) {
+        self.combine_in_attend = on;
+        self.tapes.clear();
+    }
+
     /// Fuse the q8 quantization of a one-token attention's output into the attention where
     /// the next op is an integer-dot product of it (the default), or quantize in a dispatch
     /// of its own (for comparisons).
@@ -183,6 +190,7 @@ impl GpuBackend {
         } = a;
         let n = self.n_tokens as u32;
         let splits = self.attention_splits;
+        let combine_in_attend = self.combine_in_attend;
         let key = Key::Attention(layer, [q, k, v, out], n_heads, fold, records.is_some());
         self.step(key, move |s| {
             let io = AttentionBuffers {
@@ -207,6 +215,7 @@ impl GpuBackend {
                 n_tokens: n,
                 splits,
                 rope,
+                combine_in_attend,
             };
             Ok(Step::Attention(AttentionOp::new(
                 &s.ctx,

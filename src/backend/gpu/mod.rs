@@ -94,6 +94,9 @@ pub struct GpuBackend {
     pending_attention: Option<attention::PendingAttention>,
     /// Write those records in the attention (else a quantization dispatch makes them).
     fuse_attention_q8: bool,
+    /// Combine a one-token attention's pieces in its attend dispatch where the platform allows
+    /// ([`crate::gpu::ops::AttentionOp::combines_in_attend`]).
+    combine_in_attend: bool,
     /// Pieces every attention's context is cut into (`None`: the op chooses).
     attention_splits: Option<u32>,
     /// RoPE calls not recorded yet (tensor, heads): folded into the attention that reads them.
@@ -252,6 +255,7 @@ impl GpuBackend {
             pending_norm: None,
             pending_attention: None,
             fuse_attention_q8: true,
+            combine_in_attend: true,
             attention_splits: None,
             pending_rope: Vec::new(),
             pending_silu: None,

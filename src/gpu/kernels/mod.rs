@@ -79,6 +79,10 @@ pub enum Kernel {
     /// The prefill attention by KV head (`attention.wgsl`'s `main_group`): a workgroup
     /// attends for the 2 to 4 query heads that share a KV head, loading its rows once.
     AttentionGroup,
+    /// The one-token attention with the combine of its pieces in the attend dispatch
+    /// (`attention.wgsl`'s `main_decode`: the last piece of a head to finish combines them;
+    /// natively, see `AttentionOp::combines_in_attend`).
+    AttentionDecode,
     /// The prefill attention on cooperative matrices for heads of the given size
     /// (`attention_coop.wgsl`, flash attention over the f16 cache; native only, see
     /// `AttentionOp::uses_coop`).
@@ -210,6 +214,7 @@ impl Kernel {
             Kernel::Rope,
             Kernel::Attention,
             Kernel::AttentionGroup,
+            Kernel::AttentionDecode,
             Kernel::AttentionCoop(64),
             Kernel::AttentionCoop(128),
             Kernel::Softmax,
@@ -327,7 +332,7 @@ impl Kernel {
                     v.push(("X_VEC4S", 512.0))
                 }
                 Kernel::Argmax => v.push(("BEST_N", 256.0)),
-                Kernel::Attention | Kernel::AttentionGroup => {
+                Kernel::Attention | Kernel::AttentionGroup | Kernel::AttentionDecode => {
                     v.extend([("LANE_VEC4S", 512.0), ("TILE", 256.0)])
                 }
                 _ => {}

@@ -68,7 +68,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         ),
         // 256: one key per thread in the scores loop (TILE = 256 keys); a power of two from 16
         // to 256, at least head_dim / 4 (`AttentionOp` takes less on CPU adapters).
-        Kernel::Attention | Kernel::AttentionGroup => (
+        Kernel::Attention | Kernel::AttentionGroup | Kernel::AttentionDecode => (
             &[
                 "position_params.wgsl",
                 "rope_angle.wgsl",
@@ -101,6 +101,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         files,
         entry: match kernel {
             Kernel::AttentionGroup => "main_group",
+            Kernel::AttentionDecode => "main_decode",
             _ => "main",
         },
         default_workgroup_size,

@@ -3,7 +3,9 @@
 //! three are modes of attention.wgsl; natively a prefill attends by KV head instead (its
 //! `main_group` entry point, [`AttentionOp::by_kv_head`]), loading each key and value row once
 //! for the query heads that share it, or, where the device has cooperative matrices, on them
-//! (`attention_coop.wgsl`, flash attention in one dispatch: [`AttentionOp::uses_coop`]).
+//! (`attention_coop.wgsl`, flash attention in one dispatch: [`AttentionOp::uses_coop`]); and
+//! natively a one-token decode combines its pieces in the attend dispatch (`main_decode`,
+//! [`AttentionOp::combines_in_attend`]): one dispatch a layer.
 
 use super::rope::RopeTable;
 use super::{check, need, Position};
@@ -177,6 +179,9 @@ pub struct AttentionCall<'a> {
     /// Rotate q and the new keys here, with this table, instead of in RoPE ops before
     /// (the q and k buffers are then left unrotated).
     pub rope: Option<&'a RopeTable>,
+    /// One token cut into pieces: combine them in the attend dispatch where the platform
+    /// allows ([`AttentionOp::combines_in_attend`]) instead of a dispatch of their own.
+    pub combine_in_attend: bool,
 }
 
 /// Append the new K/V at `position`, then `out = softmax(q k^T / sqrt(head_dim)) v` causally.
@@ -189,6 +194,8 @@ pub struct AttentionOp {
     pub n_splits: u32,
     /// The pieces' partial results (with one split: an unused 16 bytes).
     partials: Pooled,
+    /// The decode attend's arrival counters ([`Kernel::AttentionDecode`]).
+    _arrivals: Option<wgpu::Buffer>,
     _buffers: Vec<Pooled>,
 }
 
@@ -206,6 +213,7 @@ impl AttentionOp {
             n_tokens,
             splits,
             rope,
+            combine_in_attend,
         } = call;
         let (k_cache, v_cache) = match (cache.k.get(layer), cache.v.get(layer)) {
             (Some(k), Some(v)) => (k, v),
@@ -290,8 +298,13 @@ impl AttentionOp {
             Some(t) => &t.buffer,
             None => no_rope.insert(ctx.scratch("attention.no_rope", 16)?),
         };
-        // Decode appends inside the attend dispatch.
+        // Decode appends inside the attend dispatch, and natively combines its pieces there.
         let fused = n_tokens == 1;
+        let in_attend = fused && n_splits > 1 && combine_in_attend && Self::combines_in_attend();
+        let decode_pipeline = match in_attend {
+            true => Some(ctx.kernel(Kernel::AttentionDecode, Some(wg))?),
+            false => None,
+        };
         let params = |mode| AttentionParams {
             mode,
             n_tokens,
@@ -306,7 +319,10 @@ impl AttentionOp {
             rope_dim: rope.map_or(0, |t| t.config.rot_dim as u32),
             rope_neox: u32::from(rope.is_some_and(|t| t.config.style == RopeStyle::NeoX)),
             fused: u32::from(fused && mode == MODE_ATTEND),
-            quantize: u32::from(io.records.is_some() && mode == MODE_COMBINE),
+            quantize: u32::from(
+                io.records.is_some()
+                    && (mode == MODE_COMBINE || (in_attend && mode == MODE_ATTEND)),
+            ),
             ..Default::default()
         };
         let max_dim = ctx.limits.max_compute_workgroups_per_dimension;
@@ -390,7 +406,45 @@ impl AttentionOp {
             [io.k, io.v, &spare],
             grid(append_threads.div_ceil(wg), max_dim),
         );
-        let (group_uniform, attend) = match coop_attend.or(group_attend) {
+        // The decode attend that combines its pieces itself: the attend's bindings, then the
+        // records and the arrival counters (zero, and zero again after every dispatch).
+        let mut arrivals = None;
+        let decode_attend = match decode_pipeline {
+            Some(dp) => {
+                let u = ctx.uniform("attention.params", &params(MODE_ATTEND));
+                let counts = arrivals.insert(ctx.storage_init(
+                    "attention.arrivals",
+                    &vec![0u8; (n_tokens * n_heads) as usize * 4],
+                )?);
+                let bind_group = ctx.bind(
+                    &dp,
+                    &[
+                        &u,
+                        &position.buffer,
+                        io.q,
+                        io.v,
+                        k_cache,
+                        v_cache,
+                        io.out,
+                        &partials,
+                        freqs,
+                        io.k,
+                        io.records.unwrap_or(&spare),
+                        counts,
+                    ],
+                );
+                Some((
+                    u,
+                    Dispatch {
+                        pipeline: dp,
+                        bind_group,
+                        workgroups: [n_splits, n_heads, n_tokens],
+                    },
+                ))
+            }
+            None => None,
+        };
+        let (group_uniform, attend) = match coop_attend.or(group_attend).or(decode_attend) {
             Some((u, d)) => (Some(u), d),
             None => (
                 None,
@@ -401,7 +455,7 @@ impl AttentionOp {
                 ),
             ),
         };
-        let combine = (n_splits > 1).then(|| {
+        let combine = (n_splits > 1 && !in_attend).then(|| {
             let records = io.records.unwrap_or(&spare);
             dispatch(MODE_COMBINE, [io.q, io.q, records], [n_heads, n_tokens, 1])
         });
@@ -415,6 +469,7 @@ impl AttentionOp {
             fused,
             n_splits,
             partials,
+            _arrivals: arrivals,
             _buffers: buffers,
         })
     }
@@ -479,6 +534,15 @@ impl AttentionOp {
     pub fn by_kv_head(n_tokens: u32, n_heads: u32, n_kv_heads: u32) -> bool {
         let group = n_heads / n_kv_heads.max(1);
         !cfg!(target_arch = "wasm32") && n_tokens > 1 && (2..=4).contains(&group)
+    }
+
+    /// Whether a one-token attention cut into pieces combines them in the attend dispatch
+    /// ([`Kernel::AttentionDecode`]: the last piece of each head to finish does it): natively,
+    /// where naga makes WGSL's `storageBarrier` a device-scope fence, which the hand-off
+    /// between workgroups needs (the WGSL specification's is workgroup-scoped; the browser
+    /// keeps the combine's own dispatch).
+    pub fn combines_in_attend() -> bool {
+        !cfg!(target_arch = "wasm32")
     }
 
     /// Whether an attention cut into `n_splits` pieces over heads of `head_dim` can write the

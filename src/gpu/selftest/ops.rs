@@ -8,7 +8,7 @@
 //! summation bound `n * eps * sum |terms|` (any order); each check states its own. `eps` is
 //! f32's 2^-23; the twins round their f64 result to f32 once, which adds `eps * |want|`.
 
-use super::{compare, gpu_err, poisoned, read_f32, submit, upload_f32, Check, Rng, Stats};
+use super::{compare, gpu_err, poisoned, read_f32, submit, upload_f32, Check, Rng, Stats, POISON};
 use crate::cpu::ops as cpu;
 use crate::gpu::ops::{
     ArgmaxOp, AttentionBuffers, AttentionCall, AttentionOp, Elementwise, ElementwiseOp, KvCache,
@@ -465,6 +465,7 @@ async fn run_attention(
             n_tokens: pos0 as u32,
             splits: None,
             rope,
+            combine_in_attend: true,
         };
         let hist = AttentionOp::new(ctx, &cache, &position, io, call).map_err(gpu_err)?;
         submit(ctx, |pass| hist.record_append(pass));
@@ -493,6 +494,7 @@ async fn run_attention(
         n_tokens: n_tokens as u32,
         splits,
         rope,
+        combine_in_attend: true,
     };
     let op = AttentionOp::new(ctx, &cache, &position, io, call).map_err(gpu_err)?;
     // NaN in every piece's partial result, as stale pieces of an earlier, longer pass would
@@ -500,11 +502,61 @@ async fn run_attention(
     let partials = op.partials();
     ctx.write(partials, 0, &vec![u32::MAX; (partials.size() / 4) as usize]);
     submit(ctx, |pass| op.record(pass));
-    let records = match records {
-        Some(r) => Some(bytemuck::cast_slice(&read_u32(ctx, &r, record_words).await?).to_vec()),
+    // A decode whose attend combines its pieces itself counts them in counters that the last
+    // one sets back to zero: run it a second time on poisoned outputs, which only a reset
+    // lets it combine into again.
+    if n_tokens == 1 && n_splits > 1 && AttentionOp::combines_in_attend() {
+        ctx.write(&out, 0, &vec![POISON; q.len()]);
+        if let Some(r) = &records {
+            ctx.write(r, 0, &vec![POISON; record_words]);
+        }
+        submit(ctx, |pass| op.record(pass));
+    }
+    let got_records = match &records {
+        Some(r) => Some(read_u32(ctx, r, record_words).await?),
         None => None,
     };
-    Ok((read_f32(ctx, &out, q.len()).await?, records))
+    let got = read_f32(ctx, &out, q.len()).await?;
+    // And the same decode with the combine in a dispatch of its own (as in the browser):
+    // the same arithmetic, so the same bits.
+    if n_tokens == 1 && n_splits > 1 && AttentionOp::combines_in_attend() {
+        ctx.write(&out, 0, &vec![POISON; q.len()]);
+        if let Some(r) = &records {
+            ctx.write(r, 0, &vec![POISON; record_words]);
+        }
+        let call = AttentionCall {
+            combine_in_attend: false,
+            ..call
+        };
+        let io = AttentionBuffers {
+            q: &qb,
+            k: &kb,
+            v: &vb,
+            out: &out,
+            records: records.as_ref(),
+        };
+        let apart = AttentionOp::new(ctx, &cache, &position, io, call).map_err(gpu_err)?;
+        submit(ctx, |pass| apart.record(pass));
+        let same = |a: &[u32], b: &[u32]| a.iter().zip(b).position(|(x, y)| x != y);
+        let got_apart = read_f32(ctx, &out, q.len()).await?;
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        if let Some(i) = same(&bits(&got), &bits(&got_apart)) {
+            return Err(format!(
+                "decode at {pos0}: output {i} is {} combined in the attend, {} apart",
+                got[i], got_apart[i]
+            ));
+        }
+        if let (Some(r), Some(want)) = (&records, &got_records) {
+            let apart = read_u32(ctx, r, record_words).await?;
+            if let Some(i) = same(want, &apart) {
+                return Err(format!(
+                    "decode at {pos0}: record word {i} differs with the combine apart"
+                ));
+            }
+        }
+    }
+    let records = got_records.map(|r| bytemuck::cast_slice(&r).to_vec());
+    Ok((got, records))
 }
 
 /// Rows of one workgroup (up to 2048 columns) and rows split into chunks (2560 = 2 chunks,

@@ -77,7 +77,8 @@
 @group(0) @binding(4) var<storage, read_write> k_cache: array<vec4<u32>>;
 @group(0) @binding(5) var<storage, read_write> v_cache: array<vec4<u32>>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
-@group(0) @binding(7) var<storage, read_write> partials: array<vec4<f32>>;
+// Binding 7, `partials`, is declared by attention_partials.wgsl (or, for main_decode,
+// attention_partials_coherent.wgsl).
 @group(0) @binding(8) var<storage, read> freqs: array<vec2<u32>>;
 @group(0) @binding(9) var<storage, read_write> src3: array<u32>;
 
@@ -752,8 +753,10 @@ fn combine_head(head: u32, token: u32, lid: u32) -> RecordWords {
 // One-token decode with the combine in the attend dispatch (entry point main_decode,
 // Kernel::AttentionDecode, natively; as main's fused attend otherwise): each workgroup that
 // wrote a piece counts itself in `arrivals` (one counter per head and token) after a
-// storageBarrier, which naga makes a device-scope acquire-release fence over storage memory;
-// the last of a head's pieces to arrive (after another such fence) combines them, writes the
+// storageBarrier, which naga makes a device-scope acquire-release fence over storage memory,
+// and `partials` is `@coherent` here (attention_partials_coherent.wgsl: no stale copy in a
+// multiprocessor's cache); the last of a head's pieces to arrive (after another such fence)
+// combines them, writes the
 // output (and with quantize == 1 its q8 records, at binding 10), and sets the counter back to
 // 0 for the next dispatch. The combine's own dispatch and its barrier go.
 //   10 records: the output's q8 records (quantize == 1; any buffer otherwise)

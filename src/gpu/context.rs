@@ -20,6 +20,11 @@ pub struct GpuFeatures {
     /// (wgpu's experimental `wgpu-cooperative-matrix`; natively, on Vulkan tensor cores):
     /// the prefill matmuls use them ([`crate::gpu::kernels::Kernel::MatmulF16`]).
     pub cooperative_matrix: bool,
+    /// The `@coherent` decoration on storage buffers (wgpu's native
+    /// `wgpu-memory-decoration-coherent`; Vulkan): the one-token attention that hands its
+    /// pieces between workgroups of one dispatch reads them through it
+    /// ([`crate::gpu::ops::AttentionOp::combines_in_attend`]).
+    pub coherent: bool,
 }
 
 /// The limits that shape how we lay out buffers and dispatches.
@@ -236,6 +241,9 @@ impl GpuContext {
             // and `allow_cooperative_matrix: false` keeps them off.
             experimental_features = unsafe { wgpu::ExperimentalFeatures::enabled() };
         }
+        if !cfg!(target_arch = "wasm32") {
+            wanted |= wgpu::Features::MEMORY_DECORATION_COHERENT;
+        }
         let required_features = wanted & available;
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
@@ -261,6 +269,7 @@ impl GpuContext {
             subgroup_max_size: info.subgroup_max_size,
             cooperative_matrix: f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
                 && f.contains(wgpu::Features::SHADER_F16),
+            coherent: f.contains(wgpu::Features::MEMORY_DECORATION_COHERENT),
         };
         let l = device.limits();
         let limits = GpuLimits {

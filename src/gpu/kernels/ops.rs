@@ -31,6 +31,14 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../shaders/attention_params.wgsl"),
     ),
     (
+        "attention_partials.wgsl",
+        include_str!("../../../shaders/attention_partials.wgsl"),
+    ),
+    (
+        "attention_partials_coherent.wgsl",
+        include_str!("../../../shaders/attention_partials_coherent.wgsl"),
+    ),
+    (
         "attention.wgsl",
         include_str!("../../../shaders/attention.wgsl"),
     ),
@@ -68,13 +76,26 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         ),
         // 256: one key per thread in the scores loop (TILE = 256 keys); a power of two from 16
         // to 256, at least head_dim / 4 (`AttentionOp` takes less on CPU adapters).
-        Kernel::Attention | Kernel::AttentionGroup | Kernel::AttentionDecode => (
+        Kernel::Attention | Kernel::AttentionGroup => (
             &[
                 "position_params.wgsl",
                 "rope_angle.wgsl",
                 "absmax_scale.wgsl",
                 "q8_quarter.wgsl",
                 "attention_params.wgsl",
+                "attention_partials.wgsl",
+                "attention.wgsl",
+            ],
+            256,
+        ),
+        Kernel::AttentionDecode => (
+            &[
+                "position_params.wgsl",
+                "rope_angle.wgsl",
+                "absmax_scale.wgsl",
+                "q8_quarter.wgsl",
+                "attention_params.wgsl",
+                "attention_partials_coherent.wgsl",
                 "attention.wgsl",
             ],
             256,

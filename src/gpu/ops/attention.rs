@@ -300,7 +300,7 @@ impl AttentionOp {
         };
         // Decode appends inside the attend dispatch, and natively combines its pieces there.
         let fused = n_tokens == 1;
-        let in_attend = fused && n_splits > 1 && combine_in_attend && Self::combines_in_attend();
+        let in_attend = fused && n_splits > 1 && combine_in_attend && Self::combines_in_attend(ctx);
         let decode_pipeline = match in_attend {
             true => Some(ctx.kernel(Kernel::AttentionDecode, Some(wg))?),
             false => None,
@@ -538,11 +538,12 @@ impl AttentionOp {
 
     /// Whether a one-token attention cut into pieces combines them in the attend dispatch
     /// ([`Kernel::AttentionDecode`]: the last piece of each head to finish does it): natively,
-    /// where naga makes WGSL's `storageBarrier` a device-scope fence, which the hand-off
-    /// between workgroups needs (the WGSL specification's is workgroup-scoped; the browser
-    /// keeps the combine's own dispatch).
-    pub fn combines_in_attend() -> bool {
-        !cfg!(target_arch = "wasm32")
+    /// on a device with `@coherent` storage ([`crate::gpu::GpuFeatures::coherent`]), where
+    /// naga makes WGSL's `storageBarrier` a device-scope fence; the hand-off between
+    /// workgroups needs both (the WGSL specification's barrier is workgroup-scoped and has no
+    /// `@coherent`: the browser keeps the combine's own dispatch).
+    pub fn combines_in_attend(ctx: &GpuContext) -> bool {
+        !cfg!(target_arch = "wasm32") && ctx.features.coherent
     }
 
     /// Whether an attention cut into `n_splits` pieces over heads of `head_dim` can write the

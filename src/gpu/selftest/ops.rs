@@ -505,7 +505,7 @@ async fn run_attention(
     // A decode whose attend combines its pieces itself counts them in counters that the last
     // one sets back to zero: run it a second time on poisoned outputs, which only a reset
     // lets it combine into again.
-    if n_tokens == 1 && n_splits > 1 && AttentionOp::combines_in_attend() {
+    if n_tokens == 1 && n_splits > 1 && AttentionOp::combines_in_attend(ctx) {
         ctx.write(&out, 0, &vec![POISON; q.len()]);
         if let Some(r) = &records {
             ctx.write(r, 0, &vec![POISON; record_words]);
@@ -519,7 +519,7 @@ async fn run_attention(
     let got = read_f32(ctx, &out, q.len()).await?;
     // And the same decode with the combine in a dispatch of its own (as in the browser):
     // the same arithmetic, so the same bits.
-    if n_tokens == 1 && n_splits > 1 && AttentionOp::combines_in_attend() {
+    if n_tokens == 1 && n_splits > 1 && AttentionOp::combines_in_attend(ctx) {
         ctx.write(&out, 0, &vec![POISON; q.len()]);
         if let Some(r) = &records {
             ctx.write(r, 0, &vec![POISON; record_words]);

@@ -357,24 +357,24 @@ impl AttentionOp {
                 workgroups,
             }
         };
+        // The attend's bindings after its uniform (the fused decode's new key at 9).
+        let attend_bindings = [
+            &position.buffer,
+            io.q,
+            io.v,
+            k_cache,
+            v_cache,
+            io.out,
+            &partials,
+            freqs,
+            io.k,
+        ];
         // The attend by KV head, bound as the attend.
         let group_attend = group_pipeline.map(|gp| {
             let u = ctx.uniform("attention.params", &params(MODE_ATTEND));
-            let bind_group = ctx.bind(
-                &gp,
-                &[
-                    &u,
-                    &position.buffer,
-                    io.q,
-                    io.v,
-                    k_cache,
-                    v_cache,
-                    io.out,
-                    &partials,
-                    freqs,
-                    io.k,
-                ],
-            );
+            let mut bindings = vec![&*u];
+            bindings.extend(attend_bindings);
+            let bind_group = ctx.bind(&gp, &bindings);
             (
                 u,
                 Dispatch {
@@ -416,23 +416,10 @@ impl AttentionOp {
                     "attention.arrivals",
                     &vec![0u8; (n_tokens * n_heads) as usize * 4],
                 )?);
-                let bind_group = ctx.bind(
-                    &dp,
-                    &[
-                        &u,
-                        &position.buffer,
-                        io.q,
-                        io.v,
-                        k_cache,
-                        v_cache,
-                        io.out,
-                        &partials,
-                        freqs,
-                        io.k,
-                        io.records.unwrap_or(&spare),
-                        counts,
-                    ],
-                );
+                let mut bindings = vec![&*u];
+                bindings.extend(attend_bindings);
+                bindings.extend([io.records.unwrap_or(&spare), &*counts]);
+                let bind_group = ctx.bind(&dp, &bindings);
                 Some((
                     u,
                     Dispatch {

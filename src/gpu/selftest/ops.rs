@@ -481,7 +481,7 @@ async fn run_attention(
         true => Some(poisoned(ctx, record_words)?),
         false => None,
     };
-    let io = AttentionBuffers {
+    let io = || AttentionBuffers {
         q: &qb,
         k: &kb,
         v: &vb,
@@ -496,7 +496,7 @@ async fn run_attention(
         rope,
         combine_in_attend: true,
     };
-    let op = AttentionOp::new(ctx, &cache, &position, io, call).map_err(gpu_err)?;
+    let op = AttentionOp::new(ctx, &cache, &position, io(), call).map_err(gpu_err)?;
     // NaN in every piece's partial result, as stale pieces of an earlier, longer pass would
     // be: a piece without keys is not written, and the combine must not read it.
     let partials = op.partials();
@@ -528,14 +528,7 @@ async fn run_attention(
             combine_in_attend: false,
             ..call
         };
-        let io = AttentionBuffers {
-            q: &qb,
-            k: &kb,
-            v: &vb,
-            out: &out,
-            records: records.as_ref(),
-        };
-        let apart = AttentionOp::new(ctx, &cache, &position, io, call).map_err(gpu_err)?;
+        let apart = AttentionOp::new(ctx, &cache, &position, io(), call).map_err(gpu_err)?;
         submit(ctx, |pass| apart.record(pass));
         let same = |a: &[u32], b: &[u32]| a.iter().zip(b).position(|(x, y)| x != y);
         let got_apart = read_f32(ctx, &out, q.len()).await?;

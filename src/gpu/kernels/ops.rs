@@ -43,6 +43,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../shaders/attention.wgsl"),
     ),
     (
+        "attention_combine.wgsl",
+        include_str!("../../../shaders/attention_combine.wgsl"),
+    ),
+    (
         "softmax.wgsl",
         include_str!("../../../shaders/softmax.wgsl"),
     ),
@@ -85,6 +89,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
                 "attention_params.wgsl",
                 "attention_partials.wgsl",
                 "attention.wgsl",
+                "attention_combine.wgsl",
             ],
             256,
         ),
@@ -97,6 +102,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
                 "attention_params.wgsl",
                 "attention_partials_coherent.wgsl",
                 "attention.wgsl",
+                "attention_combine.wgsl",
             ],
             256,
         ),

@@ -505,11 +505,15 @@ async fn run_attention(
     // A decode whose attend combines its pieces itself counts them in counters that the last
     // one sets back to zero: run it a second time on poisoned outputs, which only a reset
     // lets it combine into again.
-    if n_tokens == 1 && n_splits > 1 && AttentionOp::combines_in_attend(ctx) {
+    let in_attend = n_tokens == 1 && n_splits > 1 && AttentionOp::combines_in_attend(ctx);
+    let poison_outputs = || {
         ctx.write(&out, 0, &vec![POISON; q.len()]);
         if let Some(r) = &records {
             ctx.write(r, 0, &vec![POISON; record_words]);
         }
+    };
+    if in_attend {
+        poison_outputs();
         submit(ctx, |pass| op.record(pass));
     }
     let got_records = match &records {
@@ -519,11 +523,8 @@ async fn run_attention(
     let got = read_f32(ctx, &out, q.len()).await?;
     // And the same decode with the combine in a dispatch of its own (as in the browser):
     // the same arithmetic, so the same bits.
-    if n_tokens == 1 && n_splits > 1 && AttentionOp::combines_in_attend(ctx) {
-        ctx.write(&out, 0, &vec![POISON; q.len()]);
-        if let Some(r) = &records {
-            ctx.write(r, 0, &vec![POISON; record_words]);
-        }
+    if in_attend {
+        poison_outputs();
         let call = AttentionCall {
             combine_in_attend: false,
             ..call

@@ -8,6 +8,10 @@
 // quantize_q8 of `y` bit for bit: iscale = 127 / amax (scale_for_absmax from activation_quant.wgsl, exact),
 // q = clamp(round_half_even(y * iscale), -127, 127), d = 1 / iscale; a block with amax < 1e-30
 // (or not finite) is all zeros with d = 0. Record layout: quant/q8.wgsl.
+// Where a row has at most one quarter block (8 values) per invocation (dim <= 8 WG: every
+// decode row of the models served), the row is read once into registers and the sum of squares,
+// the scale and the records come from those registers in one pass; longer rows are walked
+// twice (the sum, then the blocks), with the same arithmetic.
 //
 // Bindings:
 //   0  uniform NormQuantParams (record_words: u32 words per q8 record)
@@ -43,6 +47,32 @@ fn main(
     }
     let words = p.dim / 4u;
     let base = row * words;
+    // One quarter per invocation: the values stay in registers, one pass.
+    if (p.dim / 8u <= WG) {
+        let quarters = p.dim / 8u;
+        let live = lid < quarters;
+        let e = 2u * min(lid, quarters - 1u);
+        let a0 = src[base + e];
+        let a1 = src[base + e + 1u];
+        let w0 = w[e];
+        let w1 = w[e + 1u];
+        let part = select(0.0, dot(a0, a0) + dot(a1, a1), live);
+        let inv1 = inverseSqrt(workgroup_sum(part, lid) / f32(p.dim) + p.eps);
+        let v0 = (a0 * w0) * inv1;
+        let v1 = (a1 * w1) * inv1;
+        let s1 = q8_quarter_scale(lid, v0, v1);
+        if (live) {
+            let rec1 = row * p.record_words;
+            x[base + e] = v0;
+            x[base + e + 1u] = v1;
+            out[rec1 + e] = q8_pack4(v0, s1);
+            out[rec1 + e + 1u] = q8_pack4(v1, s1);
+            if (lid % 4u == 0u) {
+                out[rec1 + words + lid / 4u] = q8_scale_word(s1);
+            }
+        }
+        return;
+    }
     var ss = 0.0;
     for (var i = lid; i < words; i = i + WG) {
         let v = src[base + i];

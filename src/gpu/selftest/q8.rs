@@ -205,8 +205,9 @@ pub(super) fn check_records(
 /// RmsNormQuantizeQ8 against the CPU: the normalized rows within the bound of ops/rms_norm
 /// (`|y| (dim / 2 + 8) eps`: the sum of squares in another order, inverseSqrt's 2 ulp), and the
 /// records held to QuantizeQ8's tolerances against the CPU quantization of the rows the kernel
-/// wrote (the same values in registers). Shapes: decode rows of 576 and 2048, a batch of 3,
-/// a single block, and 257 blocks (more than one per invocation of a 256 workgroup).
+/// wrote (the same values in registers). Shapes: decode rows of 576 and 2048 and a single
+/// block (the one-pass path: at most 8 values per invocation), a batch of 3 rows of 2304 and 257
+/// blocks (the two-pass path: more than one quarter per invocation of a 256 workgroup).
 async fn norm_quantize(ctx: &GpuContext) -> Result<Stats, String> {
     let mut stats = Stats::default();
     for (n_tokens, dim) in [(1usize, 2048usize), (1, 576), (3, 2304), (1, 32), (2, 8224)] {

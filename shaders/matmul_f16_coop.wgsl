@@ -33,6 +33,11 @@
 @group(0) @binding(4) var<storage, read> inv: array<f32>;
 @group(0) @binding(5) var<storage, read_write> part: array<f32>;
 
+// 1: the product is added to what y holds (Kernel::MatmulF16(true): a residual add in the
+// product's dispatch, the Add kernel's one f32 sum; with column slices, SplitSum adds), 0: it
+// replaces it.
+override ACCUMULATE: u32 = 0u;
+
 // Rows and tokens per workgroup. Mirrored by F16_ROWS and F16_TOKENS in src/gpu/matmul.rs.
 const CM: u32 = 128u;
 const CN: u32 = 128u;
@@ -53,7 +58,12 @@ fn write_block(c: coop_mat16x16<f32, C>, sg: u32, lane: u32, lanes: u32, r0: u32
             if (p.split > 1u) {
                 part[(slice * p.n_tokens + t) * p.rows + row] = v;
             } else {
-                y[t * p.y_stride + p.row_offset + row] = v;
+                let at = t * p.y_stride + p.row_offset + row;
+                if (ACCUMULATE == 1u) {
+                    y[at] = y[at] + v;
+                } else {
+                    y[at] = v;
+                }
             }
         }
     }

@@ -6,6 +6,9 @@
 //   1  part: (split, n_tokens, rows) f32
 //   2  y: (n_tokens, y_stride) f32
 
+// 1: the sum is added to what y holds (Kernel::SplitSum(true)), 0: it replaces it.
+override ACCUMULATE: u32 = 0u;
+
 @group(0) @binding(0) var<uniform> p: MatmulParams;
 @group(0) @binding(1) var<storage, read> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
@@ -26,5 +29,10 @@ fn main(
     for (var k = 0u; k < p.split; k = k + 1u) {
         s = s + part[(k * p.n_tokens + t) * p.rows + r];
     }
-    y[t * p.y_stride + p.row_offset + r] = s;
+    let at = t * p.y_stride + p.row_offset + r;
+    if (ACCUMULATE == 1u) {
+        y[at] = y[at] + s;
+    } else {
+        y[at] = s;
+    }
 }

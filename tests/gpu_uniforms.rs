@@ -111,10 +111,10 @@ fn cooperative_matrix_kernels_validate_and_translate() {
     for kernel in Kernel::all() {
         if !matches!(
             kernel,
-            Kernel::MatmulF16
+            Kernel::MatmulF16(_)
                 | Kernel::DequantF16(_)
                 | Kernel::ScaleF16
-                | Kernel::SplitSum
+                | Kernel::SplitSum(_)
                 | Kernel::AttentionCoop(_)
         ) {
             continue;
@@ -130,6 +130,10 @@ fn cooperative_matrix_kernels_validate_and_translate() {
             Kernel::AttentionCoop(hd) => wgsl.replace(
                 "override HD: u32 = 64u;",
                 &format!("const HD: u32 = {hd}u;"),
+            ),
+            Kernel::MatmulF16(add) | Kernel::SplitSum(add) => wgsl.replace(
+                "override ACCUMULATE: u32 = 0u;",
+                &format!("const ACCUMULATE: u32 = {}u;", u32::from(add)),
             ),
             _ => wgsl,
         };
@@ -150,8 +154,9 @@ fn cooperative_matrix_kernels_validate_and_translate() {
         n += 1;
     }
     assert_eq!(
-        n, 14,
-        "the product, its sum, the input scaling, to f16: Q4_K, Q5_K, Q6_K, F16, Q4_0, Q4_1, \
-         Q5_0, Q5_1, Q8_0, and the prefill attention for heads of 64 and 128"
+        n, 16,
+        "the product and its sum (each also added to its output), the input scaling, to f16: \
+         Q4_K, Q5_K, Q6_K, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and the prefill attention for \
+         heads of 64 and 128"
     );
 }

@@ -198,7 +198,7 @@ pub fn has_coop_subgroups(ctx: &GpuContext) -> bool {
 pub fn uses_coop(ctx: &GpuContext, dtype: GgmlType) -> bool {
     has_coop_subgroups(ctx)
         && Kernel::DequantF16(dtype).source().is_some()
-        && Kernel::MatmulF16.source().is_some()
+        && Kernel::MatmulF16(false).source().is_some()
 }
 
 /// Workgroups a family's kernel needs for `rows` rows and `n_tokens` tokens.
@@ -237,9 +237,8 @@ impl MatmulOp {
         y: &wgpu::Buffer,
         n_tokens: u32,
     ) -> Result<Self, GpuError> {
-        if n_tokens > 1 && uses_coop(ctx, w.dtype) && w.cols % 32 == 0 {
-            let range = (F16_RANGE_HALVES / w.cols as u64) as u32 / F16_ROWS * F16_ROWS;
-            return Self::coop_f16(ctx, w, x, y, n_tokens, range.max(F16_ROWS));
+        if Self::takes_coop(ctx, w, n_tokens) {
+            return Self::coop_f16(ctx, w, x, y, n_tokens, (Self::coop_range(w), false));
         }
         let kernel = if n_tokens == 1 {
             Kernel::Matvec(w.dtype)
@@ -253,6 +252,37 @@ impl MatmulOp {
         }
         let wg = adapter_workgroup_size(ctx, kernel, wg);
         Self::with_kernel(ctx, kernel, wg, w, x, y, n_tokens)
+    }
+
+    /// Whether [`MatmulOp::new`] runs `n_tokens` tokens through `w` on cooperative matrices
+    /// ([`MatmulOp::coop_f16`]).
+    pub fn takes_coop(ctx: &GpuContext, w: &GpuWeight, n_tokens: u32) -> bool {
+        n_tokens > 1 && uses_coop(ctx, w.dtype) && w.cols % 32 == 0
+    }
+
+    /// Rows of `w` converted to f16 at a time for [`MatmulOp::coop_f16`].
+    fn coop_range(w: &GpuWeight) -> u32 {
+        let range = (F16_RANGE_HALVES / w.cols as u64) as u32 / F16_ROWS * F16_ROWS;
+        range.max(F16_ROWS)
+    }
+
+    /// `y += W x` for several tokens on cooperative matrices, the add in the product's (or its
+    /// slices' sum's) dispatch: the same bits as [`MatmulOp::new`] into a scratch followed by
+    /// the Add kernel. Check [`MatmulOp::takes_coop`] first.
+    pub fn coop_add(
+        ctx: &GpuContext,
+        w: &GpuWeight,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        n_tokens: u32,
+    ) -> Result<Self, GpuError> {
+        if !Self::takes_coop(ctx, w, n_tokens) {
+            return Err(GpuError::Unsupported(format!(
+                "a cooperative-matrix product added to its output: {} for {n_tokens} tokens",
+                w.name
+            )));
+        }
+        Self::coop_f16(ctx, w, x, y, n_tokens, (Self::coop_range(w), true))
     }
 
     /// `y += W x` for one token, `w` in a legacy format ([`Kernel::MatvecAdd`]: the residual
@@ -402,7 +432,7 @@ impl MatmulOp {
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
         n_tokens: u32,
-        range_rows: u32,
+        (range_rows, accumulate): (u32, bool),
     ) -> Result<Self, GpuError> {
         if w.cols % 32 != 0 {
             return Err(GpuError::Unsupported(format!(
@@ -436,8 +466,8 @@ impl MatmulOp {
         let max_dim = ctx.limits.max_compute_workgroups_per_dimension;
         let scale = ctx.kernel(Kernel::ScaleF16, None)?;
         let dequant = ctx.kernel(Kernel::DequantF16(w.dtype), None)?;
-        let product = ctx.kernel(Kernel::MatmulF16, None)?;
-        let sum = ctx.kernel(Kernel::SplitSum, None)?;
+        let product = ctx.kernel(Kernel::MatmulF16(accumulate), None)?;
+        let sum = ctx.kernel(Kernel::SplitSum(accumulate), None)?;
         let params = |rows: u32, row_offset: u32, split: u32| MatmulParams {
             rows,
             cols: w.cols,

@@ -563,6 +563,26 @@ impl Backend for GpuBackend {
                 });
             }
         }
+        // Several tokens on cooperative matrices: the add in the product's dispatch.
+        let n = rows as u32;
+        if self.fuse_residual
+            && residual != x
+            && len == rows * gw.rows as usize
+            && MatmulOp::takes_coop(&self.ctx, gw, n)
+        {
+            self.flush_pending()?;
+            self.wrote(residual);
+            return self.step(Key::MatmulAdd(w, x, residual, rows), |s| {
+                let gw = &s.weights[w.0 as usize];
+                Ok(Step::Matmul(MatmulOp::coop_add(
+                    &s.ctx,
+                    gw,
+                    s.buf(x),
+                    s.buf(residual),
+                    n,
+                )?))
+            });
+        }
         super::matmul_add_steps(self, w, x, scratch, residual, rows, len)
     }
 

@@ -436,11 +436,11 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
             &["matmul_params.wgsl", "f16_tiles.wgsl", "scale_f16.wgsl"][..],
             COOP_WG,
         ),
-        Kernel::MatmulF16 if !NATIVE_FILES.is_empty() => (
+        Kernel::MatmulF16(_) if !NATIVE_FILES.is_empty() => (
             &["matmul_params.wgsl", "matmul_f16_coop.wgsl"][..],
             MATMUL_F16_WG,
         ),
-        Kernel::SplitSum if !NATIVE_FILES.is_empty() => {
+        Kernel::SplitSum(_) if !NATIVE_FILES.is_empty() => {
             (&["matmul_params.wgsl", "matmul_f16_sum.wgsl"][..], COOP_WG)
         }
         _ => return None,

@@ -43,10 +43,12 @@ pub enum Kernel {
     ScaleF16,
     /// `Y = X W^T` for several tokens (prefill) on cooperative matrices over f16 tiles of both
     /// operands, f32 accumulation (where the device has them:
-    /// [`crate::gpu::GpuFeatures::cooperative_matrix`]; see `MatmulOp::coop_f16`).
-    MatmulF16,
-    /// The column slices of a split [`Kernel::MatmulF16`] summed into its output.
-    SplitSum,
+    /// [`crate::gpu::GpuFeatures::cooperative_matrix`]; see `MatmulOp::coop_f16`); `true`:
+    /// added to what `Y` holds (a residual add in the product's dispatch).
+    MatmulF16(bool),
+    /// The column slices of a split [`Kernel::MatmulF16`] summed into its output (`true`:
+    /// added to it).
+    SplitSum(bool),
     /// Rows of an embedding table gathered by token id.
     Embedding(GgmlType),
     /// Per-token int8 absmax quantization of activations (BitLinear input).
@@ -195,8 +197,10 @@ impl Kernel {
         }
         v.extend([
             Kernel::ScaleF16,
-            Kernel::MatmulF16,
-            Kernel::SplitSum,
+            Kernel::MatmulF16(false),
+            Kernel::MatmulF16(true),
+            Kernel::SplitSum(false),
+            Kernel::SplitSum(true),
             Kernel::QuantizeQ8,
             Kernel::SiluMulQuantizeQ8,
             Kernel::RmsNormQuantizeQ8,
@@ -247,7 +251,7 @@ impl Kernel {
                 F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
                 _ => None,
             },
-            Kernel::ScaleF16 | Kernel::MatmulF16 | Kernel::SplitSum => kquants::source(self),
+            Kernel::ScaleF16 | Kernel::MatmulF16(_) | Kernel::SplitSum(_) => kquants::source(self),
             Kernel::MatvecQ8Pair(t) => match t {
                 Q4_K | Q5_K | Q6_K => kquants::source(self),
                 _ => None,
@@ -291,8 +295,10 @@ impl Kernel {
             Kernel::Matmul(t) => format!("matmul_{}", t.name().to_lowercase()),
             Kernel::DequantF16(t) => format!("dequant_f16_{}", t.name().to_lowercase()),
             Kernel::ScaleF16 => "scale_f16".to_string(),
-            Kernel::MatmulF16 => "matmul_f16".to_string(),
-            Kernel::SplitSum => "split_sum".to_string(),
+            Kernel::MatmulF16(false) => "matmul_f16".to_string(),
+            Kernel::MatmulF16(true) => "matmul_f16_add".to_string(),
+            Kernel::SplitSum(false) => "split_sum".to_string(),
+            Kernel::SplitSum(true) => "split_sum_add".to_string(),
             Kernel::Embedding(t) => format!("embedding_{}", t.name().to_lowercase()),
             Kernel::NormBitLinear(mode, tpr) => format!("norm_bitlinear_{mode}_tpr{tpr}"),
             Kernel::AttentionCoop(hd) => format!("attention_coop_hd{hd}"),
@@ -312,7 +318,10 @@ impl Kernel {
     /// Pipeline constants besides the workgroup size (`override`s the kernel's WGSL declares).
     fn constants(self) -> Vec<(&'static str, f64)> {
         let mut v = match self {
-            Kernel::MatvecQ8Add(_) | Kernel::MatvecAdd(_) => vec![("ACCUMULATE", 1.0)],
+            Kernel::MatvecQ8Add(_)
+            | Kernel::MatvecAdd(_)
+            | Kernel::MatmulF16(true)
+            | Kernel::SplitSum(true) => vec![("ACCUMULATE", 1.0)],
             Kernel::NormBitLinear(mode, tpr) => {
                 crate::gpu::bitlinear::norm_bitlinear_constants(mode, tpr)
             }
@@ -350,7 +359,7 @@ impl Kernel {
         let mut text = String::new();
         // The cooperative-matrix kernels read f16 whatever the variant (the host picks them
         // only with shader-f16).
-        let coop = matches!(self, Kernel::MatmulF16 | Kernel::AttentionCoop(_));
+        let coop = matches!(self, Kernel::MatmulF16(_) | Kernel::AttentionCoop(_));
         if variant.f16 || coop {
             text.push_str("enable f16;\n");
         }

@@ -160,8 +160,8 @@ pub fn compare(what: &str, got: &[f32], want: &[f64], bound: &[f64]) -> Result<S
 /// The cooperative-matrix prefill product ([`MatmulOp::coop_f16`]) of `gw` (weights `w`) for
 /// 3, 17, 70 and 200 tokens (200: two 128-token tiles, the second partial): as prefill runs
 /// it, and a 128-row range at a time (so every weight here spans several ranges, a partial
-/// last one included, and the small ranges split their columns into slices); then with the
-/// inputs times 2^20, beyond f16's range.
+/// last one included, and the small ranges split their columns into slices); both added to a
+/// residual in the product's dispatch; then with the inputs times 2^20, beyond f16's range.
 pub async fn coop_checks(
     ctx: &GpuContext,
     gw: &GpuWeight,
@@ -188,6 +188,36 @@ pub async fn coop_checks(
             &want,
             &coop_bound,
         )?);
+        // Added to a residual in the product's dispatch (`MatmulOp::coop_add`, and with
+        // 128-row ranges, where the slices' sum adds): the same bits as the product alone
+        // plus the residual in one f32 addition (what the separate Add kernel computes).
+        let residual = rng.vec(rows * n_tokens, 1.0);
+        for range in [None, Some(128u32)] {
+            let n = n_tokens as u32;
+            let alone = match range {
+                None => run_matmul(ctx, gw, &xb, n).await?,
+                Some(r) => run_coop(ctx, gw, &xb, n, r).await?,
+            };
+            let y = upload_f32(ctx, "y", &residual)?;
+            let op = match range {
+                None => MatmulOp::coop_add(ctx, gw, &xb, &y, n),
+                Some(r) => MatmulOp::coop_f16(ctx, gw, &xb, &y, n, (r, true)),
+            }
+            .map_err(gpu_err)?;
+            submit(ctx, |pass| op.record(pass));
+            let got = read_f32(ctx, &y, rows * n_tokens).await?;
+            if let Some(i) =
+                (0..got.len()).find(|&i| got[i].to_bits() != (residual[i] + alone[i]).to_bits())
+            {
+                return Err(format!(
+                    "{what}, added to a residual (ranges {range:?}): element {i} is {}, the \
+                     product alone plus the residual {}",
+                    got[i],
+                    residual[i] + alone[i]
+                ));
+            }
+            stats.elements += got.len() as u64;
+        }
         // Inputs far beyond f16's range (65504): the per-token scaling keeps them finite; a
         // power of two scales the reference exactly.
         let big = 2f32.powi(20);
@@ -214,7 +244,7 @@ pub async fn run_coop(
 ) -> Result<Vec<f32>, String> {
     let n = (w.rows * n_tokens) as usize;
     let y = poisoned(ctx, n)?;
-    let op = MatmulOp::coop_f16(ctx, w, x, &y, n_tokens, range_rows).map_err(gpu_err)?;
+    let op = MatmulOp::coop_f16(ctx, w, x, &y, n_tokens, (range_rows, false)).map_err(gpu_err)?;
     submit(ctx, |pass| op.record(pass));
     read_f32(ctx, &y, n).await
 }

@@ -57,19 +57,12 @@ fn main(
         let w0 = w[e];
         let w1 = w[e + 1u];
         let part = select(0.0, dot(a0, a0) + dot(a1, a1), live);
-        let inv1 = inverseSqrt(workgroup_sum(part, lid) / f32(p.dim) + p.eps);
-        let v0 = (a0 * w0) * inv1;
-        let v1 = (a1 * w1) * inv1;
-        let s1 = q8_quarter_scale(lid, v0, v1);
+        let inv = inverseSqrt(workgroup_sum(part, lid) / f32(p.dim) + p.eps);
+        let v0 = (a0 * w0) * inv;
+        let v1 = (a1 * w1) * inv;
+        let s = q8_quarter_scale(lid, v0, v1);
         if (live) {
-            let rec1 = row * p.record_words;
-            x[base + e] = v0;
-            x[base + e + 1u] = v1;
-            out[rec1 + e] = q8_pack4(v0, s1);
-            out[rec1 + e + 1u] = q8_pack4(v1, s1);
-            if (lid % 4u == 0u) {
-                out[rec1 + words + lid / 4u] = q8_scale_word(s1);
-            }
+            store_quarter(row, lid, v0, v1, s);
         }
         return;
     }
@@ -79,7 +72,6 @@ fn main(
         ss = ss + dot(v, v);
     }
     let inv = inverseSqrt(workgroup_sum(ss, lid) / f32(p.dim) + p.eps);
-    let rec = row * p.record_words;
     // Quarter q (8 values) of the row: vec4s 2q, 2q + 1, block q / 4. Every invocation runs
     // every round (barriers); WG is a multiple of 4, so a block's quarters share a round.
     let quarters = p.dim / 8u;
@@ -92,13 +84,22 @@ fn main(
         let s = q8_quarter_scale(lid, v0, v1);
         workgroupBarrier();
         if (live) {
-            x[base + e] = v0;
-            x[base + e + 1u] = v1;
-            out[rec + e] = q8_pack4(v0, s);
-            out[rec + e + 1u] = q8_pack4(v1, s);
-            if (q % 4u == 0u) {
-                out[rec + words + q / 4u] = q8_scale_word(s);
-            }
+            store_quarter(row, q, v0, v1, s);
         }
+    }
+}
+
+// Quarter q (8 values: vec4s 2q, 2q + 1 of the row, block q / 4) of normalized row `row`, v0
+// and v1, to x, and to its record at iscale s (the block's scale word from its first quarter).
+fn store_quarter(row: u32, q: u32, v0: vec4<f32>, v1: vec4<f32>, s: f32) {
+    let words = p.dim / 4u;
+    let e = row * words + 2u * q;
+    x[e] = v0;
+    x[e + 1u] = v1;
+    let rec = row * p.record_words;
+    out[rec + 2u * q] = q8_pack4(v0, s);
+    out[rec + 2u * q + 1u] = q8_pack4(v1, s);
+    if (q % 4u == 0u) {
+        out[rec + words + q / 4u] = q8_scale_word(s);
     }
 }

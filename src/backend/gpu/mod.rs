@@ -552,7 +552,7 @@ impl Backend for GpuBackend {
             if rows == 1 && MatmulOp::has_matvec_add(gw.dtype) {
                 self.flush_pending()?;
                 self.wrote(residual);
-                return self.step(Key::MatvecAdd(w, x, residual), |s| {
+                return self.step(Key::MatmulAdd(w, x, residual, 1), |s| {
                     let gw = &s.weights[w.0 as usize];
                     Ok(Step::Matmul(MatmulOp::matvec_add(
                         &s.ctx,

@@ -22,8 +22,7 @@ pub(super) enum Key {
     Embed(Weight, Tensor),
     RmsNorm(Tensor, Tensor, Tensor, usize, usize, u32),
     Matmul(Weight, Tensor, Tensor, usize),
-    MatvecAdd(Weight, Tensor, Tensor),
-    /// A product of several tokens added to its output in its dispatch.
+    /// A product of `rows` tokens added to its output in its dispatch.
     MatmulAdd(Weight, Tensor, Tensor, usize),
     /// The product only (I2_S: the input's records come from a Quantize or RmsNormQuantize
     /// step); the quantization too for the TQ formats.
@@ -257,7 +256,6 @@ impl GpuBackend {
             Key::Embed(w, _) => format!("embed {}", weight(w)),
             Key::RmsNorm(_, _, _, rows, dim, _) => format!("rms_norm {rows}x{dim}"),
             Key::Matmul(w, _, _, rows) => format!("matmul {} (x{rows})", weight(w)),
-            Key::MatvecAdd(w, _, _) => format!("matmul+add {} (x1)", weight(w)),
             Key::MatmulAdd(w, _, _, rows) => format!("matmul+add {} (x{rows})", weight(w)),
             Key::BitLinear(w, _, _, rows) => format!("bitlinear {} (x{rows})", weight(w)),
             Key::Quantize(_, rows, cols) => format!("quantize {rows}x{cols}"),

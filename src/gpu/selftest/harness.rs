@@ -179,12 +179,12 @@ pub async fn coop_checks(
             gw.chunks.len()
         );
         let xb = upload_f32(ctx, "x", &x)?;
-        let got = run_matmul(ctx, gw, &xb, n_tokens as u32).await?;
-        stats.merge(compare(&what, &got, &want, &coop_bound)?);
-        let got = run_coop(ctx, gw, &xb, n_tokens as u32, 128).await?;
+        let whole = run_matmul(ctx, gw, &xb, n_tokens as u32).await?;
+        stats.merge(compare(&what, &whole, &want, &coop_bound)?);
+        let ranged = run_coop(ctx, gw, &xb, n_tokens as u32, 128).await?;
         stats.merge(compare(
             &format!("{what}, 128-row ranges"),
-            &got,
+            &ranged,
             &want,
             &coop_bound,
         )?);
@@ -192,12 +192,8 @@ pub async fn coop_checks(
         // 128-row ranges, where the slices' sum adds): the same bits as the product alone
         // plus the residual in one f32 addition (what the separate Add kernel computes).
         let residual = rng.vec(rows * n_tokens, 1.0);
-        for range in [None, Some(128u32)] {
+        for (range, alone) in [(None, &whole), (Some(128u32), &ranged)] {
             let n = n_tokens as u32;
-            let alone = match range {
-                None => run_matmul(ctx, gw, &xb, n).await?,
-                Some(r) => run_coop(ctx, gw, &xb, n, r).await?,
-            };
             let y = upload_f32(ctx, "y", &residual)?;
             let op = match range {
                 None => MatmulOp::coop_add(ctx, gw, &xb, &y, n),

@@ -47,7 +47,7 @@ fn main(
     }
     let lane = lid % ROW_LANES;
     let slice = lid / ROW_LANES;
-    let slices = WG / ROW_LANES;
+    let slices = max(WG / ROW_LANES, 1u);
     let row = first + lane;
 
     var acc = 0.0;

@@ -160,3 +160,123 @@ fn cooperative_matrix_kernels_validate_and_translate() {
          heads of 64 and 128"
     );
 }
+
+/// Every loop of every kernel ends: the pipelines are created without naga's loop bounding
+/// (`tritium::gpu::kernels::runtime_checks`), which would otherwise guard against a loop that
+/// never ends. A loop here is a `for` whose counter moves by a step from the list below (each
+/// positive: a constant, a pipeline constant of at least 1, a subgroup size, or a value the
+/// kernel takes as `max(.., 1u)` or a product of such) towards its bound, or halves down to 0, or
+/// doubles up to a constant; or one of the `while` loops listed, which double a counter up to a
+/// bound. A new form fails here until it is checked and added.
+#[test]
+fn every_loop_ends() {
+    // `counter = counter + step`: steps that are never 0.
+    const STEPS: &[&str] = &[
+        "1u",
+        "4u",
+        "32u",
+        "WG",             // the workgroup size (pipeline constant, at least 1)
+        "4u * WG",        //
+        "lanes",          // the subgroup size
+        "4u * lanes",     //
+        "TPR",            // threads per row (pipeline constant, at least 1)
+        "2u * TPR",       //
+        "TILE",           // clamp(4u * WG, 64u, 256u)
+        "X_CHUNK",        // const 4096u
+        "x_chunk",        // 4u * X_VEC4S, X_VEC4S = max(2u * WG, 64u)
+        "groups",         // attention_combine: max(WG / d4, 1u)
+        "slices",         // matvec_legacy_q8: max(WG / ROW_LANES, 1u)
+        "SLICES",         // matvec_legacy: max(WG / ROW_LANES, 1u)
+        "stride",         // copy: nwg.x * WG
+        "2u * per_group", // WG / groups, groups doubled only while 2 groups * units <= WG
+    ];
+    // The `while` loops: a counter doubled (`groups = 2u * groups`) while under ROWS.
+    const WHILES: &[&str] = &[
+        "groups < ROWS && 2u * groups * units <= WG",
+        "groups < ROWS && 2u * groups * steps <= WG",
+    ];
+    let mut fors = 0;
+    for name in tritium::gpu::kernels::registered_files() {
+        let text = std::fs::read_to_string(format!("shaders/{name}")).unwrap();
+        let code: String = text
+            .lines()
+            .map(|l| l.split("//").next().unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let words = |kw: &str| {
+            code.match_indices(kw)
+                .filter(|(i, _)| {
+                    let before = code[..*i].chars().last();
+                    let after = code[i + kw.len()..].chars().next();
+                    !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                        && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                })
+                .map(|(i, _)| i)
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            words("loop").is_empty(),
+            "{name}: a `loop` statement (its end cannot be checked here)"
+        );
+        // The text between the parentheses that open at `from`.
+        let header = |from: usize| {
+            let open = from + code[from..].find('(').unwrap();
+            let mut depth = 0;
+            for (j, c) in code[open..].char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return code[open + 1..open + j].to_string();
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            panic!("{name}: unbalanced parentheses");
+        };
+        for at in words("while") {
+            let cond = header(at);
+            assert!(
+                WHILES.contains(&cond.trim()),
+                "{name}: `while ({cond})` is not a loop checked to end"
+            );
+        }
+        for at in words("for") {
+            let h = header(at);
+            let parts: Vec<&str> = h.split(';').map(str::trim).collect();
+            assert_eq!(parts.len(), 3, "{name}: `for ({h})`");
+            let (cond, update) = (parts[1], parts[2]);
+            let (var, rhs) = update
+                .split_once(" = ")
+                .unwrap_or_else(|| panic!("{name}: `for ({h})`: update `{update}`"));
+            let ok = if let Some(step) = rhs.strip_prefix(&format!("{var} + ")) {
+                // The counter (or a constant multiple of it, or it plus a term) under a
+                // bound: bounds are counts of buffer elements or constants, far under 2^32, so
+                // the counter cannot wrap past them.
+                let lhs = cond.split(['<', '>']).next().unwrap().trim();
+                let lhs = lhs.split_once(" * ").map_or(lhs, |(k, v)| {
+                    if k.trim_end_matches('u').parse::<u32>().is_ok() {
+                        v
+                    } else {
+                        lhs
+                    }
+                });
+                STEPS.contains(&step)
+                    && (lhs == var || lhs.starts_with(&format!("{var} + ")))
+                    && (cond.contains(" < ") || cond.contains(" <= "))
+            } else if rhs == format!("{var} >> 1u") {
+                cond == format!("{var} > 0u")
+            } else if rhs == format!("{var} << 1u") {
+                // Doubling up to a constant well under 2^31.
+                cond == format!("{var} <= SORT_N") && code.contains("const SORT_N: u32 = 1024u;")
+            } else {
+                false
+            };
+            assert!(ok, "{name}: `for ({h})` is not a loop checked to end");
+            fors += 1;
+        }
+    }
+    assert!(fors > 100, "only {fors} loops found: the scan is broken");
+}

@@ -394,6 +394,32 @@ impl Kernel {
     }
 }
 
+/// The runtime checks wgpu puts into `kernel`: all of them (buffer bounds, integer division
+/// guards, ...) but, outside the prefill's cooperative-matrix path, the loop bounding: a
+/// 64-bit counter that naga adds to every loop of an untrusted shader so that a loop which
+/// never ends cannot be assumed away by the driver's compiler. Our loops all end: each steps a
+/// counter by a positive constant, a pipeline constant or a subgroup size towards a bound from
+/// a uniform, a builtin or the buffer's length (tests/gpu_uniforms.rs, `every_loop_ends`,
+/// checks their forms). The counter costs real time in the decode loops: on an H200
+/// (BENCHMARKS.md, "Shader runtime checks") TQ2_0's matvec went from 77% to 87% of the copy
+/// bandwidth without it, BitNet 2B4T's prefill from 5,750 to 8,900 tokens/s. The
+/// cooperative-matrix kernels keep it: without it (and with the division guards kept) the
+/// Llama prefill fell from 34,000 to 22,000 tokens/s there, for a reason not found. In the
+/// browser wgpu hands the WGSL to the browser, which applies its own checks.
+pub fn runtime_checks(kernel: Kernel) -> wgpu::ShaderRuntimeChecks {
+    let mut checks = wgpu::ShaderRuntimeChecks::checked();
+    let coop = matches!(
+        kernel,
+        Kernel::MatmulF16(_)
+            | Kernel::SplitSum(_)
+            | Kernel::ScaleF16
+            | Kernel::DequantF16(_)
+            | Kernel::AttentionCoop(_)
+    );
+    checks.force_loop_bounding = coop;
+    checks
+}
+
 /// Compiled pipelines, created on first use.
 #[derive(Default)]
 pub struct PipelineCache {
@@ -435,12 +461,16 @@ impl GpuContext {
             constants.push(("SPAN", f64::from(span)));
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(&label),
-                source: wgpu::ShaderSource::Wgsl(wgsl.into()),
-            });
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(&label),
+            source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+        };
+        // SAFETY: the only check turned off is the loop bounding (`runtime_checks`), and
+        // every loop of these kernels ends (tests/gpu_uniforms.rs, `every_loop_ends`).
+        let module = unsafe {
+            self.device
+                .create_shader_module_trusted(desc, runtime_checks(key.kernel))
+        };
         let pipeline = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {

@@ -190,7 +190,8 @@ fn every_loop_ends() {
         "stride",         // copy: nwg.x * WG
         "2u * per_group", // WG / groups, groups doubled only while 2 groups * units <= WG
     ];
-    // The `while` loops: a counter doubled (`groups = 2u * groups`) while under ROWS.
+    // The `while` loops, whose one statement doubles the counter (`groups = groups * 2u`, from
+    // 1) while it is under the constant ROWS.
     const WHILES: &[&str] = &[
         "groups < ROWS && 2u * groups * units <= WG",
         "groups < ROWS && 2u * groups * steps <= WG",
@@ -238,9 +239,11 @@ fn every_loop_ends() {
         };
         for at in words("while") {
             let cond = header(at);
+            let rest = &code[at..];
+            let body = rest[rest.find('{').unwrap() + 1..rest.find('}').unwrap()].trim();
             assert!(
-                WHILES.contains(&cond.trim()),
-                "{name}: `while ({cond})` is not a loop checked to end"
+                WHILES.contains(&cond.trim()) && body == "groups = groups * 2u;",
+                "{name}: `while ({cond}) {{ {body} }}` is not a loop checked to end"
             );
         }
         for at in words("for") {

@@ -401,7 +401,7 @@ impl Kernel {
 /// counter by a positive constant, a pipeline constant or a subgroup size towards a bound from
 /// a uniform, a builtin or the buffer's length (tests/gpu_uniforms.rs, `every_loop_ends`,
 /// checks their forms). The counter costs real time in the decode loops: on an H200
-/// (BENCHMARKS.md, "Shader runtime checks") TQ2_0's matvec went from 77% to 87% of the copy
+/// (BENCHMARKS.md, "Shader runtime checks") TQ2_0's matvec went from 76% to 87% of the copy
 /// bandwidth without it, BitNet 2B4T's prefill from 5,750 to 8,900 tokens/s. The
 /// cooperative-matrix kernels keep it: without it (and with the division guards kept) the
 /// Llama prefill fell from 34,000 to 22,000 tokens/s there, for a reason not found. In the

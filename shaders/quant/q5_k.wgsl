@@ -1,15 +1,16 @@
-// Q5_K: 176-byte super-blocks as stored but for the order of the scale bytes (176 = 11 * 16, so
-// every block is vec4-aligned): vec4 0 = (d | dmin << 16, scales[12] permuted for
-// k4_unit_scales); vec4 1..2 = qh[32]; vec4 3 + c2 = qs[16 c2 .. + 16].
-// Unit u is qs vec4 u (as Q4_K) plus qh vec4 u % 2, whose bit s is the fifth bit of sub-block
-// s. w = (d * sc) * q - dmin * m.
+// Q5_K: 176-byte super-blocks as stored but for the order of the scale bytes and of the qh
+// bytes (176 = 11 * 16, so every block is vec4-aligned): vec4 0 = (d | dmin << 16, scales[12]
+// permuted for k4_unit_scales); vec4 1..2 = the 32 qh bytes as one word per unit (word u is
+// component u % 4 of vec4 1 + u / 4: src/gpu/kernels/kquants.rs, permute_q5k_qh); vec4 3 + c2
+// = qs[16 c2 .. + 16]. Unit u is qs vec4 u (as Q4_K) plus its qh word. w = (d * sc) * q -
+// dmin * m.
 
 // (rows, cols/256) Q5_K blocks, 11 vec4 each
 @group(0) @binding(3) var<storage, read> wq: array<vec4<u32>>;
 
 struct KqRaw {
     h: vec4<u32>,
-    qh: vec4<u32>,
+    qh: u32,
     q: vec4<u32>,
 }
 
@@ -19,19 +20,25 @@ fn kq_unit_offsets(u: u32) -> vec2<u32> {
 }
 
 fn kq_load(b: u32, u: u32) -> KqRaw {
-    return KqRaw(wq[11u * b], wq[11u * b + 1u + u % 2u], wq[11u * b + 3u + u]);
+    return KqRaw(wq[11u * b], wq[11u * b + 1u + u / 4u][u % 4u], wq[11u * b + 3u + u]);
 }
 
-// 5-bit quants: the nibbles with bit s (group A: s = 2 (u / 2)) or s + 1 (group B) of the qh
-// bytes on top.
-fn q5k_codes(w: KqRaw, u: u32) -> KqCodes {
-    let s = 2u * (u / 2u);
-    let m4 = vec4<u32>(0x0f0f0f0fu);
-    let m1 = vec4<u32>(0x01010101u);
+// The fifth bits of a unit's 16 codes of group A and of group B from its qh word, each at bit
+// 4 of its code's byte: code word m's are bits 2m (A) and 2m + 1 (B) of each byte of the word
+// (every shift takes the bit from within its own byte).
+fn q5k_high(qh: u32) -> KqCodes {
+    let m = vec4<u32>(0x10101010u);
     return KqCodes(
-        (w.q & m4) | (((w.qh >> vec4<u32>(s)) & m1) << vec4<u32>(4u)),
-        ((w.q >> vec4<u32>(4u)) & m4) | (((w.qh >> vec4<u32>(s + 1u)) & m1) << vec4<u32>(4u)),
+        vec4<u32>(qh << 4u, qh << 2u, qh, qh >> 2u) & m,
+        vec4<u32>(qh << 3u, qh << 1u, qh >> 1u, qh >> 3u) & m,
     );
+}
+
+// 5-bit quants: the nibbles with the fifth bits on top.
+fn q5k_codes(w: KqRaw, u: u32) -> KqCodes {
+    let m4 = vec4<u32>(0x0f0f0f0fu);
+    let h = q5k_high(w.qh);
+    return KqCodes((w.q & m4) | h.lo, ((w.q >> vec4<u32>(4u)) & m4) | h.hi);
 }
 
 fn kq_decode(w: KqRaw, u: u32) -> KqUnit {

@@ -16,7 +16,13 @@
 //!   bandwidth for Q4_K on an H200). The 12 scale bytes of each header are permuted at upload
 //!   ([`permute_k4_scales`]) so that a pair of sub-blocks' four 6-bit values are one
 //!   byte-aligned word: unpacking ggml's order takes about 36 WGSL operations per unit and row,
-//!   this one about 26 (counted in the source, not profiled).
+//!   this one about 26 (counted in the source, not profiled). Q5_K's 32 `qh` bytes are also
+//!   permuted ([`permute_q5k_qh`]): in ggml's order every unit needs two bits of each of 16
+//!   bytes, so each unit loaded a whole 16-byte `qh` half (two per step of a sub-block pair:
+//!   80 bytes loaded per 64 weights against Q4_K's 48); one word per unit makes a step's
+//!   fifth bits one load of 16 bytes. On an H200 the integer-dot matvec went from 80.5-80.6 to
+//!   80.7-82.1% of the copy bandwidth, the f32 one from 42 to 45% (BENCHMARKS.md, "Q5_K's
+//!   fifth bits by unit").
 //! - Q6_K (210 bytes, not even 4-byte aligned): two planes. Plane 0 is each block's first 208
 //!   bytes (`ql`, `qh`, `scales`: 13 x 16, aligned like the others); plane 1 is the f16 `d` of
 //!   every block, two per word. Splitting off only the trailing `d` makes everything else
@@ -483,9 +489,38 @@ pub fn permute_k4_scales(q: &[u8; 12]) -> [u8; 12] {
     out
 }
 
+/// Bytes of a Q5_K block before its 32 `qh` bytes (`d`, `dmin`, the 12 scale bytes).
+const Q5K_QH_AT: usize = 16;
+
+/// A Q5_K block's 32 `qh` bytes rearranged by unit, for `q5k_high` in quant/q5_k.wgsl. In
+/// ggml's order bit s of byte l is the fifth bit of element l of sub-block s, so a unit (u = 0..8:
+/// elements 16 h .. 16 h + 16, h = u % 2, of sub-blocks 2p and 2p + 1, p = u / 2) needs two bits
+/// of 16 bytes, and every unit loaded all 32. Here word u (bytes 4u .. 4u + 4) holds exactly
+/// those 32 bits: byte f, bits 2m and 2m + 1, are the bits of element 16 h + 4m + f of sub-block
+/// 2p and 2p + 1, so `(word >> 2m) & 0x01010101` puts the fifth bits of the unit's code word m
+/// (elements 4m .. 4m + 4 of its 16) one per byte, in the byte order of the codes. Lossless: a
+/// permutation of the 256 bits.
+pub fn permute_q5k_qh(qh: &[u8; 32]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    for u in 0..8 {
+        let (p, h) = (u / 2, u % 2);
+        let mut word = 0u32;
+        for f in 0..4 {
+            for m in 0..4 {
+                let byte = u32::from(qh[16 * h + 4 * m + f]);
+                let a = (byte >> (2 * p)) & 1;
+                let b = (byte >> (2 * p + 1)) & 1;
+                word |= (a | (b << 1)) << (8 * f + 2 * m);
+            }
+        }
+        out[4 * u..4 * u + 4].copy_from_slice(&word.to_le_bytes());
+    }
+    out
+}
+
 /// The planes a chunk of rows is uploaded as (see the module docs): Q4_K and Q5_K as stored
-/// but for the scale bytes ([`permute_k4_scales`]), Q6_K as (blocks without `d`, the `d`
-/// values).
+/// but for the scale bytes ([`permute_k4_scales`]) and Q5_K's `qh` bytes ([`permute_q5k_qh`]),
+/// Q6_K as (blocks without `d`, the `d` values).
 pub fn planes(dtype: GgmlType, data: &[u8], _rows: u32, _cols: u32) -> Vec<Vec<u8>> {
     match dtype {
         GgmlType::Q4_K | GgmlType::Q5_K => {
@@ -498,6 +533,11 @@ pub fn planes(dtype: GgmlType, data: &[u8], _rows: u32, _cols: u32) -> Vec<Vec<u
                 let scales = &mut block[K4_SCALES_AT..K4_SCALES_AT + 12];
                 let packed: [u8; 12] = (&*scales).try_into().expect("12 scale bytes");
                 scales.copy_from_slice(&permute_k4_scales(&packed));
+                if dtype == GgmlType::Q5_K {
+                    let qh = &mut block[Q5K_QH_AT..Q5K_QH_AT + 32];
+                    let bits: [u8; 32] = (&*qh).try_into().expect("32 qh bytes");
+                    qh.copy_from_slice(&permute_q5k_qh(&bits));
+                }
             }
             vec![out]
         }
@@ -587,6 +627,37 @@ mod tests {
         }
         // Distinct inputs stay distinct (no two of 10,000 random headers collide).
         assert_eq!(seen.len(), 10_000);
+    }
+
+    /// Every fifth bit lands where quant/q5_k.wgsl's `q5k_high` reads it: for unit u, code word
+    /// m, byte f, `(word u >> 2m) & 1` and `>> 2m + 1` of byte f are bits 2p and 2p + 1 of ggml's
+    /// byte 16 h + 4m + f (all 256 output bits checked, so the permutation loses nothing).
+    #[test]
+    fn permuted_q5k_qh_puts_each_bit_where_the_shader_reads_it() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..2_000 {
+            let mut qh = [0u8; 32];
+            for b in &mut qh {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *b = (state >> 24) as u8;
+            }
+            let out = permute_q5k_qh(&qh);
+            for u in 0..8 {
+                let (p, h) = (u / 2, u % 2);
+                let word = u32::from_le_bytes(out[4 * u..4 * u + 4].try_into().unwrap());
+                for m in 0..4 {
+                    let a = (word >> (2 * m)) & 0x0101_0101;
+                    let b = (word >> (2 * m + 1)) & 0x0101_0101;
+                    for f in 0..4 {
+                        let src = qh[16 * h + 4 * m + f];
+                        assert_eq!((a >> (8 * f)) & 1, u32::from((src >> (2 * p)) & 1));
+                        assert_eq!((b >> (8 * f)) & 1, u32::from((src >> (2 * p + 1)) & 1));
+                    }
+                }
+            }
+        }
     }
 
     #[test]

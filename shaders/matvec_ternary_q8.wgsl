@@ -1,6 +1,7 @@
 // y = W x for one token, W in a ternary block format (TQ1_0 or TQ2_0: the format file before
-// this one supplies TQ8_UNITS, TqRaw, tq8_load, TqAct, tq8_act, tq8_dot and the weight
-// bindings 3..), x as int8 activation records (quant/q8.wgsl): integer dot products
+// this one supplies TQ8_UNITS, TqRaw, tq8_load, TqAct, tq8_act, tq8_dot, the per-block tail
+// TQ8_TAIL, TqTail, tq8_tail_act, tq8_tail and the weight bindings 3..), x as int8 activation
+// records (quant/q8.wgsl): integer dot products
 // (dot4I8Packed) of the codes by the activations, each activation block's and weight block's
 // f32 scales applied once to the exact integer sum, y times the per-tensor weight_scale (1
 // unless the model gives one, as upstream BitNet GGUFs do in a separate tensor). For BitLinear
@@ -74,6 +75,23 @@ fn main(
         }
         if (RPT > 3u) {
             acc.w = acc.w + tq8_dot(w3, k, a);
+        }
+    }
+    // The format's per-block tail (TQ1_0's qh word), taken apart from the units so that every
+    // thread of a subgroup does the same work in the loop above.
+    if (TQ8_TAIL) {
+        for (var blk = lane; blk < nb; blk = blk + TPR) {
+            let a = tq8_tail_act(blk);
+            acc.x = acc.x + tq8_tail(b0 + blk, a);
+            if (RPT > 1u) {
+                acc.y = acc.y + tq8_tail(b1 + blk, a);
+            }
+            if (RPT > 2u) {
+                acc.z = acc.z + tq8_tail(b2 + blk, a);
+            }
+            if (RPT > 3u) {
+                acc.w = acc.w + tq8_tail(b3 + blk, a);
+            }
         }
     }
     row_partial[lid] = acc;

@@ -18,6 +18,8 @@
 
 // Units per 256-weight block.
 const TQ8_UNITS: u32 = 4u;
+// No tail: every weight of a block is in its units.
+const TQ8_TAIL: bool = false;
 
 // One unit's raw weights: its 64 codes and its block's scale.
 struct TqRaw {
@@ -67,4 +69,17 @@ fn tq8_dot(w: TqRaw, k: u32, a: TqAct) -> f32 {
         q8_dot16((w.q >> vec4<u32>(2u)) & vec4<u32>(0x30303030u), a.a3),
     ) - a.s;
     return w.d * dot(a.d, exact_f32(i));
+}
+
+// No tail (TQ8_TAIL is false): the matvec never calls these.
+struct TqTail {
+    unused: u32,
+}
+
+fn tq8_tail_act(blk: u32) -> TqTail {
+    return TqTail(0u);
+}
+
+fn tq8_tail(b: u32, a: TqTail) -> f32 {
+    return 0.0;
 }

@@ -19,10 +19,11 @@
 //!   this one about 26 (counted in the source, not profiled). Q5_K's 32 `qh` bytes are also
 //!   permuted ([`permute_q5k_qh`]): in ggml's order every unit needs two bits of each of 16
 //!   bytes, so each unit loaded a whole 16-byte `qh` half (two per step of a sub-block pair:
-//!   80 bytes loaded per 64 weights against Q4_K's 48); one word per unit makes a step's
-//!   fifth bits one load of 16 bytes. On an H200 the integer-dot matvec went from 80.5-80.6 to
-//!   80.7-82.1% of the copy bandwidth, the f32 one from 42 to 45% (BENCHMARKS.md, "Q5_K's
-//!   fifth bits by unit").
+//!   80 bytes loaded per 64 weights against Q4_K's 48); one word per unit makes a unit's
+//!   fifth bits one 4-byte load. On an H200 the integer-dot matvec went from 80.5-80.6 to
+//!   84.0-84.2% of the copy bandwidth at 256 MiB (with one unit per step on 64 invocations,
+//!   now faster there than two on 32) and from 69 to 75% at 32 MiB, the f32 one from 42 to 45%
+//!   (BENCHMARKS.md, "Q5_K's fifth bits by unit").
 //! - Q6_K (210 bytes, not even 4-byte aligned): two planes. Plane 0 is each block's first 208
 //!   bytes (`ql`, `qh`, `scales`: 13 x 16, aligned like the others); plane 1 is the f16 `d` of
 //!   every block, two per word. Splitting off only the trailing `d` makes everything else
@@ -50,7 +51,7 @@
 //! Q4_K from 78% to 80-81.5%; a step of two units (a sub-block pair, one header word unpacked
 //! for 64 weights, `SPAN` 2: [`matvec_q8_span`]) to 82.5-87% on large matrices, where it is
 //! used (small ones are latency-bound and faster with one). 32 threads gain on the large
-//! 2048-column matrices and on large Q5_K/Q6_K ([`matvec_q8_workgroup_size`]); 8 rows per
+//! 2048-column matrices and on large Q6_K ([`matvec_q8_workgroup_size`]); 8 rows per
 //! workgroup and a loop with the unit index fixed per thread were slower.
 
 use super::{Kernel, KernelSource};
@@ -188,7 +189,8 @@ pub const MATVEC_Q8_LARGE_BYTES: u64 = 64 << 20;
 
 /// The integer-dot matvec's workgroup size for a `dtype` (K-quant) matrix of `cols` columns
 /// and `bytes` of weights: [`MATVEC_WG`], except for large matrices with rows of at most 2048
-/// columns (64 units), and large Q5_K and Q6_K matrices of any width, which take 32 so that
+/// columns (64 units), and large Q6_K matrices of any width (large Q5_K ones too until its
+/// fifth bits were one word per unit: [`matvec_q8_span`]), which take 32 so that
 /// each thread has two units or steps in flight per row rather than one (the skeleton's paired
 /// loads). On an H100 the Q6_K head of Llama-3.2-1B (128256 x 2048) went from 90.5 to 79.5 us;
 /// small matrices of the same width are latency-bound and faster with 64 threads (8192 x 2048
@@ -203,7 +205,7 @@ pub const MATVEC_Q8_LARGE_BYTES: u64 = 64 << 20;
 /// of 85%).
 pub fn matvec_q8_workgroup_size(dtype: GgmlType, bytes: u64, cols: u32) -> u32 {
     let large = bytes >= MATVEC_Q8_LARGE_BYTES;
-    if large && (cols <= 2048 || matches!(dtype, GgmlType::Q5_K | GgmlType::Q6_K)) {
+    if large && (cols <= 2048 || dtype == GgmlType::Q6_K) {
         32
     } else {
         MATVEC_WG
@@ -222,7 +224,10 @@ pub fn matvec_q8_workgroup_size(dtype: GgmlType, bytes: u64, cols: u32) -> u32 {
 /// Q6_K head of Llama-3.2-1B (128256 x 2048, 32 invocations) from 70.7 to 63.2 us. One unit
 /// everywhere else: small matrices are latency-bound and slower with two (Q4_K 2048 x 2048:
 /// 3.78 -> 4.55 us, 8192 x 2048: 6.28 -> 7.82), and large Q4_K rows of at most 2048 columns
-/// were not measured with two.
+/// were not measured with two. Q5_K takes one unit at every size since its fifth bits are one
+/// word per unit ([`permute_q5k_qh`]): at 256 MiB of 4096-column rows on an H200 (2026-11-28)
+/// one unit on 64 invocations ran at 84.0-84.2% of the copy bandwidth against 81.2-81.8% for
+/// two on 32 (80.8% two on 64; one on 32, 128, 256: 78.3, 72.1, 36.5%).
 pub fn matvec_q8_span(kernel: Kernel, bytes: u64, cols: u32) -> Option<u32> {
     let t = match kernel {
         Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) | Kernel::MatvecQ8Pair(t) => t,
@@ -232,6 +237,7 @@ pub fn matvec_q8_span(kernel: Kernel, bytes: u64, cols: u32) -> Option<u32> {
     let large = bytes >= MATVEC_Q8_LARGE_BYTES;
     let two = match t {
         GgmlType::Q4_K => large && cols > 2048,
+        GgmlType::Q5_K => false,
         _ => large,
     };
     Some(if two { 2 } else { 1 })

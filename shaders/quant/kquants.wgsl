@@ -93,23 +93,37 @@ fn kq_dot16(c: vec4<u32>, mask: u32, x: V16, bias: f32) -> f32 {
         + (dot(kq_lanes(c.z, mask, bias), x.c) + dot(kq_lanes(c.w, mask, bias), x.d));
 }
 
-// Unit u's (d * scale, dmin * min) for group A, then group B, from a Q4_K/Q5_K header
+// Unit u's four 6-bit values (scale A, min A, scale B, min B) from a Q4_K/Q5_K header
 // h = (d | dmin << 16, scale words) whose 12 scale bytes were permuted at upload
 // (permute_k4_scales in src/gpu/kernels/kquants.rs): the unit's sub-blocks 2p and 2p + 1
 // (pair p = u / 2) have their four 6-bit values (scale 2p, scale 2p + 1, min 2p, min 2p + 1)
 // in the low 6 bits of the bytes of word p for p < 3, and in the top two bits of the bytes of
 // all three words for p = 3. Both are decoded without branches and the pair's word selected.
-// Each value becomes an f32 exactly (or-ed into the mantissa of 2^23, which is subtracted), so
-// each product is exact.
-fn k4_unit_scales(h: vec4<u32>, u: u32) -> vec4<f32> {
-    let dm = unpack2x16float(h.x);
+fn k4_unit_values(h: vec4<u32>, u: u32) -> vec4<u32> {
     let pair = u / 2u;
     let last = ((h.y >> 6u) & 0x03030303u) | ((h.z >> 4u) & 0x0c0c0c0cu)
         | ((h.w >> 2u) & 0x30303030u);
     let low = select(select(h.y, h.z, pair == 1u), h.w, pair == 2u) & 0x3f3f3f3fu;
     let v = select(low, last, pair == 3u);
-    // (scale A, min A, scale B, min B)
-    let q = (vec4<u32>(v) >> vec4<u32>(0u, 16u, 8u, 24u)) & vec4<u32>(0xffu);
+    return (vec4<u32>(v) >> vec4<u32>(0u, 16u, 8u, 24u)) & vec4<u32>(0xffu);
+}
+
+// Unit u's (d * scale, dmin * min) for group A, then group B (k4_unit_values times the
+// header's d and dmin). Each value becomes an f32 exactly (or-ed into the mantissa of 2^23,
+// which is subtracted), so each product is exact.
+fn k4_unit_scales(h: vec4<u32>, u: u32) -> vec4<f32> {
+    let dm = unpack2x16float(h.x);
+    let q = k4_unit_values(h, u);
     let s = bitcast<vec4<f32>>(q | vec4<u32>(0x4b000000u)) - vec4<f32>(8388608.0);
     return vec4<f32>(dm.x, dm.y, dm.x, dm.y) * s;
+}
+
+// k4_unit_scales, the same bits, with the values made f32 by conversions (exact: they are
+// below 64) instead of integer operations. On an H200 (BENCHMARKS.md, "Q5_K's scales by
+// conversion") Q5_K's integer-dot matvec is faster this way (82.5-83.0 -> 84.2-84.5% of the
+// copy bandwidth at 256 MiB), Q4_K's slower (89.0-90.6 -> 85.7-86.2%) and the f32 matvecs
+// slower, so only quant/q5_k_q8.wgsl takes it.
+fn k4_unit_scales_cvt(h: vec4<u32>, u: u32) -> vec4<f32> {
+    let dm = unpack2x16float(h.x);
+    return vec4<f32>(dm.x, dm.y, dm.x, dm.y) * vec4<f32>(k4_unit_values(h, u));
 }

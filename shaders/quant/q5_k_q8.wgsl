@@ -33,7 +33,7 @@ fn kq8_load(b: u32, u: u32) -> Kq8Raw {
 }
 
 fn kq8_dot_span(w: Kq8Raw, u: u32, v: Q8Span) -> f32 {
-    let s = k4_unit_scales(w.h, u);
+    let s = k4_unit_scales_cvt(w.h, u);
     let m4 = vec4<u32>(0x0f0f0f0fu);
     let h0 = q5k_high(w.qh.x);
     var ia = q8_dot16((w.q0 & m4) | h0.lo, v.u0.a.a);

@@ -1,8 +1,8 @@
 // TQ1_0 weights (upstream ggml, 54 bytes per 256 weights) for matvec_ternary / matmul_ternary,
-// repacked losslessly into two planes (src/gpu/kernels/ternary.rs):
-//   qsh: every block's 48 qs bytes (5 trits each, 12 u32 words), then every block's 4 qh
-//        bytes (4 trits each, one word); 13 words per block in all
+// repacked losslessly into three planes (src/gpu/kernels/ternary.rs):
+//   qsh: each block's 48 qs bytes (5 trits each), 12 u32 words
 //   dh:  each block's f16 scale d, two per u32 (block 2i in the low half)
+//   qh:  each block's 4 qh bytes (4 trits each), one u32 word
 // A byte q holds trits t0..t4 as ceil(256 (81 t0 + 27 t1 + 9 t2 + 3 t3 + t4) / 243); trit n is
 // ((q * 3^n mod 256) * 3) >> 8, and weight = d * (t - 1). Element order:
 //   qs[m], m < 32:       element 32n + m        (trit n)
@@ -15,12 +15,13 @@
 // activations from the kernel's `x: array<vec4<f32>>`.
 //
 // Bindings:
-//   3  qsh: (rows, cols/256, 12) u32 qs words of this chunk's rows, then (rows, cols/256)
-//      qh words (p.rows is the chunk's rows)
+//   3  qsh: (rows, cols/256, 12) u32 qs words of this chunk's rows
 //   4  dh:  (rows * cols/256 + 1) / 2 u32, f16 block scales
+//   5  qh:  (rows, cols/256) u32 qh words
 
 @group(0) @binding(3) var<storage, read> qsh: array<u32>;
 @group(0) @binding(4) var<storage, read> dh: array<u32>;
+@group(0) @binding(5) var<storage, read> qh: array<u32>;
 
 // Words per block.
 const TQ_WORDS: u32 = 13u;
@@ -30,7 +31,7 @@ fn tq_word(block: u32, j: u32) -> u32 {
     if (j < 12u) {
         return qsh[block * 12u + j];
     }
-    return qsh[12u * p.rows * (p.cols / 256u) + block];
+    return qh[block];
 }
 
 fn tq_scale(block: u32) -> f32 {

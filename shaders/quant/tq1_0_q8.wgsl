@@ -1,6 +1,6 @@
 // TQ1_0 against int8 activation records (after quant/q8.wgsl), for matvec_ternary_q8.wgsl. The
-// planes are quant/tq1_0.wgsl's (src/gpu/kernels/ternary.rs): every block's 48 qs bytes (three
-// aligned vec4), then every block's qh word, and the f16 scales two per u32.
+// planes are quant/tq1_0.wgsl's (src/gpu/kernels/ternary.rs): each block's 48 qs bytes (three
+// aligned vec4), the f16 scales two per u32, each block's qh word.
 //
 // A unit is one qs vec4 of a block: k = 0, 1 the words 4k .. 4k + 4 (qs[16k .. 16k + 16]:
 // element 32n + 16k + j is trit n of byte j), k = 2 the words 8 .. 12 (qs[32 .. 48]: element
@@ -9,7 +9,7 @@
 // four bytes against activation word n of the block's last vec4) is the matvec's tail, one per
 // block (tq8_tail), so that every unit does the same work: taken with the unit whose k is 2,
 // it made the other threads of a subgroup wait (a timing variant without it ran 47 -> 70% of
-// the copy bandwidth on an H200; BENCHMARKS.md). In their own region the qh words of a row's
+// the copy bandwidth on an H200; BENCHMARKS.md). In their own plane the qh words of a row's
 // blocks are consecutive, so the threads of a row load them together.
 //
 // Trits are taken two bytes at a time in 16-bit lanes, as quant/tq1_0.wgsl does: m(0) = q,
@@ -20,12 +20,13 @@
 // sums: d8 * d * (sum(t x_q) - sum(x_q)) (crate::quant::q8dot, codes t - 1).
 //
 // Bindings:
-//   3  qsh: (rows, cols/256, 3) vec4<u32> qs words of this chunk's rows, then (rows,
-//      cols/256) qh words (p.rows is the chunk's rows)
+//   3  qsh: (rows, cols/256, 3) vec4<u32> qs words of this chunk's rows
 //   4  dh:  (rows * cols/256 + 1) / 2 u32, f16 block scales
+//   5  qh:  (rows, cols/256) u32 qh words
 
 @group(0) @binding(3) var<storage, read> qsh: array<vec4<u32>>;
 @group(0) @binding(4) var<storage, read> dh: array<u32>;
+@group(0) @binding(5) var<storage, read> qh: array<u32>;
 
 // Units per 256-weight block.
 const TQ8_UNITS: u32 = 3u;
@@ -141,8 +142,7 @@ fn tq8_qh_step(m: vec2<u32>, g: u32) -> vec3<u32> {
 
 // Block b's (of the chunk) qh word: its 16 weights against their activations.
 fn tq8_tail(b: u32, a: TqTail) -> f32 {
-    // Word 12 B + b of the plane (B blocks in the chunk; 12 B is a multiple of 4).
-    let h = qsh[3u * p.rows * (p.cols / 256u) + (b >> 2u)][b & 3u];
+    let h = qh[b];
     let h0 = tq8_qh_step(vec2<u32>(h & 0x00ff00ffu, (h >> 8u) & 0x00ff00ffu), a.a.x);
     let h1 = tq8_qh_step(h0.yz, a.a.y);
     let h2 = tq8_qh_step(h1.yz, a.a.z);

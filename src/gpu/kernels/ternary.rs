@@ -27,15 +27,17 @@
 //! losslessly (the same bits, struct of arrays, block order kept), each plane zero-padded to a
 //! multiple of 16 bytes:
 //!
-//! | format | binding 3                                                 | binding 4              |
-//! |--------|-----------------------------------------------------------|------------------------|
-//! | I2_S   | codes, 32 B per 128 weights                               |                        |
-//! | TQ2_0  | `qs`, 64 B (16 words) per block                           | `d` f16, 2 B per block |
-//! | TQ1_0  | every block's `qs` (48 B), then every block's `qh` (4 B)  | `d` f16, 2 B per block |
+//! | format | binding 3                                 | binding 4              | binding 5             |
+//! |--------|-------------------------------------------|------------------------|-----------------------|
+//! | I2_S   | codes, 32 B per 128 weights               |                        |                       |
+//! | TQ2_0  | `qs`, 64 B (16 words) per block           | `d` f16, 2 B per block |                       |
+//! | TQ1_0  | `qs`, 48 B (3 x 16) per block             | `d` f16, 2 B per block | `qh`, 4 B per block   |
 //!
-//! TQ1_0's `qs` come first so that each block's three 16-byte units are aligned loads and the
-//! `qh` words of a row's blocks, which the integer-dot matvec takes in a pass of their own,
-//! are consecutive (H200: 47.0 -> 48.5% of the copy bandwidth at 256 MiB; BENCHMARKS.md).
+//! TQ1_0's `qh` words have a plane of their own so that each block's three 16-byte units of
+//! `qs` are aligned loads and the `qh` words of a row's blocks, which the integer-dot matvec
+//! takes in a pass of their own, are consecutive (H200: 47.0 -> 48.5% of the copy bandwidth
+//! at 256 MiB; BENCHMARKS.md). Every plane stays block-local, so a chunk uploaded in pieces
+//! gets the same planes (`gpu::weights`).
 //!
 //! # Dispatch
 //! - Matvec, I2_S and the integer-dot TQ1_0/TQ2_0 (`MatvecQ8`, on q8 records; for BitLinear
@@ -235,7 +237,7 @@ pub fn planes(dtype: GgmlType, data: &[u8], _rows: u32, _cols: u32) -> Vec<Vec<u
         }
         GgmlType::TQ1_0 => {
             let blocks = data.chunks_exact(54);
-            let mut qsh = Vec::with_capacity(blocks.len() * 52);
+            let mut qsh = Vec::with_capacity(blocks.len() * 48);
             let mut qh = Vec::with_capacity(blocks.len() * 4);
             let mut d = Vec::with_capacity(blocks.len() * 2);
             for b in blocks {
@@ -243,8 +245,7 @@ pub fn planes(dtype: GgmlType, data: &[u8], _rows: u32, _cols: u32) -> Vec<Vec<u
                 qh.extend_from_slice(&b[48..52]);
                 d.extend_from_slice(&b[52..54]);
             }
-            qsh.extend_from_slice(&qh);
-            vec![pad16(qsh), pad16(d)]
+            vec![pad16(qsh), pad16(d), pad16(qh)]
         }
         _ => vec![pad16(data.to_vec())],
     }
@@ -295,12 +296,11 @@ mod tests {
     fn tq_planes_keep_every_byte() {
         let data: Vec<u8> = (0..3 * 54).map(|i| (i * 7 % 251) as u8).collect();
         let p = planes(GgmlType::TQ1_0, &data, 1, 768);
-        assert_eq!(p.len(), 2);
-        // Block 1's qs, then block 1's qh after the three blocks' qs.
+        assert_eq!(p.len(), 3);
+        // Block 1's qs, d and qh.
         assert_eq!(&p[0][48..96], &data[54..102]);
-        assert_eq!(&p[0][3 * 48 + 4..3 * 48 + 8], &data[54 + 48..54 + 52]);
-        assert_eq!(p[0].len(), (3 * 52usize).next_multiple_of(16));
         assert_eq!(&p[1][2..4], &data[54 + 52..54 + 54]);
+        assert_eq!(&p[2][4..8], &data[54 + 48..54 + 52]);
         assert!(p.iter().all(|q| q.len() % 16 == 0));
         let data: Vec<u8> = (0..2 * 66).map(|i| (i * 5 % 251) as u8).collect();
         let p = planes(GgmlType::TQ2_0, &data, 1, 512);

@@ -144,6 +144,9 @@ pub fn write(spec: &SynthSpec, layers: Option<u64>, out: &Path) -> Result<u64, E
     w.add(kv("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))?;
     w.add(kv("rope.freq_base"), Value::F32(s.theta))?;
     w.add(kv("vocab_size"), Value::U32(s.vocab as u32))?;
+    // No vocabulary (the benchmarks run from token ids), marked the way llama.cpp reads it, so
+    // llama.cpp's `llama-bench` loads the same file for a side-by-side run.
+    w.add("tokenizer.ggml.model", Value::String("none".into()))?;
     let head_dim = s.dim / s.n_heads;
     let (q, kvd) = (s.n_heads * head_dim, s.n_kv_heads * head_dim);
     let mut add = |w: &mut GgufWriter, name: String, t: GgmlType, shape: &[u64]| {

@@ -86,6 +86,13 @@ impl GgufVocab {
         let model = match model_name {
             "gpt2" => VocabModel::Bpe,
             "llama" => VocabModel::Spm,
+            // llama.cpp's marker for a model without a vocabulary (token ids only).
+            "none" | "no_vocab" => {
+                return Err(TextError::metadata(
+                    KEY_MODEL,
+                    format!("{model_name:?}: the file has no tokenizer"),
+                ))
+            }
             other => return Err(TextError::UnsupportedModel(other.to_string())),
         };
         let tokens = string_array(gguf, KEY_TOKENS)?

@@ -186,6 +186,14 @@ fn metadata_errors_are_clear() {
     .expect_err("no tokenizer");
     assert!(err.to_string().contains("tokenizer.ggml.model"), "{err}");
 
+    // llama.cpp's marker of a model without a vocabulary (`tritium synth` writes it).
+    let err = Tokenizer::from_gguf(&gguf(vec![(
+        "tokenizer.ggml.model",
+        Value::String("none".into()),
+    )]))
+    .expect_err("no vocabulary");
+    assert!(err.to_string().contains("has no tokenizer"), "{err}");
+
     let err = Tokenizer::from_gguf(&gguf(vec![
         ("tokenizer.ggml.model", Value::String("gpt2".into())),
         ("tokenizer.ggml.tokens", strings(&["a", "b"])),

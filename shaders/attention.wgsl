@@ -26,7 +26,8 @@
 // query heads of one KV head in one workgroup (see attend_group).
 //
 // Decode with the combine in the attend (entry point main_decode, Kernel::AttentionDecode,
-// natively): the last piece of each head to finish combines them (see main_decode).
+// natively): the last piece of each head to finish combines them, and a head with one piece
+// of keys writes its output directly (see main_decode).
 //
 // Decode (fused == 1, one token): attend also appends, so one dispatch does both. Its
 // workgroups take the new key and value (position pos0) from src3 and src2, packed exactly
@@ -229,7 +230,10 @@ fn main(
     if (p.mode == 0u) {
         append(flat_workgroup(wid, nwg) * WG + lid);
     } else if (p.mode == 1u) {
-        attend(wid, lid);
+        var r: Attended;
+        if (attend(wid, lid, &r)) {
+            write_attended(r, wid, lid);
+        }
     } else {
         combine(wid, lid);
     }
@@ -292,8 +296,17 @@ fn values4(j: u32, lanes: u32, last: u32, fused: bool, fresh_at: u32, base: u32,
     );
 }
 
-// Whether this workgroup's piece holds keys (else it did nothing).
-fn attend(wid: vec3<u32>, lid: u32) -> bool {
+// What attend leaves for writing its piece: the sums of p * V of `lanes` lanes in lane_acc
+// (rows of head_dim / 4 vec4), the piece's max score m and sum of p, l.
+struct Attended {
+    lanes: u32,
+    m: f32,
+    l: f32,
+}
+
+// Whether this workgroup's piece holds keys (else it did nothing); if so, its sums are in
+// lane_acc and `r` (the caller writes the piece: write_attended, or main_decode's lone piece).
+fn attend(wid: vec3<u32>, lid: u32, r: ptr<function, Attended>) -> bool {
     let split = wid.x;
     let head = wid.y;
     let token = wid.z;
@@ -429,7 +442,7 @@ fn attend(wid: vec3<u32>, lid: u32) -> bool {
     // Each lane's sums to workgroup memory, then one thread per 4 dimensions adds them up.
     put_lane_sums(lane, lanes, g, q_per_slot, Slot(acc_lo, acc_hi));
     workgroupBarrier();
-    write_piece(qbase, (token * p.n_heads + head) * p.n_splits + split, lanes, m, l, lid);
+    *r = Attended(lanes, m, l);
     return true;
 }
 
@@ -442,6 +455,12 @@ fn put_lane_sums(lane: u32, lanes: u32, g: u32, q_per_slot: u32, a: Slot) {
             lane_acc[lane * d4 + g * 2u + 1u] = a.hi;
         }
     }
+}
+
+// attend's piece (workgroup (split, head, token) of its dispatch) written by write_piece.
+fn write_attended(r: Attended, wid: vec3<u32>, lid: u32) {
+    let row = wid.z * p.n_heads + wid.y; // (token, head)
+    write_piece(row * p.head_dim, row * p.n_splits + wid.x, r.lanes, r.m, r.l, lid);
 }
 
 // The sums of `lanes` lanes in lane_acc added up per 4 dimensions: with one piece the head's

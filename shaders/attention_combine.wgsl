@@ -32,7 +32,6 @@ struct RecordWords {
 // of its q8 records, which the caller writes (the entry points hold the records at different
 // bindings).
 fn combine_head(head: u32, token: u32, lid: u32) -> RecordWords {
-    var words = RecordWords(false, 0u, 0u, 0u, NO_SCALE, 0u);
     let d4 = p.head_dim / 4u;
     let first = (token * p.n_heads + head) * p.n_splits; // this row's first piece
     // Only the pieces that hold keys were written (attend skips the rest).
@@ -74,7 +73,15 @@ fn combine_head(head: u32, token: u32, lid: u32) -> RecordWords {
     }
     workgroupBarrier();
     // Only the groups that took a piece hold sums.
-    let count = min(groups, n);
+    return head_output(head, token, min(groups, n), l, lid);
+}
+
+// The output of (head, token) from the `count` rows of sums in lane_acc over the softmax
+// denominator l, into `out`, and (quantize == 1) the words of its q8 records (returned for the
+// caller to write). Every invocation calls it (the records' block maxima take a barrier).
+fn head_output(head: u32, token: u32, count: u32, l: f32, lid: u32) -> RecordWords {
+    var words = RecordWords(false, 0u, 0u, 0u, NO_SCALE, 0u);
+    let d4 = p.head_dim / 4u;
     let base = (token * p.n_heads + head) * p.head_dim;
     if (p.quantize == 0u) {
         for (var j = lid; j < d4; j = j + WG) {
@@ -116,7 +123,9 @@ fn combine_head(head: u32, token: u32, lid: u32) -> RecordWords {
 // multiprocessor's cache); the last of a head's pieces to arrive (after another such fence)
 // combines them, writes the
 // output (and with quantize == 1 its q8 records, at binding 10), and sets the counter back to
-// 0 for the next dispatch. The combine's own dispatch and its barrier go.
+// 0 for the next dispatch. The combine's own dispatch and its barrier go. A head whose keys
+// fit one piece (the first min_split tokens of a context) skips all of that: its one
+// workgroup writes the output itself.
 //   10 records: the output's q8 records (quantize == 1; any buffer otherwise)
 //   11 arrivals: (n_tokens, n_heads) u32, 0 between dispatches
 @group(0) @binding(10) var<storage, read_write> records: array<u32>;
@@ -130,11 +139,23 @@ fn main_decode(
     @builtin(local_invocation_index) lid: u32,
 ) {
     // Uniform per workgroup: a piece past the keys returns before any barrier.
-    if (!attend(wid, lid)) {
+    var r: Attended;
+    if (!attend(wid, lid, &r)) {
         return;
     }
     let head = wid.y;
     let token = wid.z;
+    if (pieces_with_keys(token) == 1u) {
+        // The head's only piece (a context of at most min_split keys) has nothing to wait for
+        // or combine: its output and records come straight from its sums in lane_acc, the
+        // same values as the combine of one piece, bit for bit (that piece's weight is
+        // e^(m - m) = 1 and the lanes are added in the same order), without the piece's
+        // round trip through `partials`, the fences and the counter.
+        let c = head_output(head, token, r.lanes, r.l, lid);
+        write_records(c);
+        return;
+    }
+    write_attended(r, wid, lid);
     storageBarrier();
     if (lid == 0u) {
         let slot = token * p.n_heads + head;
@@ -148,13 +169,17 @@ fn main_decode(
     }
     if (workgroupUniformLoad(&last_piece) == 1u) {
         storageBarrier();
-        let c = combine_head(head, token, lid);
-        if (c.holds) {
-            records[c.at] = c.w0;
-            records[c.at + 1u] = c.w1;
-            if (c.scale_at != NO_SCALE) {
-                records[c.scale_at] = c.scale;
-            }
+        write_records(combine_head(head, token, lid));
+    }
+}
+
+// An invocation's words of the output's q8 records (binding 10).
+fn write_records(c: RecordWords) {
+    if (c.holds) {
+        records[c.at] = c.w0;
+        records[c.at + 1u] = c.w1;
+        if (c.scale_at != NO_SCALE) {
+            records[c.scale_at] = c.scale;
         }
     }
 }

@@ -50,8 +50,12 @@ const MODE_APPEND: u32 = 0;
 const MODE_ATTEND: u32 = 1;
 const MODE_COMBINE: u32 = 2;
 
-/// Keys per piece below which a context is not split further.
-const MIN_SPLIT: u32 = 64;
+/// Keys per piece below which a context is not split further. A decode whose keys fit one
+/// piece skips the combine (main_decode's lone piece), so short contexts gain from longer
+/// pieces: on an H200 (2026-11-29, Llama-1B Q4_K, `tritium bench generate --prompt 1`, two
+/// rounds) 64 -> 128 took the decode of the first 128 tokens from 856 to 874-881 tokens/s
+/// and left it unchanged after a 512-token prompt (812 -> 818); 256 gave 881-885 and 801.
+const MIN_SPLIT: u32 = 128;
 /// Cache positions per piece in decode. Many short pieces keep more workgroups in flight than
 /// a few long ones (each key is a dependent load in a workgroup's loop): at a 640-position
 /// cache on the H200, BitNet 2B4T decodes at 427 tok/s with 3 pieces, 436 with 4, 446 with 8

@@ -297,8 +297,11 @@ async fn attention_cases(
     // number per token with 17 tokens), Some(1) streams every tile in one workgroup
     // (positions 260 and 1000 cross the 256-key tiles).
     // (1100, 1080, 17): the last keys' 16-key tiles reach past max_ctx (cooperative matrices).
-    let cases: [(u32, usize, usize, Option<u32>); 14] = [
+    // (1100, 40, 1, Some(64)): a decode whose keys fit one piece (main_decode's lone piece,
+    // which writes its output without the combine) while the others hold none.
+    let cases: [(u32, usize, usize, Option<u32>); 15] = [
         (1100, 0, 17, None),
+        (1100, 40, 1, Some(64)),
         (1100, 0, 17, Some(1)),
         (1100, 0, 17, Some(64)),
         (1100, 260, 17, Some(14)),

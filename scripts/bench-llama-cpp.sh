@@ -24,6 +24,7 @@
 set -euo pipefail
 
 LLAMA_CPP_PYTHON=0.3.36
+LLAMA_CPP_PYTHON_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 ROUNDS=3
 WORK=${TMPDIR:-/tmp}/tritium-vs-llama-cpp
 TRITIUM=""
@@ -55,10 +56,12 @@ if [ -z "$LLAMA_BENCH" ]; then
     if [ -z "$SRC" ]; then
         SRC=$WORK/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz
         if [ ! -s "$SRC" ]; then
-            url=$(curl -fsSL "https://pypi.org/pypi/llama-cpp-python/$LLAMA_CPP_PYTHON/json" |
-                python3 -c 'import json,sys; print([u["url"] for u in json.load(sys.stdin)["urls"] if u["packagetype"] == "sdist"][0])')
-            curl -fsSL -o "$SRC.part" "$url" && mv "$SRC.part" "$SRC"
+            # As scripts/fetch-test-data.sh: the sdist only (pip prepares its metadata from
+            # wheels of the build backend; nothing is built).
+            python3 -m pip download --quiet --no-deps --disable-pip-version-check \
+                --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON" -d "$WORK"
         fi
+        echo "$LLAMA_CPP_PYTHON_SHA256  $SRC" | sha256sum --check --quiet
     fi
     if [ -f "$SRC" ]; then
         rm -rf "$WORK/src" && mkdir -p "$WORK/src"

@@ -55,6 +55,8 @@ const MODE_COMBINE: u32 = 2;
 /// pieces: on an H200 (2026-11-29, Llama-1B Q4_K, `tritium bench generate --prompt 1`, two
 /// rounds) 64 -> 128 took the decode of the first 128 tokens from 856 to 874-881 tokens/s
 /// and left it unchanged after a 512-token prompt (812 -> 818); 256 gave 881-885 and 801.
+/// It bounds the pieces of [`DECODE_KEYS_PER_SPLIT`] from below: a 640-position cache is cut
+/// into 8 pieces, of which 5 (of 128 keys) hold keys once the context is that long.
 const MIN_SPLIT: u32 = 128;
 /// Cache positions per piece in decode. Many short pieces keep more workgroups in flight than
 /// a few long ones (each key is a dependent load in a workgroup's loop): at a 640-position

@@ -23,13 +23,14 @@
 @group(0) @binding(4) var<storage, read> dh: array<u32>;
 @group(0) @binding(5) var<storage, read> qh: array<u32>;
 
-// Words per block.
+// Words per block: TQ_QS_WORDS of qs (plane qsh), then the qh word (plane qh).
 const TQ_WORDS: u32 = 13u;
+const TQ_QS_WORDS: u32 = 12u;
 
-// Word j of a block: its qs words 0 .. 12, its qh word 12.
+// Word j of a block: its qs words j < TQ_QS_WORDS, then its qh word.
 fn tq_word(block: u32, j: u32) -> u32 {
-    if (j < 12u) {
-        return qsh[block * 12u + j];
+    if (j < TQ_QS_WORDS) {
+        return qsh[block * TQ_QS_WORDS + j];
     }
     return qh[block];
 }
@@ -49,7 +50,7 @@ fn tq_word_dot(w: u32, j: u32, xo: u32) -> f32 {
         o = xo + j;
         step = 8u;
         trits = 5u;
-    } else if (j < 12u) {
+    } else if (j < TQ_QS_WORDS) {
         o = xo + 32u + j;
         step = 4u;
         trits = 5u;

@@ -20,7 +20,8 @@
 # slower, a warm-up its mean would count; tritium's figures come after a warm-up run of its
 # own). llama-bench decodes a fixed token and never reads the logits back; tritium's decode also
 # picks each token (greedy, on the GPU) and feeds it to the next pass. The JSON of every run is
-# kept under the work folder. GPU machine only: this is a benchmark, not a test.
+# kept under the work folder (llama-bench's messages in a .log beside its JSON). GPU machine
+# only: this is a benchmark, not a test.
 set -euo pipefail
 
 LLAMA_CPP_PYTHON=0.3.36
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
         --src) SRC=$2; shift 2 ;;
         --model) MODEL=$2; shift 2 ;;
         --work) WORK=$2; shift 2 ;;
-        -h|--help) sed -n 2,20p "$0"; exit 0 ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -88,9 +89,9 @@ fi
 "$LLAMA_BENCH" -m "$MODEL" -p 16 -n 16 -r 1 > /dev/null 2>&1
 
 for r in $(seq 1 "$ROUNDS"); do
-    "$LLAMA_BENCH" -m "$MODEL" -p 512 -n 128 -r 5 -o json > "$WORK/llama-$r.json" 2> /dev/null
+    "$LLAMA_BENCH" -m "$MODEL" -p 512 -n 128 -r 5 -o json > "$WORK/llama-$r.json" 2> "$WORK/llama-$r.log"
     "$TRITIUM" bench generate "$MODEL" --prompt 512 --decode 128 --json > "$WORK/tritium-512-$r.json"
-    "$LLAMA_BENCH" -m "$MODEL" -p 0 -n 128 -d 512 -r 5 -o json > "$WORK/llama-d512-$r.json" 2> /dev/null
+    "$LLAMA_BENCH" -m "$MODEL" -p 0 -n 128 -d 512 -r 5 -o json > "$WORK/llama-d512-$r.json" 2> "$WORK/llama-d512-$r.log"
     "$TRITIUM" bench generate "$MODEL" --prompt 1 --decode 128 --json > "$WORK/tritium-1-$r.json"
 done
 

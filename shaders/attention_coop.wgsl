@@ -6,18 +6,22 @@
 // devices with that cooperative-matrix configuration and 32-wide subgroups.
 //
 // A workgroup is one subgroup: QB = 16 query tokens (t0 ..) of one query head (the last
-// blocks, which see the most keys, first). The keys the block's last query sees are walked in
-// steps of KB = 64, twice:
+// blocks, which see the most keys, first). The keys the block's last query sees are walked
+// once, in steps of KB = 64:
 //   1. S = Q K^T for the step (16 x 64: four 16x16 matrices, HD / 16 products each), through
-//      workgroup memory to the invocations, which keep each query row's running maximum m and
-//      sum l = sum exp(s - m) (invocation `lane` owns row lane % 16, keys 32 (lane / 16) .. of
-//      every step; the two halves of a row merge at the end).
-//   2. S again, P = exp(S - m) rounded to f16 (0 for keys after the query's position), and
-//      O += P V on the cooperative matrices (HD / 16 accumulators of 16x16 f32).
-// With the final maximum known before any P is formed, O never needs rescaling, which
-// cooperative matrices could not do in place. Then out = O / l, through workgroup memory, for
-// the queries that exist. The sums inside each product (HD terms for a score, 16 keys for an
-// output) are the hardware's, in f32.
+//      workgroup memory to the invocations (invocation `lane` owns row lane % 16, keys
+//      32 (lane / 16) .. of every step; the two halves of a row share its maximum).
+//   2. Each row's maximum m, kept stale while the step's scores stay within TAU of it: only a
+//      row whose step maximum exceeds m + TAU takes the new maximum, and O and its sum l are
+//      then rescaled by e^(m_old - m_new). O lives in cooperative matrices, which cannot be
+//      scaled row by row in place, so a step where any row moved stores O to workgroup memory,
+//      scales the rows there and loads it back: the first step sets m, and the later ones
+//      rarely move it by more than TAU (only when the scores climb along the context).
+//   3. P = exp(S - m) rounded to f16 (0 for keys after the query's position; at most e^TAU,
+//      far inside f16), l += the row's sum of the unrounded P, O += P V on the cooperative
+//      matrices (HD / 16 accumulators of 16x16 f32).
+// Then out = O / l, through workgroup memory, for the queries that exist. The sums inside each
+// product (HD terms for a score, 16 keys for an output) are the hardware's, in f32.
 //
 // The query rows are rotated (RoPE, when rope_dim > 0: one pair per invocation, with
 // rope.wgsl's arithmetic), scaled by `scale` and rounded to f16 into workgroup memory once,
@@ -51,12 +55,20 @@ override HD: u32 = 64u;
 const QB: u32 = 16u;
 const KB: u32 = 64u;
 const NEG_BIG: f32 = -3.0e38;
+// How far a step's scores may rise above a row's stale maximum before it is moved (and O
+// rescaled): P = e^(s - m) stays below e^8 = 2981 (f16 holds 65504), O and l in f32.
+const TAU: f32 = 8.0;
 
 // The block's query rows (QB x HD, row-major), a step's scores (column-major: query i, key j
 // at i + QB j; also the output on its way out) and its probabilities (the same layout).
 var<workgroup> q_sh: array<f16, QB * HD>;
 var<workgroup> s_sh: array<f32, 1024>; // QB * KB
 var<workgroup> p_sh: array<f16, 1024>;
+// Whether any row's maximum moved this step (element 0; zero between steps). Four words, not
+// one: with the flag in a lone 4-byte workgroup variable (plain or atomic) NVIDIA's driver
+// (580, H200) made this kernel's outputs wrong even where no rescaling ran; in a 16-byte
+// array, or in spare words after s_sh, they are right. The cause was not found.
+var<workgroup> moved_sh: array<atomic<u32>, 4>;
 
 // The query block's HD / 16 A matrices (those past HD stay zero and unused).
 struct Queries {
@@ -119,6 +131,16 @@ fn query_tile(c: u32) -> coop_mat16x16<f16, A> {
     return coopLoadT<coop_mat16x16<f16, A>>(&q_sh[16u * c], HD);
 }
 
+// s_sh's rows times their factor `alpha` (invocation `lane` scales elements lane, lane + 32,
+// ..., all in its row), between barriers: for O's blocks stored there column-major.
+fn scale_rows(lane: u32, alpha: f32) {
+    workgroupBarrier();
+    for (var e = lane; e < 1024u; e = e + 32u) {
+        s_sh[e] = s_sh[e] * alpha;
+    }
+    workgroupBarrier();
+}
+
 // O blocks 0 .. 3 of s_sh (dimension chunks c0 ..) to `out` over l: invocation `lane` takes
 // elements lane, lane + 32, ... of each 16x16 block, all in its row r.
 fn write_out(row: u32, c0: u32, lane: u32, inv_l: f32) {
@@ -137,7 +159,9 @@ fn main(
 ) {
     let t0 = (p.n_tokens + QB - 1u) / QB * QB - QB * (wid.x + 1u);
     let h = wid.y;
-    let kvh = h / (p.n_heads / p.n_kv_heads);
+    // Divisors at least 1 (the pipeline is compiled without division guards: max(.., 1u)
+    // marks each as checked, tests/gpu_uniforms.rs); the host passes whole groups of heads.
+    let kvh = h / max(p.n_heads / max(p.n_kv_heads, 1u), 1u);
     let pos0 = position.pos0;
     let last_t = min(t0 + QB, p.n_tokens) - 1u;
     // Keys the block's last query sees, the steps over them, the last tile that holds keys.
@@ -171,6 +195,7 @@ fn main(
         q_sh[i * HD + a] = f16(va * p.scale);
         q_sh[i * HD + b] = f16(vb * p.scale);
     }
+    atomicStore(&moved_sh[0], 0u);
     workgroupBarrier();
     var qm: Queries;
     qm.q0 = query_tile(0u);
@@ -201,36 +226,8 @@ fn main(
     let k_lo = (lane / QB) * (KB / 2u);
     let seen = pos0 + min(t0 + r, last_t);
 
-    // 1. Each row's maximum and sum, online over the steps.
     var m = NEG_BIG;
     var l = 0.0;
-    for (var st = 0u; st < steps; st = st + 1u) {
-        let j0 = st * KB;
-        scores(qm, j0, last_tile, kvh);
-        workgroupBarrier();
-        var bm = NEG_BIG;
-        for (var k = 0u; k < KB / 2u; k = k + 1u) {
-            let s = s_sh[r + QB * (k_lo + k)];
-            bm = select(bm, max(bm, s), j0 + k_lo + k <= seen);
-        }
-        let mn = max(m, bm);
-        var sum = 0.0;
-        for (var k = 0u; k < KB / 2u; k = k + 1u) {
-            let s = s_sh[r + QB * (k_lo + k)];
-            sum = sum + select(0.0, exp(s - mn), j0 + k_lo + k <= seen);
-        }
-        l = l * exp(m - mn) + sum;
-        m = mn;
-        workgroupBarrier();
-    }
-    // The row's two halves (lanes r and r + 16).
-    let m_o = subgroupShuffleXor(m, QB);
-    let l_o = subgroupShuffleXor(l, QB);
-    let mx = max(m, m_o);
-    l = l * exp(m - mx) + l_o * exp(m_o - mx);
-    m = mx;
-
-    // 2. O = P V.
     var o0 = coop_mat16x16<f32, C>();
     var o1 = coop_mat16x16<f32, C>();
     var o2 = coop_mat16x16<f32, C>();
@@ -243,11 +240,56 @@ fn main(
         let j0 = st * KB;
         scores(qm, j0, last_tile, kvh);
         workgroupBarrier();
+        // The step's row maximum (both halves), and whether the row's m moves.
+        var bm = NEG_BIG;
+        for (var k = 0u; k < KB / 2u; k = k + 1u) {
+            let s = s_sh[r + QB * (k_lo + k)];
+            bm = select(bm, max(bm, s), j0 + k_lo + k <= seen);
+        }
+        bm = max(bm, subgroupShuffleXor(bm, QB));
+        let moves = bm > m + TAU;
+        let mn = select(m, bm, moves);
+        let alpha = select(1.0, exp(m - mn), moves);
+        l = l * alpha;
+        m = mn;
+        var sum = 0.0;
         for (var k = 0u; k < KB / 2u; k = k + 1u) {
             let at = r + QB * (k_lo + k);
-            p_sh[at] = f16(select(0.0, exp(s_sh[at] - m), j0 + k_lo + k <= seen));
+            let pf = select(0.0, exp(s_sh[at] - m), j0 + k_lo + k <= seen);
+            sum = sum + pf;
+            p_sh[at] = f16(pf);
         }
-        workgroupBarrier();
+        l = l + sum;
+        // Every invocation ors its row's news in (O is still zero at the first step), so no
+        // branch parts the subgroup before the cooperative operations, which need it whole.
+        atomicOr(&moved_sh[0], select(0u, 1u, moves && st > 0u));
+        // A barrier too: P is written and S read before either is touched again.
+        let rescale = workgroupUniformLoad(&moved_sh[0]) != 0u;
+        atomicStore(&moved_sh[0], 0u);
+        if (rescale) {
+            coopStore(o0, &s_sh[0], QB);
+            coopStore(o1, &s_sh[256u], QB);
+            coopStore(o2, &s_sh[512u], QB);
+            coopStore(o3, &s_sh[768u], QB);
+            scale_rows(lane, alpha);
+            o0 = coopLoad<coop_mat16x16<f32, C>>(&s_sh[0], QB);
+            o1 = coopLoad<coop_mat16x16<f32, C>>(&s_sh[256u], QB);
+            o2 = coopLoad<coop_mat16x16<f32, C>>(&s_sh[512u], QB);
+            o3 = coopLoad<coop_mat16x16<f32, C>>(&s_sh[768u], QB);
+            if (HD > 64u) {
+                workgroupBarrier();
+                coopStore(o4, &s_sh[0], QB);
+                coopStore(o5, &s_sh[256u], QB);
+                coopStore(o6, &s_sh[512u], QB);
+                coopStore(o7, &s_sh[768u], QB);
+                scale_rows(lane, alpha);
+                o4 = coopLoad<coop_mat16x16<f32, C>>(&s_sh[0], QB);
+                o5 = coopLoad<coop_mat16x16<f32, C>>(&s_sh[256u], QB);
+                o6 = coopLoad<coop_mat16x16<f32, C>>(&s_sh[512u], QB);
+                o7 = coopLoad<coop_mat16x16<f32, C>>(&s_sh[768u], QB);
+            }
+            workgroupBarrier();
+        }
         for (var kb = 0u; kb < KB / 16u; kb = kb + 1u) {
             let kj = min(j0 + 16u * kb, last_tile);
             let pa = coopLoad<coop_mat16x16<f16, A>>(&p_sh[256u * kb], QB);
@@ -275,6 +317,8 @@ fn main(
             }
         }
     }
+    // The row's two halves (lanes r and r + 16) share m: their sums add.
+    l = l + subgroupShuffleXor(l, QB);
 
     // out = O / l, four 16x16 blocks at a time through s_sh.
     let inv_l = 1.0 / l;

@@ -23,9 +23,11 @@ fn main(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let nb = p.cols / KQ_BLOCK;
-    let units = nb * KQ_UNITS;
+    // Divisors at least 1 (the pipeline is compiled without division guards: max(.., 1u)
+    // marks each as checked, tests/gpu_uniforms.rs); the host never passes 0 columns.
+    let units = max(nb * KQ_UNITS, 1u);
     let i = flat_workgroup(wid, nwg) * WG + lid;
-    let r = (i / (16u * units)) * 16u + i % 16u;
+    let r = ((i / 16u) / units) * 16u + i % 16u;
     if (r >= p.rows) {
         return;
     }

@@ -22,9 +22,11 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let blocks = p.cols / 32u;
+    // Divisors at least 1 (the pipeline is compiled without division guards: max(.., 1u)
+    // marks each as checked, tests/gpu_uniforms.rs); the host never passes 0 columns.
+    let blocks = max(p.cols / 32u, 1u);
     let i = flat_workgroup(wid, nwg) * WG + lid;
-    let r = (i / (16u * blocks)) * 16u + i % 16u;
+    let r = ((i / 16u) / blocks) * 16u + i % 16u;
     if (r >= p.rows) {
         return;
     }

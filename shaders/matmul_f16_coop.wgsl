@@ -106,8 +106,10 @@ fn main(
     @builtin(subgroup_invocation_id) lane: u32,
     @builtin(subgroup_size) lanes: u32,
 ) {
-    let token_tiles = (p.n_tokens + CN - 1u) / CN;
-    let row_tiles = (p.rows + CM - 1u) / CM;
+    // Divisors at least 1 (the pipeline is compiled without division guards: max(.., 1u)
+    // marks each as checked, tests/gpu_uniforms.rs); the host never passes 0 of any.
+    let token_tiles = max((p.n_tokens + CN - 1u) / CN, 1u);
+    let row_tiles = max((p.rows + CM - 1u) / CM, 1u);
     // Workgroups run token tile first, then row tile, then slice, so the token tiles of one
     // row tile run together and its weights come from memory about once. A folded grid has
     // a few workgroups past the end: they repeat the last slice's last tile (cooperative
@@ -115,9 +117,10 @@ fn main(
     let tile = min(flat_workgroup(wid, nwg), token_tiles * row_tiles * p.split - 1u);
     let tok0 = (tile % token_tiles) * CN;
     let row0 = ((tile / token_tiles) % row_tiles) * CM;
-    let slice = tile / (token_tiles * row_tiles);
+    let slice = (tile / token_tiles) / row_tiles;
     let kb = p.cols / 16u;
-    let steps = kb / p.split;
+    let steps = kb / max(p.split, 1u);
+    let wrap = max(steps, 1u);
     // The subgroup's block: rows rb .., tokens tb ..; its first weight tile and input tile of
     // the slice (offsets in halves), the next row or token block one tile row further.
     let rb = row0 + 64u * (sg % 2u);
@@ -127,7 +130,7 @@ fn main(
     let xa = ((tb / 16u) * kb + slice * steps) * 256u;
     // This step's tiles and the next one's (with one step, the first again, unused).
     var t = load_tiles(wa, xa, next, 0u);
-    var t1 = load_tiles(wa, xa, next, 256u * (1u % steps));
+    var t1 = load_tiles(wa, xa, next, 256u * (1u % wrap));
     var c00 = coop_mat16x16<f32, C>();
     var c01 = coop_mat16x16<f32, C>();
     var c02 = coop_mat16x16<f32, C>();
@@ -147,7 +150,7 @@ fn main(
     for (var s = 1u; s <= steps; s = s + 1u) {
         // The tiles of the step after next (the last two steps load the slice's first ones
         // again, unused).
-        let t2 = load_tiles(wa, xa, next, 256u * ((s + 1u) % steps));
+        let t2 = load_tiles(wa, xa, next, 256u * ((s + 1u) % wrap));
         c00 = coopMultiplyAdd(t.a0, t.b0, c00);
         c01 = coopMultiplyAdd(t.a0, t.b1, c01);
         c02 = coopMultiplyAdd(t.a0, t.b2, c02);

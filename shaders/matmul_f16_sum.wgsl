@@ -23,8 +23,11 @@ fn main(
     if (i >= p.n_tokens * p.rows) {
         return;
     }
-    let t = i / p.rows;
-    let r = i % p.rows;
+    // p.rows is not 0 here (i < n_tokens * rows); max(.., 1u) marks the divisor as checked
+    // (the pipeline is compiled without division guards, tests/gpu_uniforms.rs).
+    let rows = max(p.rows, 1u);
+    let t = i / rows;
+    let r = i % rows;
     var s = 0.0;
     for (var k = 0u; k < p.split; k = k + 1u) {
         s = s + part[(k * p.n_tokens + t) * p.rows + r];

@@ -12,7 +12,7 @@ var<workgroup> reduce_scratch: array<f32, REDUCE_N>;
 
 fn workgroup_sum(v: f32, lid: u32) -> f32 {
     let s = subgroupAdd(v);
-    let size = subgroupAdd(1u);
+    let size = max(subgroupAdd(1u), 1u); // at least 1: the invocation itself
     let first = subgroupBroadcastFirst(lid);
     if (lid == first) {
         reduce_scratch[first / size] = s;
@@ -29,7 +29,7 @@ fn workgroup_sum(v: f32, lid: u32) -> f32 {
 
 fn workgroup_max(v: f32, lid: u32) -> f32 {
     let s = subgroupMax(v);
-    let size = subgroupAdd(1u);
+    let size = max(subgroupAdd(1u), 1u); // at least 1: the invocation itself
     let first = subgroupBroadcastFirst(lid);
     if (lid == first) {
         reduce_scratch[first / size] = s;
@@ -50,7 +50,7 @@ var<workgroup> reduce_scratch4: array<vec4<f32>, REDUCE_N>;
 // for the subgroup partials.
 fn workgroup_sum4(v: vec4<f32>, lid: u32) -> vec4<f32> {
     let s = subgroupAdd(v);
-    let size = subgroupAdd(1u);
+    let size = max(subgroupAdd(1u), 1u); // at least 1: the invocation itself
     let first = subgroupBroadcastFirst(lid);
     if (lid == first) {
         reduce_scratch4[first / size] = s;
@@ -68,7 +68,7 @@ fn workgroup_sum4(v: vec4<f32>, lid: u32) -> vec4<f32> {
 // workgroup_max of four values at once, as workgroup_sum4.
 fn workgroup_max4(v: vec4<f32>, lid: u32) -> vec4<f32> {
     let s = subgroupMax(v);
-    let size = subgroupAdd(1u);
+    let size = max(subgroupAdd(1u), 1u); // at least 1: the invocation itself
     let first = subgroupBroadcastFirst(lid);
     if (lid == first) {
         reduce_scratch4[first / size] = s;
@@ -86,7 +86,7 @@ fn workgroup_max4(v: vec4<f32>, lid: u32) -> vec4<f32> {
 // workgroup_sum of v.x and workgroup_max of v.y in one round (one barrier for the partials).
 fn workgroup_sum_max(v: vec2<f32>, lid: u32) -> vec2<f32> {
     let s = vec2<f32>(subgroupAdd(v.x), subgroupMax(v.y));
-    let size = subgroupAdd(1u);
+    let size = max(subgroupAdd(1u), 1u); // at least 1: the invocation itself
     let first = subgroupBroadcastFirst(lid);
     if (lid == first) {
         reduce_scratch4[first / size] = vec4<f32>(s, 0.0, 0.0);
@@ -118,7 +118,7 @@ fn segment_index(lid: u32) -> u32 {
         atomicStore(&segment_next, 0u);
     }
     workgroupBarrier();
-    let size = subgroupAdd(1u);
+    let size = max(subgroupAdd(1u), 1u); // at least 1: the invocation itself
     let inv = subgroupExclusiveAdd(1u);
     var first = 0u;
     if (inv == 0u) {

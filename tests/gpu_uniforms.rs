@@ -283,3 +283,137 @@ fn every_loop_ends() {
     }
     assert!(fors > 100, "only {fors} loops found: the scan is broken");
 }
+
+/// Every integer division and remainder in the kernels compiled without naga's division
+/// guards (`tritium::gpu::kernels::divides_unguarded`) has a divisor that cannot be 0: a
+/// non-zero literal or constant (pipeline constants replaced by the values the host passes,
+/// then folded by naga), or `max(x, c)` with such a c. A division by 0 is then impossible
+/// whatever the uniforms hold; a new divisor of another form fails here until it is written
+/// so.
+#[test]
+fn unguarded_divisors_are_nonzero() {
+    use naga::{BinaryOperator, Expression, Literal, MathFunction};
+    let mut kernels = 0;
+    let mut divisions = 0;
+    let mut bad = BTreeSet::new();
+    for kernel in Kernel::all() {
+        if !tritium::gpu::kernels::divides_unguarded(kernel) {
+            continue;
+        }
+        let Some(source) = kernel.source() else {
+            continue;
+        };
+        let mut wgsl = kernel
+            .wgsl(Variant {
+                f16: true,
+                subgroups: true,
+            })
+            .unwrap();
+        // Each pipeline constant as the host passes it (natively), the workgroup size too.
+        let constants = kernel
+            .constants()
+            .into_iter()
+            .chain([("WG", f64::from(source.default_workgroup_size))]);
+        for (name, value) in constants {
+            let decl = format!("override {name}: u32 = ");
+            let at = wgsl
+                .find(&decl)
+                .unwrap_or_else(|| panic!("{}: no override {name}", kernel.label()));
+            let end = at + wgsl[at..].find(';').unwrap();
+            wgsl.replace_range(at..=end, &format!("const {name}: u32 = {value}u;"));
+        }
+        // The others keep their defaults, which is what the pipeline gets.
+        let wgsl = wgsl
+            .lines()
+            .map(|l| match l.strip_prefix("override ") {
+                Some(rest) => format!("const {rest}"),
+                None => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let module = naga::front::wgsl::parse_str(&wgsl)
+            .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(&wgsl)));
+        let info = naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::all(),
+        )
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(&wgsl)));
+        let literal_nonzero = |l: &Literal| match *l {
+            Literal::U32(v) => v != 0,
+            Literal::I32(v) => v != 0,
+            Literal::U64(v) => v != 0,
+            Literal::I64(v) => v != 0,
+            _ => false,
+        };
+        // A global (constant) expression that is a non-zero integer.
+        let global_nonzero = |h: naga::Handle<Expression>| match module.global_expressions[h] {
+            Expression::Literal(ref l) => literal_nonzero(l),
+            _ => false,
+        };
+        let functions = module.functions.iter().map(|(h, f)| (f, &info[h])).chain(
+            module
+                .entry_points
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (&e.function, info.get_entry_point(i))),
+        );
+        for (function, finfo) in functions {
+            let nonzero = |mut h: naga::Handle<Expression>| loop {
+                return match function.expressions[h] {
+                    Expression::Literal(ref l) => literal_nonzero(l),
+                    Expression::Constant(c) => global_nonzero(module.constants[c].init),
+                    Expression::Splat { value, .. } => {
+                        h = value;
+                        continue;
+                    }
+                    Expression::Math {
+                        fun: MathFunction::Max,
+                        arg1: Some(c),
+                        ..
+                    } => match function.expressions[c] {
+                        Expression::Literal(ref l) => literal_nonzero(l),
+                        Expression::Constant(k) => global_nonzero(module.constants[k].init),
+                        _ => false,
+                    },
+                    _ => false,
+                };
+            };
+            for (h, e) in function.expressions.iter() {
+                let Expression::Binary {
+                    op: BinaryOperator::Divide | BinaryOperator::Modulo,
+                    right,
+                    ..
+                } = *e
+                else {
+                    continue;
+                };
+                let integer = finfo[h]
+                    .ty
+                    .inner_with(&module.types)
+                    .scalar_kind()
+                    .is_some_and(|k| matches!(k, naga::ScalarKind::Uint | naga::ScalarKind::Sint));
+                if !integer {
+                    continue;
+                }
+                divisions += 1;
+                if !nonzero(right) {
+                    let span = function.expressions.get_span(h);
+                    let text = span.to_range().map_or("?", |r| &wgsl[r]);
+                    bad.insert(format!("{}: `{text}`", kernel.label()));
+                }
+            }
+        }
+        kernels += 1;
+    }
+    assert!(
+        bad.is_empty(),
+        "integer divisions whose divisor may be 0 (write it as a constant or max(.., 1u)):\n{}",
+        bad.into_iter().collect::<Vec<_>>().join("\n")
+    );
+    assert!(kernels >= 10, "only {kernels} unguarded kernels found");
+    assert!(
+        divisions > 20,
+        "only {divisions} integer divisions found: the scan is broken"
+    );
+}

@@ -232,9 +232,10 @@ fn rope_bound(x: &[f32], want: &[f64], cfg: &cpu::RopeConfig) -> Vec<f64> {
 /// On cooperative matrices (a prefill where `AttentionOp::uses_coop`) the pre-scaled q is
 /// rounded to f16 (`2^-11` relative, `2^-25` absolute below f16's normal range: each score
 /// moves by at most `c 2^-11 + head_dim 2^-25 max|k|`), the hardware's f32 sums may truncate
-/// instead of rounding (the score sums' `eps` counted twice), and each `p = e^(s - m)` (at most
-/// 1; `l >= 1`) is rounded to f16 before it multiplies V while `l` sums the unrounded ones:
-/// `2^-11 A + L 2^-25 max|v|` more per output.
+/// instead of rounding (the score sums' `eps` counted twice), and each `p = e^(s - m)` (`m` a
+/// row maximum that may lag the true one by up to the kernel's TAU, so `p <= e^TAU`, far inside
+/// f16, and still `l >= 1`) is rounded to f16 before it multiplies V while `l` sums the
+/// unrounded ones: `2^-11 A + L 2^-25 max|v|` more per output.
 async fn attention(ctx: &GpuContext, dtype: KvDtype) -> Result<Stats, String> {
     let mut stats = Stats::default();
     // head_dim 64, 128 and 256: 16, 32 and 64 invocations per workgroup on CPU adapters. The
@@ -299,7 +300,10 @@ async fn attention_cases(
     // (1100, 1080, 17): the last keys' 16-key tiles reach past max_ctx (cooperative matrices).
     // (1100, 40, 1, Some(64)): a decode whose keys fit one piece (main_decode's lone piece,
     // which writes its output without the combine) while the others hold none.
-    let cases: [(u32, usize, usize, Option<u32>); 15] = [
+    // The last case's keys grow along the context (row j times 1 + j / 16), so each step of
+    // keys raises the rows' maxima by far more than the cooperative kernel lets a stale
+    // maximum stand (its TAU): that kernel's rescaling of O runs at most steps.
+    let cases: [(u32, usize, usize, Option<u32>); 16] = [
         (1100, 0, 17, None),
         (1100, 40, 1, Some(64)),
         (1100, 0, 17, Some(1)),
@@ -315,7 +319,9 @@ async fn attention_cases(
         (4096, 4095, 1, None),
         (1100, 1080, 17, None),
         (1100, 0, 100, None),
+        (1100, 0, 200, None),
     ];
+    let growing = cases.len() - 1;
     let table = match rope {
         Some(cfg) => Some(RopeTable::new(ctx, cfg).map_err(gpu_err)?),
         None => None,
@@ -329,7 +335,12 @@ async fn attention_cases(
         };
         let mut rng = Rng((ci * 100 + n_heads) as u64 + 1);
         let total = pos0 + n_tokens;
-        let k = rng.vec(total * n_kv * d, 1.5);
+        let mut k = rng.vec(total * n_kv * d, 1.5);
+        if ci == growing {
+            for (j, row) in k.chunks_mut(n_kv * d).enumerate() {
+                row.iter_mut().for_each(|x| *x *= 1.0 + j as f32 / 16.0);
+            }
+        }
         let v = rng.vec(total * n_kv * d, 1.0);
         let q = rng.vec(n_tokens * n_heads * d, 3.0);
         let (got, records) = run_attention(

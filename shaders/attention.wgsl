@@ -193,7 +193,7 @@ fn roped4(which: u32, row: u32, j: u32, pos: u32, rotate: bool) -> vec4<f32> {
 // straddles two head rows), as the cache holds it: keys (`rotate`) rotated for pos, then
 // packed to f16 pairs or kept as f32 bits.
 fn new_slot(which: u32, s: u32, pos: u32, rotate: bool) -> vec4<u32> {
-    let j = s % p.head_dim;
+    let j = s % max(p.head_dim, 1u);
     let row = s - j;
     let a = roped4(which, row, j, pos, rotate);
     var b = a;
@@ -242,15 +242,15 @@ fn main(
 // Slot i of the new rows (n_tokens, n_kv_heads, slots) into the cache at pos0 + token.
 fn append(i: u32) {
     let e = per_slot();
-    let per_token = p.n_kv_heads * (p.head_dim / e);
+    let per_token = p.n_kv_heads * (p.head_dim / max(e, 1u));
     if (i >= p.n_tokens * per_token) {
         return;
     }
-    let pos = position.pos0 + i / per_token;
+    let pos = position.pos0 + i / max(per_token, 1u);
     if (pos >= p.max_ctx) {
         return;
     }
-    let at = pos * per_token + i % per_token;
+    let at = pos * per_token + i % max(per_token, 1u);
     let s = i * e;
     k_cache[at] = new_slot(0u, s, pos, true);
     v_cache[at] = new_slot(1u, s, pos, false);
@@ -284,7 +284,7 @@ struct Values4 {
 
 fn values4(j: u32, lanes: u32, last: u32, fused: bool, fresh_at: u32, base: u32, spare_row: u32,
            g: u32) -> Values4 {
-    let stride = p.n_kv_heads * (p.head_dim / per_slot());
+    let stride = p.n_kv_heads * (p.head_dim / max(per_slot(), 1u));
     let j1 = min(j + lanes, last);
     let j2 = min(j + 2u * lanes, last);
     let j3 = min(j + 3u * lanes, last);
@@ -311,7 +311,7 @@ fn attend(wid: vec3<u32>, lid: u32, r: ptr<function, Attended>) -> bool {
     let head = wid.y;
     let token = wid.z;
     let d = p.head_dim;
-    let kvh = head / (p.n_heads / p.n_kv_heads);
+    let kvh = head / max(p.n_heads / max(p.n_kv_heads, 1u), 1u);
     // Keys this query sees, and this workgroup's piece of them.
     let len = keys_seen(token);
     let piece = piece_keys(len);
@@ -341,13 +341,13 @@ fn attend(wid: vec3<u32>, lid: u32, r: ptr<function, Attended>) -> bool {
     workgroupBarrier();
 
     let e = per_slot();
-    let slots = d / e;                  // 16-byte slots per head row
+    let slots = d / max(e, 1u);                  // 16-byte slots per head row
     let stride = p.n_kv_heads * slots;  // slots per position
     let head_off = kvh * slots;
     let q_per_slot = e / 4u;            // q vec4s per slot: 2 (f16) or 1 (f32)
-    let lanes = max(WG / slots, 1u);
-    let lane = lid / slots;
-    let g = lid % slots;
+    let lanes = max(WG / max(slots, 1u), 1u);
+    let lane = lid / max(slots, 1u);
+    let g = lid % max(slots, 1u);
     // Fused decode: the new token's key and value slots into workgroup memory, where the
     // loops below take them from, and (one workgroup per KV head) into the cache. A fresh
     // key's cache load reads a row this dispatch does not write instead (`spare`), and is
@@ -358,7 +358,7 @@ fn attend(wid: vec3<u32>, lid: u32, r: ptr<function, Attended>) -> bool {
         let vs = staged_slot(WG + lid * e / 4u);
         fresh_k[lid] = ks;
         fresh_v[lid] = vs;
-        if (split == 0u && head % (p.n_heads / p.n_kv_heads) == 0u && newest < p.max_ctx) {
+        if (split == 0u && head % max(p.n_heads / max(p.n_kv_heads, 1u), 1u) == 0u && newest < p.max_ctx) {
             let at = newest * stride + head_off + lid;
             k_cache[at] = ks;
             v_cache[at] = vs;
@@ -542,7 +542,7 @@ fn attend_group(wid: vec3<u32>, lid: u32) {
     let token = wid.z;
     let d = p.head_dim;
     let d4 = d / 4u;
-    let gs = p.n_heads / p.n_kv_heads;
+    let gs = p.n_heads / max(p.n_kv_heads, 1u);
     let h0 = kvh * gs;
     let len = keys_seen(token);
     let piece = piece_keys(len);
@@ -553,21 +553,21 @@ fn attend_group(wid: vec3<u32>, lid: u32) {
     }
     let pos = position.pos0 + token;
     for (var i = lid; i < gs * d; i = i + WG) {
-        let gi = i / d;
-        let j = i % d;
+        let gi = i / max(d, 1u);
+        let j = i % max(d, 1u);
         let qbase = (token * p.n_heads + h0 + gi) * d;
         lane_acc[TILE + gi * d4 + j / 4u][j % 4u] = roped(0u, qbase, j, pos) * p.scale;
     }
     workgroupBarrier();
 
     let e = per_slot();
-    let slots = d / e;
+    let slots = d / max(e, 1u);
     let stride = p.n_kv_heads * slots;
     let head_off = kvh * slots;
     let q_per_slot = e / 4u;
-    let lanes = max(WG / slots, 1u);
-    let lane = lid / slots;
-    let g = lid % slots;
+    let lanes = max(WG / max(slots, 1u), 1u);
+    let lane = lid / max(slots, 1u);
+    let g = lid % max(slots, 1u);
     let live = vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(gs);
     let zero = Slot(vec4<f32>(0.0), vec4<f32>(0.0));
     var m = vec4<f32>(NEG_BIG);
@@ -654,13 +654,13 @@ fn keys_seen(token: u32) -> u32 {
 
 // Keys per piece when `len` keys are cut into at most n_splits pieces of at least min_split.
 fn piece_keys(len: u32) -> u32 {
-    return max((len + p.n_splits - 1u) / p.n_splits, p.min_split);
+    return max((len + p.n_splits - 1u) / max(p.n_splits, 1u), p.min_split);
 }
 
 // Pieces of the context of token `token` that hold keys (the others are not written).
 fn pieces_with_keys(token: u32) -> u32 {
     let len = keys_seen(token);
-    return (len + piece_keys(len) - 1u) / piece_keys(len);
+    return (len + piece_keys(len) - 1u) / max(piece_keys(len), 1u);
 }
 
 // Where the (m, l) of the pieces start in `partials`.

@@ -38,9 +38,9 @@ fn combine_head(head: u32, token: u32, lid: u32) -> RecordWords {
     let n = pieces_with_keys(token);
     // Thread (group, i) sums pieces group, group + groups, ... of dimensions 4i .. 4i + 3:
     // its first piece's sums are loaded with the pieces' (m, l), in one round of loads.
-    let groups = max(WG / d4, 1u);
-    let group = lid / d4;
-    let i = lid % d4;
+    let groups = max(WG / max(d4, 1u), 1u);
+    let group = lid / max(d4, 1u);
+    let i = lid % max(d4, 1u);
     let own = group < groups && group < n;
     var o = vec4<f32>(0.0);
     if (own) {

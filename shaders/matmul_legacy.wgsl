@@ -99,8 +99,8 @@ fn main(
     let tile_tokens = WG / 4u;
     let row_tiles = (p.rows + TILE_ROWS - 1u) / TILE_ROWS;
     let tile = flat_workgroup(wid, nwg);
-    let row0 = (tile % row_tiles) * TILE_ROWS;
-    let tok0 = (tile / row_tiles) * tile_tokens;
+    let row0 = (tile % max(row_tiles, 1u)) * TILE_ROWS;
+    let tok0 = (tile / max(row_tiles, 1u)) * tile_tokens;
     if (tok0 >= p.n_tokens) {
         return;
     }

@@ -29,8 +29,8 @@ fn main(
 ) {
     let tiles = (p.n_tokens + TT - 1u) / TT;
     let g = flat_workgroup(wid, nwg);
-    let row = (g / tiles) * WG + lid;
-    let t0 = (g % tiles) * TT;
+    let row = (g / max(tiles, 1u)) * WG + lid;
+    let t0 = (g % max(tiles, 1u)) * TT;
     if (row >= p.rows) {
         return;
     }

@@ -36,8 +36,8 @@ struct Q8Params {
 // past: nothing to do).
 fn q8_quarter_of(i: u32) -> vec4<u32> {
     let blocks = p.cols / 32u;
-    let t = (i / 4u) / blocks;
-    let b = (i / 4u) % blocks;
+    let t = (i / 4u) / max(blocks, 1u);
+    let b = (i / 4u) % max(blocks, 1u);
     let k = i % 4u;
     return vec4<u32>(t, b, k, t * (p.x_stride / 4u) + 8u * b + 2u * k);
 }

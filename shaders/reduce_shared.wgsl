@@ -99,7 +99,7 @@ fn segment_sum4i(v: vec4<i32>, t: u32, seg: u32) -> vec4<i32> {
     reduce_scratch4[t] = bitcast<vec4<f32>>(v);
     workgroupBarrier();
     var total = vec4<i32>();
-    if (t % seg == 0u) {
+    if (t % max(seg, 1u) == 0u) {
         for (var i = 0u; i < seg; i = i + 1u) {
             total = total + bitcast<vec4<i32>>(reduce_scratch4[t + i]);
         }

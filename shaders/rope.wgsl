@@ -37,9 +37,9 @@ fn main(
     if (i >= p.n_tokens * p.n_heads * half) {
         return;
     }
-    let pair = i % half;
-    let row = i / half; // token * n_heads + head
-    let pos = position.pos0 + row / p.n_heads;
+    let pair = i % max(half, 1u);
+    let row = i / max(half, 1u); // token * n_heads + head
+    let pos = position.pos0 + row / max(p.n_heads, 1u);
     let cs = rope_cos_sin(freqs[pair], pos);
     var ia = 2u * pair;
     var ib = 2u * pair + 1u;

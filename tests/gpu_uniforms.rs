@@ -284,31 +284,29 @@ fn every_loop_ends() {
     assert!(fors > 100, "only {fors} loops found: the scan is broken");
 }
 
-/// Every integer division and remainder in the kernels compiled without naga's division
-/// guards (`tritium::gpu::kernels::divides_unguarded`) has a divisor that cannot be 0: a
-/// non-zero literal or constant (pipeline constants replaced by the values the host passes,
-/// then folded by naga), or `max(x, c)` with such a c. A division by 0 is then impossible
-/// whatever the uniforms hold; a new divisor of another form fails here until it is written
-/// so.
+/// Every integer division and remainder of every kernel variant, which are compiled without
+/// naga's division guards (`tritium::gpu::kernels::runtime_checks`), has a divisor that cannot
+/// be 0: a non-zero literal or constant (pipeline constants replaced by the values the host
+/// passes, then folded by naga), or `max(x, c)` with such a c. A division by 0 is then
+/// impossible whatever the uniforms hold; a new divisor of another form fails here until it is
+/// written so.
 #[test]
 fn unguarded_divisors_are_nonzero() {
     use naga::{BinaryOperator, Expression, Literal, MathFunction};
     let mut kernels = 0;
     let mut divisions = 0;
     let mut bad = BTreeSet::new();
-    for kernel in Kernel::all() {
-        if !tritium::gpu::kernels::divides_unguarded(kernel) {
-            continue;
-        }
+    let variants = [(true, true), (true, false), (false, true), (false, false)];
+    for (kernel, (f16, subgroups)) in Kernel::all()
+        .into_iter()
+        .flat_map(|k| variants.map(|v| (k, v)))
+    {
         let Some(source) = kernel.source() else {
             continue;
         };
-        let mut wgsl = kernel
-            .wgsl(Variant {
-                f16: true,
-                subgroups: true,
-            })
-            .unwrap();
+        let Ok(mut wgsl) = kernel.wgsl(Variant { f16, subgroups }) else {
+            continue;
+        };
         // Each pipeline constant as the host passes it (natively), the workgroup size too.
         let constants = kernel
             .constants()
@@ -400,7 +398,10 @@ fn unguarded_divisors_are_nonzero() {
                 if !nonzero(right) {
                     let span = function.expressions.get_span(h);
                     let text = span.to_range().map_or("?", |r| &wgsl[r]);
-                    bad.insert(format!("{}: `{text}`", kernel.label()));
+                    bad.insert(format!(
+                        "{} (f16 {f16}, subgroups {subgroups}): `{text}`",
+                        kernel.label()
+                    ));
                 }
             }
         }
@@ -411,9 +412,9 @@ fn unguarded_divisors_are_nonzero() {
         "integer divisions whose divisor may be 0 (write it as a constant or max(.., 1u)):\n{}",
         bad.into_iter().collect::<Vec<_>>().join("\n")
     );
-    assert!(kernels >= 10, "only {kernels} unguarded kernels found");
+    assert!(kernels >= 100, "only {kernels} kernel variants found");
     assert!(
-        divisions > 20,
+        divisions > 500,
         "only {divisions} integer divisions found: the scan is broken"
     );
 }

@@ -394,42 +394,29 @@ impl Kernel {
     }
 }
 
-/// The runtime checks wgpu puts into `kernel`: the buffer bounds always; never the loop
+/// The runtime checks wgpu puts into our kernels: the buffer bounds only. Off are the loop
 /// bounding, a 64-bit counter that naga adds to every loop of an untrusted shader so that a
-/// loop which never ends cannot be assumed away by the driver's compiler; and the integer
-/// division guards (a divisor of 0 taken as 1) everywhere but in the prefill's
-/// cooperative-matrix kernels ([`divides_unguarded`]).
+/// loop which never ends cannot be assumed away by the driver's compiler, and the integer
+/// division guards (a divisor of 0 taken as 1).
 ///
 /// Our loops all end: each steps a counter by a positive constant, a pipeline constant or a
 /// subgroup size towards a bound from a uniform, a builtin or the buffer's length
-/// (tests/gpu_uniforms.rs, `every_loop_ends`, checks their forms). The counter costs real time
-/// in the decode loops: on an H200 (BENCHMARKS.md, "Shader runtime checks") TQ2_0's matvec
+/// (tests/gpu_uniforms.rs, `every_loop_ends`, checks their forms). Every integer divisor is a
+/// non-zero constant or `max(.., c)` with a non-zero constant c (`unguarded_divisors_are_nonzero`
+/// there, on naga's IR of every kernel) — for an unsigned divisor `max(x, 1u)` is exactly the
+/// guard naga would add, so the guards could never change a result. The counter costs real
+/// time in the decode loops: on an H200 (BENCHMARKS.md, "Shader runtime checks") TQ2_0's matvec
 /// went from 76% to 87% of the copy bandwidth without it, BitNet 2B4T's prefill from 5,750 to
 /// 8,900 tokens/s. In the cooperative-matrix kernels the two go together: without the loop
 /// bounding but with the division guards the Llama prefill fell from 34,000 to 22,000 tokens/s
 /// on the H200, for a reason not found; without both it rose to 35,000-36,900 (from
-/// 32,400-33,600 with both; "Prefill without the division guards" there). Every integer
-/// divisor in those kernels is a non-zero constant or `max(.., c)` with a non-zero constant c
-/// (`unguarded_divisors_are_nonzero` there), so the guard can never fire. In the browser wgpu
+/// 32,400-33,600 with both; "Prefill without the division guards" there). In the browser wgpu
 /// hands the WGSL to the browser, which applies its own checks.
-pub fn runtime_checks(kernel: Kernel) -> wgpu::ShaderRuntimeChecks {
+pub fn runtime_checks() -> wgpu::ShaderRuntimeChecks {
     let mut checks = wgpu::ShaderRuntimeChecks::checked();
     checks.force_loop_bounding = false;
-    checks.int_div_checks = !divides_unguarded(kernel);
+    checks.int_div_checks = false;
     checks
-}
-
-/// Whether `kernel` is compiled without naga's integer division guards ([`runtime_checks`]):
-/// the prefill's cooperative-matrix kernels.
-pub fn divides_unguarded(kernel: Kernel) -> bool {
-    matches!(
-        kernel,
-        Kernel::MatmulF16(_)
-            | Kernel::SplitSum(_)
-            | Kernel::ScaleF16
-            | Kernel::DequantF16(_)
-            | Kernel::AttentionCoop(_)
-    )
 }
 
 /// Compiled pipelines, created on first use.
@@ -478,12 +465,12 @@ impl GpuContext {
             source: wgpu::ShaderSource::Wgsl(wgsl.into()),
         };
         // SAFETY: the checks turned off (`runtime_checks`) are the loop bounding, and every
-        // loop of these kernels ends (tests/gpu_uniforms.rs, `every_loop_ends`), and in the
-        // kernels `divides_unguarded` names the division guards, and every integer divisor
-        // there is non-zero (the same file, `unguarded_divisors_are_nonzero`).
+        // loop of these kernels ends (tests/gpu_uniforms.rs, `every_loop_ends`), and the
+        // division guards, and every integer divisor is non-zero (the same file,
+        // `unguarded_divisors_are_nonzero`).
         let module = unsafe {
             self.device
-                .create_shader_module_trusted(desc, runtime_checks(key.kernel))
+                .create_shader_module_trusted(desc, runtime_checks())
         };
         let pipeline = self
             .device

@@ -20,6 +20,10 @@
 //   3. P = exp(S - m) rounded to f16 (0 for keys after the query's position; at most e^TAU,
 //      far inside f16), l += the row's sum of the unrounded P, O += P V on the cooperative
 //      matrices (HD / 16 accumulators of 16x16 f32).
+// The scores are in base 2 (the queries scaled by log2 e as well), so P = 2^(S - m) is one
+// instruction, and an invocation takes its 32 scores of a step from workgroup memory once,
+// into registers (keys its query does not see as NEG_BIG, whose P is then 0; a step whose keys
+// every row sees skips the mask).
 // Then out = O / l, through workgroup memory, for the queries that exist. The sums inside each
 // product (HD terms for a score, 16 keys for an output) are the hardware's, in f32.
 //
@@ -58,6 +62,9 @@ const NEG_BIG: f32 = -3.0e38;
 // How far a step's scores may rise above a row's stale maximum before it is moved (and O
 // rescaled): P = e^(s - m) stays below e^8 = 2981 (f16 holds 65504), O and l in f32.
 const TAU: f32 = 8.0;
+// Scores in base 2: q scaled by log2(e), P = 2^(s - m), the rise allowed TAU / ln 2.
+const LOG2E: f32 = 1.4426950408889634;
+const TAU2: f32 = 11.541560327111707;
 
 // The block's query rows (QB x HD, row-major), a step's scores (column-major: query i, key j
 // at i + QB j; also the output on its way out) and its probabilities (the same layout).
@@ -192,8 +199,8 @@ fn main(
             vb = va * cs.y + vb * cs.x;
             va = ra;
         }
-        q_sh[i * HD + a] = f16(va * p.scale);
-        q_sh[i * HD + b] = f16(vb * p.scale);
+        q_sh[i * HD + a] = f16(va * (p.scale * LOG2E));
+        q_sh[i * HD + b] = f16(vb * (p.scale * LOG2E));
     }
     atomicStore(&moved_sh[0], 0u);
     workgroupBarrier();
@@ -240,26 +247,41 @@ fn main(
         let j0 = st * KB;
         scores(qm, j0, last_tile, kvh);
         workgroupBarrier();
-        // The step's row maximum (both halves), and whether the row's m moves.
-        var bm = NEG_BIG;
-        for (var k = 0u; k < KB / 2u; k = k + 1u) {
-            let s = s_sh[r + QB * (k_lo + k)];
-            bm = select(bm, max(bm, s), j0 + k_lo + k <= seen);
+        // The row's scores of the step (keys it does not see at NEG_BIG), in registers, and
+        // the step's row maximum (both halves). A step whose keys every row sees (all but the
+        // last steps of a block) skips the mask.
+        var sv: array<f32, 32>;
+        var bm4 = vec4<f32>(NEG_BIG);
+        if (j0 + KB <= pos0 + t0 + 1u) {
+            for (var k = 0u; k < KB / 2u; k = k + 1u) {
+                sv[k] = s_sh[r + QB * (k_lo + k)];
+            }
+        } else {
+            for (var k = 0u; k < KB / 2u; k = k + 1u) {
+                sv[k] = select(NEG_BIG, s_sh[r + QB * (k_lo + k)], j0 + k_lo + k <= seen);
+            }
         }
+        for (var k = 0u; k < KB / 2u; k = k + 4u) {
+            bm4 = max(bm4, vec4<f32>(sv[k], sv[k + 1u], sv[k + 2u], sv[k + 3u]));
+        }
+        var bm = max(max(bm4.x, bm4.y), max(bm4.z, bm4.w));
         bm = max(bm, subgroupShuffleXor(bm, QB));
-        let moves = bm > m + TAU;
+        let moves = bm > m + TAU2;
         let mn = select(m, bm, moves);
-        let alpha = select(1.0, exp(m - mn), moves);
+        let alpha = select(1.0, exp2(m - mn), moves);
         l = l * alpha;
         m = mn;
-        var sum = 0.0;
-        for (var k = 0u; k < KB / 2u; k = k + 1u) {
+        var sum4 = vec4<f32>(0.0);
+        for (var k = 0u; k < KB / 2u; k = k + 4u) {
+            let pf = exp2(vec4<f32>(sv[k], sv[k + 1u], sv[k + 2u], sv[k + 3u]) - m);
+            sum4 = sum4 + pf;
             let at = r + QB * (k_lo + k);
-            let pf = select(0.0, exp(s_sh[at] - m), j0 + k_lo + k <= seen);
-            sum = sum + pf;
-            p_sh[at] = f16(pf);
+            p_sh[at] = f16(pf.x);
+            p_sh[at + QB] = f16(pf.y);
+            p_sh[at + 2u * QB] = f16(pf.z);
+            p_sh[at + 3u * QB] = f16(pf.w);
         }
-        l = l + sum;
+        l = l + ((sum4.x + sum4.y) + (sum4.z + sum4.w));
         // Every invocation ors its row's news in (O is still zero at the first step), so no
         // branch parts the subgroup before the cooperative operations, which need it whole.
         atomicOr(&moved_sh[0], select(0u, 1u, moves && st > 0u));

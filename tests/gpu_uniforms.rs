@@ -137,14 +137,7 @@ fn cooperative_matrix_kernels_validate_and_translate() {
             ),
             _ => wgsl,
         };
-        let module = naga::front::wgsl::parse_str(&wgsl)
-            .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(&wgsl)));
-        let info = naga::valid::Validator::new(
-            naga::valid::ValidationFlags::all(),
-            naga::valid::Capabilities::all(),
-        )
-        .validate(&module)
-        .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(&wgsl)));
+        let (module, info) = parse_and_validate(kernel, &wgsl);
         let options = naga::back::spv::Options {
             lang_version: (1, 3),
             ..Default::default()
@@ -329,14 +322,7 @@ fn unguarded_divisors_are_nonzero() {
             })
             .collect::<Vec<_>>()
             .join("\n");
-        let module = naga::front::wgsl::parse_str(&wgsl)
-            .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(&wgsl)));
-        let info = naga::valid::Validator::new(
-            naga::valid::ValidationFlags::all(),
-            naga::valid::Capabilities::all(),
-        )
-        .validate(&module)
-        .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(&wgsl)));
+        let (module, info) = parse_and_validate(kernel, &wgsl);
         let literal_nonzero = |l: &Literal| match *l {
             Literal::U32(v) => v != 0,
             Literal::I32(v) => v != 0,
@@ -417,4 +403,17 @@ fn unguarded_divisors_are_nonzero() {
         divisions > 500,
         "only {divisions} integer divisions found: the scan is broken"
     );
+}
+
+/// `wgsl` parsed and validated by naga with every capability, as `kernel`'s.
+fn parse_and_validate(kernel: Kernel, wgsl: &str) -> (naga::Module, naga::valid::ModuleInfo) {
+    let module = naga::front::wgsl::parse_str(wgsl)
+        .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(wgsl)));
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(wgsl)));
+    (module, info)
 }

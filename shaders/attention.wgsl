@@ -311,7 +311,10 @@ fn attend(wid: vec3<u32>, lid: u32, r: ptr<function, Attended>) -> bool {
     let head = wid.y;
     let token = wid.z;
     let d = p.head_dim;
-    let kvh = head / max(p.n_heads / max(p.n_kv_heads, 1u), 1u);
+    // Query heads per KV head; divisors here at least 1 (max(.., 1u): the pipelines are
+    // compiled without division guards, tests/gpu_uniforms.rs).
+    let group = max(p.n_heads / max(p.n_kv_heads, 1u), 1u);
+    let kvh = head / group;
     // Keys this query sees, and this workgroup's piece of them.
     let len = keys_seen(token);
     let piece = piece_keys(len);
@@ -341,13 +344,13 @@ fn attend(wid: vec3<u32>, lid: u32, r: ptr<function, Attended>) -> bool {
     workgroupBarrier();
 
     let e = per_slot();
-    let slots = d / max(e, 1u);                  // 16-byte slots per head row
+    let slots = max(d / max(e, 1u), 1u); // 16-byte slots per head row
     let stride = p.n_kv_heads * slots;  // slots per position
     let head_off = kvh * slots;
     let q_per_slot = e / 4u;            // q vec4s per slot: 2 (f16) or 1 (f32)
-    let lanes = max(WG / max(slots, 1u), 1u);
-    let lane = lid / max(slots, 1u);
-    let g = lid % max(slots, 1u);
+    let lanes = max(WG / slots, 1u);
+    let lane = lid / slots;
+    let g = lid % slots;
     // Fused decode: the new token's key and value slots into workgroup memory, where the
     // loops below take them from, and (one workgroup per KV head) into the cache. A fresh
     // key's cache load reads a row this dispatch does not write instead (`spare`), and is
@@ -358,7 +361,7 @@ fn attend(wid: vec3<u32>, lid: u32, r: ptr<function, Attended>) -> bool {
         let vs = staged_slot(WG + lid * e / 4u);
         fresh_k[lid] = ks;
         fresh_v[lid] = vs;
-        if (split == 0u && head % max(p.n_heads / max(p.n_kv_heads, 1u), 1u) == 0u && newest < p.max_ctx) {
+        if (split == 0u && head % group == 0u && newest < p.max_ctx) {
             let at = newest * stride + head_off + lid;
             k_cache[at] = ks;
             v_cache[at] = vs;
@@ -561,13 +564,13 @@ fn attend_group(wid: vec3<u32>, lid: u32) {
     workgroupBarrier();
 
     let e = per_slot();
-    let slots = d / max(e, 1u);
+    let slots = max(d / max(e, 1u), 1u);
     let stride = p.n_kv_heads * slots;
     let head_off = kvh * slots;
     let q_per_slot = e / 4u;
-    let lanes = max(WG / max(slots, 1u), 1u);
-    let lane = lid / max(slots, 1u);
-    let g = lid % max(slots, 1u);
+    let lanes = max(WG / slots, 1u);
+    let lane = lid / slots;
+    let g = lid % slots;
     let live = vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(gs);
     let zero = Slot(vec4<f32>(0.0), vec4<f32>(0.0));
     var m = vec4<f32>(NEG_BIG);

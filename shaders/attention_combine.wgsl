@@ -32,15 +32,15 @@ struct RecordWords {
 // of its q8 records, which the caller writes (the entry points hold the records at different
 // bindings).
 fn combine_head(head: u32, token: u32, lid: u32) -> RecordWords {
-    let d4 = p.head_dim / 4u;
+    let d4 = max(p.head_dim / 4u, 1u); // a divisor: at least 1 (tests/gpu_uniforms.rs)
     let first = (token * p.n_heads + head) * p.n_splits; // this row's first piece
     // Only the pieces that hold keys were written (attend skips the rest).
     let n = pieces_with_keys(token);
     // Thread (group, i) sums pieces group, group + groups, ... of dimensions 4i .. 4i + 3:
     // its first piece's sums are loaded with the pieces' (m, l), in one round of loads.
-    let groups = max(WG / max(d4, 1u), 1u);
-    let group = lid / max(d4, 1u);
-    let i = lid % max(d4, 1u);
+    let groups = max(WG / d4, 1u);
+    let group = lid / d4;
+    let i = lid % d4;
     let own = group < groups && group < n;
     var o = vec4<f32>(0.0);
     if (own) {

@@ -64,7 +64,7 @@ const NEG_BIG: f32 = -3.0e38;
 const TAU: f32 = 8.0;
 // Scores in base 2: q scaled by log2(e), P = 2^(s - m), the rise allowed TAU / ln 2.
 const LOG2E: f32 = 1.4426950408889634;
-const TAU2: f32 = 11.541560327111707;
+const TAU2: f32 = TAU * LOG2E;
 
 // The block's query rows (QB x HD, row-major), a step's scores (column-major: query i, key j
 // at i + QB j; also the output on its way out) and its probabilities (the same layout).

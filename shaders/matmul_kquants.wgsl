@@ -56,10 +56,10 @@ fn main(
     let rg = WG / 16u; // row groups: threads per token group
     let bm = 8u * rg; // rows per tile
     let bm4 = bm / 4u; // vec4 of rows per staged column
-    let row_tiles = (p.rows + bm - 1u) / max(bm, 1u);
+    let row_tiles = max((p.rows + bm - 1u) / max(bm, 1u), 1u);
     let tile = flat_workgroup(wid, nwg);
-    let row0 = (tile % max(row_tiles, 1u)) * bm;
-    let tok0 = (tile / max(row_tiles, 1u)) * BN;
+    let row0 = (tile % row_tiles) * bm;
+    let tok0 = (tile / row_tiles) * BN;
     if (tok0 >= p.n_tokens) {
         return;
     }

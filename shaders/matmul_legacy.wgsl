@@ -97,10 +97,10 @@ fn main(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let tile_tokens = WG / 4u;
-    let row_tiles = (p.rows + TILE_ROWS - 1u) / TILE_ROWS;
+    let row_tiles = max((p.rows + TILE_ROWS - 1u) / TILE_ROWS, 1u);
     let tile = flat_workgroup(wid, nwg);
-    let row0 = (tile % max(row_tiles, 1u)) * TILE_ROWS;
-    let tok0 = (tile / max(row_tiles, 1u)) * tile_tokens;
+    let row0 = (tile % row_tiles) * TILE_ROWS;
+    let tok0 = (tile / row_tiles) * tile_tokens;
     if (tok0 >= p.n_tokens) {
         return;
     }

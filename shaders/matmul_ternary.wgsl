@@ -27,10 +27,10 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let tiles = (p.n_tokens + TT - 1u) / TT;
+    let tiles = max((p.n_tokens + TT - 1u) / TT, 1u);
     let g = flat_workgroup(wid, nwg);
-    let row = (g / max(tiles, 1u)) * WG + lid;
-    let t0 = (g % max(tiles, 1u)) * TT;
+    let row = (g / tiles) * WG + lid;
+    let t0 = (g % tiles) * TT;
     if (row >= p.rows) {
         return;
     }

@@ -74,11 +74,11 @@ fn main(
     while (groups < ROWS && 2u * groups * units <= WG) {
         groups = groups * 2u;
     }
-    let per_group = WG / max(groups, 1u);
+    let per_group = max(WG / max(groups, 1u), 1u);
     let n_rows = ROWS / max(groups, 1u);
-    let g = lid / max(per_group, 1u);
+    let g = lid / per_group;
     let first = row0 + g * n_rows; // this thread's rows: first .. + n_rows
-    let lane = lid % max(per_group, 1u);
+    let lane = lid % per_group;
     let r = vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u);
     let valid = (vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(n_rows)) & (r < vec4<u32>(p.rows));
     // First block of each row (invalid rows read row 0 of the chunk and are dropped).

@@ -87,13 +87,13 @@ fn q8_layout(row0: u32, rows: u32, lid: u32) -> Q8Layout {
     while (groups < ROWS && 2u * groups * steps <= WG) {
         groups = groups * 2u;
     }
-    let per_group = WG / max(groups, 1u);
+    let per_group = max(WG / max(groups, 1u), 1u);
     let n_rows = ROWS / max(groups, 1u);
-    let g = lid / max(per_group, 1u);
+    let g = lid / per_group;
     let first = row0 + g * n_rows; // this thread's rows: first .. + n_rows
     let r = vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u);
     let valid = (vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(n_rows)) & (r < vec4<u32>(rows));
-    return Q8Layout(g, n_rows, lid % max(per_group, 1u), per_group, steps, valid,
+    return Q8Layout(g, n_rows, lid % per_group, per_group, steps, valid,
                     select(vec4<u32>(0u), r * nb, valid));
 }
 

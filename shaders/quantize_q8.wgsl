@@ -35,9 +35,9 @@ struct Q8Params {
 // Token, block, quarter (8 values) and first vec4 of x of invocation i (token n_tokens and
 // past: nothing to do).
 fn q8_quarter_of(i: u32) -> vec4<u32> {
-    let blocks = p.cols / 32u;
-    let t = (i / 4u) / max(blocks, 1u);
-    let b = (i / 4u) % max(blocks, 1u);
+    let blocks = max(p.cols / 32u, 1u); // a divisor: at least 1 (tests/gpu_uniforms.rs)
+    let t = (i / 4u) / blocks;
+    let b = (i / 4u) % blocks;
     let k = i % 4u;
     return vec4<u32>(t, b, k, t * (p.x_stride / 4u) + 8u * b + 2u * k);
 }

@@ -409,8 +409,9 @@ impl Kernel {
 /// went from 76% to 87% of the copy bandwidth without it, BitNet 2B4T's prefill from 5,750 to
 /// 8,900 tokens/s. In the cooperative-matrix kernels the two go together: without the loop
 /// bounding but with the division guards the Llama prefill fell from 34,000 to 22,000 tokens/s
-/// on the H200, for a reason not found; without both it rose to 35,000-36,900 (from
-/// 32,400-33,600 with both; "Prefill without the division guards" there). In the browser wgpu
+/// on the H200, for a reason not found; without both it rose to 34,800-35,500 (from
+/// 32,600-34,100 with both, the same build; BENCHMARKS.md, "The prefill attention in one pass,
+/// and prefill without the division guards"). In the browser wgpu
 /// hands the WGSL to the browser, which applies its own checks.
 pub fn runtime_checks() -> wgpu::ShaderRuntimeChecks {
     let mut checks = wgpu::ShaderRuntimeChecks::checked();

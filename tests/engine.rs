@@ -94,6 +94,29 @@ fn split_passes_match_one_pass_gpu() {
     split_passes(gpu);
 }
 
+/// A prefill submitted in parts while it is recorded (the default) computes exactly what
+/// it does as one command buffer: every logit of every position, bit for bit.
+#[test]
+fn a_prefill_submitted_in_parts_gives_the_same_logits() {
+    let run = |parts: bool| {
+        let mut b = gpu(16);
+        b.set_submit_in_parts(parts);
+        let mut e = load(b);
+        let before = e.model.backend.timings();
+        let all = pollster::block_on(e.logits_all(&IDS)).expect("logits");
+        (all, e.model.backend.timings().parts - before.parts)
+    };
+    let (whole, none) = run(false);
+    let (parted, parts) = run(true);
+    assert_eq!(none, 0);
+    // Parts of 8, 8, 16, ... steps: this model's pass has more than 16.
+    assert!(parts >= 2, "{parts} parts");
+    assert_eq!(whole.len(), parted.len());
+    if let Some(i) = (0..whole.len()).find(|&i| whole[i].to_bits() != parted[i].to_bits()) {
+        panic!("logit {i}: {} whole, {} in parts", whole[i], parted[i]);
+    }
+}
+
 fn generate<B: Backend>(e: &mut Engine<B>, prompt: &[u32], sampling: SamplerConfig) -> Vec<u32> {
     let opts = GenerateOptions {
         max_tokens: 12,

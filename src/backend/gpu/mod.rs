@@ -55,6 +55,8 @@ pub struct GpuPrepared {
 #[derive(Copy, Clone, Debug, Default, serde::Serialize)]
 pub struct PassTimings {
     pub passes: u64,
+    /// Parts of passes submitted before their last part ([`GpuBackend::set_submit_in_parts`]).
+    pub parts: u64,
     /// Passes of those encoded before their token was known ([`Backend::prepare`]).
     pub prepared: u64,
     /// Recording the tape into a command buffer (encoding and `finish`).
@@ -134,6 +136,11 @@ pub struct GpuBackend {
     tape_clock: u64,
     n_tokens: usize,
     cursor: usize,
+    /// Steps of this pass already encoded and submitted (a prefill is submitted in parts
+    /// while it is recorded: [`GpuBackend::submit_ready`]).
+    submitted: usize,
+    /// Submit passes of several tokens in parts as they are recorded.
+    submit_in_parts: bool,
     bytes: u64,
 }
 
@@ -273,8 +280,17 @@ impl GpuBackend {
             tape_clock: 0,
             n_tokens: 0,
             cursor: 0,
+            submitted: 0,
+            submit_in_parts: true,
             bytes: max_batch as u64 * 4,
         })
+    }
+
+    /// Submit a pass of several tokens in parts while it is recorded, so the device starts
+    /// before the host has recorded the whole pass (the default), or whole, as one command
+    /// buffer (for comparisons: the same dispatches in the same order either way).
+    pub fn set_submit_in_parts(&mut self, on: bool) {
+        self.submit_in_parts = on;
     }
 
     /// Choose the KV cache's element type (before the model is loaded). f32 keeps keys and
@@ -305,6 +321,7 @@ impl GpuBackend {
         }
         self.n_tokens = n;
         self.cursor = 0;
+        self.submitted = 0;
         self.quantized.clear();
         self.q8_quantized.clear();
         self.pending_norm = None;

@@ -161,10 +161,10 @@ impl GpuBackend {
     }
 
     /// Submit the steps of a pass of several tokens recorded since the last submission, once
-    /// there are at least as many as were submitted before (and at least `FIRST_PART`): 8,
-    /// 16, 32, ... steps, so the device starts on a prefill's first layer while the host
-    /// records the rest (recording a Llama-1B prefill of 512 tokens took 1.3-2 ms on the H200's
-    /// host, a tenth of the pass, which the device otherwise waited for). A step before the
+    /// there are at least as many as were submitted before (and at least `FIRST_PART`): parts
+    /// of 8, 8, 16, 32, ... steps, so the device starts on a prefill's first layer while the
+    /// host records the rest (recording a Llama-1B prefill of 512 tokens took 1.27-2.2 ms on
+    /// the H200's host, a tenth of the pass, which the device otherwise waited for). A step before the
     /// cursor never changes (a miss truncates the tape at the cursor only), the uniforms a
     /// pass writes (position, token ids) are written when it begins, and the queue keeps the
     /// parts in order, so the pass computes the same as in one submission; its last part and

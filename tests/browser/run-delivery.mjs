@@ -20,7 +20,7 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { closeSync, cpSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, writeSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import os, { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { launch, serve, serveModel as serveModelAt } from './harness.mjs';
@@ -109,6 +109,34 @@ try {
     const b3 = join(tmp, 'smol-b3');
     convert(b3, ['--blake3']);
     const b3Url = await serveModel(b3);
+    // CPU time between the page's marks: the whole machine's (/proc/stat), the model servers'
+    // and the browser's processes' (/proc/PID/stat), in cores kept busy on average.
+    const tick = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' })) || 100;
+    const servers = new Set(children.map((c) => c.pid));
+    const snap = () => {
+      const f = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+      const s = { t: performance.now(), machine: f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] ?? 0), server: 0, browser: 0 };
+      for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+        let text;
+        try { text = readFileSync(`/proc/${pid}/stat`, 'utf8'); } catch { continue; }
+        const comm = text.slice(text.indexOf('(') + 1, text.lastIndexOf(')'));
+        const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
+        const ticks = Number(rest[11]) + Number(rest[12]);
+        if (servers.has(Number(pid))) s.server += ticks;
+        else if (/chrom|headless/i.test(comm)) s.browser += ticks;
+      }
+      return s;
+    };
+    let last = snap();
+    await page.exposeFunction('cpuMark', () => {
+      const now = snap();
+      const seconds = (now.t - last.t) / 1000;
+      const cores = (ticks) => ticks / tick / seconds;
+      const d = { seconds, cores: os.cpus().length, machine_busy: cores(now.machine - last.machine),
+        server: cores(now.server - last.server), browser: cores(now.browser - last.browser) };
+      last = now;
+      return d;
+    });
     const r = await evaluate((models) => window.api.bench(models), [
       { url: goodUrl, algorithm: 'sha256' }, { url: b3Url, algorithm: 'blake3' }]);
     console.log(JSON.stringify(r, null, 1));
@@ -118,13 +146,15 @@ try {
         if (r.hash) console.log(`hash ${alg} (${where}): ${r.hash[where][alg].mb_per_s.toFixed(0)} MB/s`);
       }
     }
-    if (r.fetch_only) console.log(`fetch only (worker, JS reader, nothing hashed or stored): ${r.fetch_only.mb_per_s.toFixed(0)} MB/s`);
+    const busy = (c) => (c ? `; CPU ${c.machine_busy.toFixed(2)} of ${c.cores} cores busy (model server ` +
+      `${c.server.toFixed(2)}, browser ${c.browser.toFixed(2)})` : '');
+    if (r.fetch_only) console.log(`fetch only (worker, JS reader, nothing hashed or stored): ${r.fetch_only.mb_per_s.toFixed(0)} MB/s${busy(r.fetch_only.cpu)}`);
     for (const d of r.download ?? []) {
       const pct = (x) => `${(100 * x).toFixed(0)}%`;
       console.log(`fetch+verify+store ${d.algorithm}${d.checkGroups ? ' + groups' : ''} (${d.where}, ${d.writer}): ` +
         `${d.mb_per_s.toFixed(0)} MB/s end to end = ${pct(d.fraction_of_hashing)} of plain hashing, ` +
         `${pct(d.fraction_of_fetch_only)} of fetch alone; streaming phase ${d.streaming_mb_per_s.toFixed(0)} MB/s = ` +
-        `${pct(d.streaming_fraction_of_hashing)} of plain hashing`);
+        `${pct(d.streaming_fraction_of_hashing)} of plain hashing${busy(d.cpu)}`);
     }
   } else {
     const native = JSON.parse(execFileSync(bin, ['run', good, '-p', prompt, '--temperature', '0',

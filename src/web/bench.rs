@@ -16,22 +16,46 @@ struct HashBench {
     hash: String,
 }
 
+/// `sha256` or `blake3`.
+fn algorithm_named(name: &str) -> Result<HashAlgorithm, JsValue> {
+    match name.to_ascii_lowercase().as_str() {
+        "sha256" | "sha-256" => Ok(HashAlgorithm::Sha256),
+        "blake3" => Ok(HashAlgorithm::Blake3),
+        other => Err(WebError::new(
+            "BadArgument",
+            format!("unknown hash algorithm {other:?} (sha256 or blake3)"),
+        )
+        .into()),
+    }
+}
+
+/// A streamed hash, for the delivery bench's measure of hashing on workers of their own
+/// (tests/browser/hash-worker.mjs): bytes in, the lowercase hex digest out.
+#[wasm_bindgen]
+pub struct BenchHasher(StreamHasher);
+
+#[wasm_bindgen]
+impl BenchHasher {
+    #[wasm_bindgen(constructor)]
+    pub fn new(algorithm: String) -> Result<BenchHasher, JsValue> {
+        Ok(BenchHasher(StreamHasher::new(algorithm_named(&algorithm)?)))
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    pub fn finish(self) -> String {
+        self.0.finalize_hex()
+    }
+}
+
 /// Hash `megabytes` MiB of pseudo-random bytes with `algorithm` (`sha256` or `blake3`), fed in
 /// `chunk_kib` KiB pieces as a streamed download feeds it (one warm-up pass over 1 MiB first).
 /// Resolves to `{ algorithm, bytes, seconds, mb_per_s, hash }`.
 #[wasm_bindgen]
 pub fn bench_hash(algorithm: String, megabytes: u32, chunk_kib: u32) -> Result<JsValue, JsValue> {
-    let alg = match algorithm.to_ascii_lowercase().as_str() {
-        "sha256" | "sha-256" => HashAlgorithm::Sha256,
-        "blake3" => HashAlgorithm::Blake3,
-        other => {
-            return Err(WebError::new(
-                "BadArgument",
-                format!("bench_hash: unknown algorithm {other:?} (sha256 or blake3)"),
-            )
-            .into())
-        }
-    };
+    let alg = algorithm_named(&algorithm)?;
     let chunk = (chunk_kib.max(1) as usize) << 10;
     // xorshift: cheap, incompressible enough, the same every run.
     let mut x = 0x9e37_79b9_7f4a_7c15u64;

@@ -156,6 +156,10 @@ try {
         `${pct(d.fraction_of_fetch_only)} of fetch alone; streaming phase ${d.streaming_mb_per_s.toFixed(0)} MB/s = ` +
         `${pct(d.streaming_fraction_of_hashing)} of plain hashing${busy(d.cpu)}`);
     }
+    for (const p of r.proto ?? []) {
+      console.log(`prototype fetch+hash+store sha256 (worker, sync, ${p.hashWorkers} hash workers): ` +
+        `${p.mb_per_s.toFixed(0)} MB/s = ${(100 * p.fraction_of_hashing).toFixed(0)}% of plain hashing${busy(p.cpu)}`);
+    }
   } else {
     const native = JSON.parse(execFileSync(bin, ['run', good, '-p', prompt, '--temperature', '0',
       '--max-tokens', String(n), '--backend', 'cpu', '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));

@@ -16,17 +16,15 @@ struct HashBench {
     hash: String,
 }
 
-/// `sha256` or `blake3`.
+/// `sha256` or `blake3` (the manifest's spellings, [`HashAlgorithm::parse`]).
 fn algorithm_named(name: &str) -> Result<HashAlgorithm, JsValue> {
-    match name.to_ascii_lowercase().as_str() {
-        "sha256" | "sha-256" => Ok(HashAlgorithm::Sha256),
-        "blake3" => Ok(HashAlgorithm::Blake3),
-        other => Err(WebError::new(
+    HashAlgorithm::parse(name).ok_or_else(|| {
+        WebError::new(
             "BadArgument",
-            format!("unknown hash algorithm {other:?} (sha256 or blake3)"),
+            format!("unknown hash algorithm {name:?} (sha256 or blake3)"),
         )
-        .into()),
-    }
+        .into()
+    })
 }
 
 /// A streamed hash, for the delivery bench's measure of hashing on workers of their own

@@ -164,13 +164,13 @@ impl GpuBackend {
     /// there are at least as many as were submitted before (and at least `FIRST_PART`): parts
     /// of 8, 8, 16, 32, ... steps, so the device starts on a prefill's first layer while the
     /// host records the rest (recording a Llama-1B prefill of 512 tokens took 1.27-2.2 ms on
-    /// the H200's host, a tenth of the pass, which the device otherwise waited for). A step before the
-    /// cursor never changes (a miss truncates the tape at the cursor only), the uniforms a
-    /// pass writes (position, token ids) are written when it begins, and the queue keeps the
-    /// parts in order, so the pass computes the same as in one submission; its last part and
-    /// the readback go with [`GpuBackend::encode_pass`]. One-token passes (decode, run ahead
-    /// of the host already) and profiled passes (their timestamps resolve at the end) stay
-    /// whole.
+    /// the H200's host, a tenth of the pass, which the device otherwise waited for). A step
+    /// before the cursor never changes (a miss truncates the tape at the cursor only), the
+    /// uniforms a pass writes (position, token ids) are written when it begins, and the queue
+    /// keeps the parts in order, so the pass computes the same as in one submission; its last
+    /// part and the readback go with [`GpuBackend::encode_pass`]. One-token passes (decode,
+    /// run ahead of the host already) and profiled passes (their timestamps resolve at the
+    /// end) stay whole.
     fn submit_ready(&mut self) {
         const FIRST_PART: usize = 8;
         let ready = self.cursor - self.submitted;

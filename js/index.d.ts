@@ -51,7 +51,12 @@ export interface DownloadOptions {
   integrity?: string;
   signal?: AbortSignal;
   onProgress?: (e: ProgressEvent) => void;
-  download?: { concurrency?: number; retries?: number };
+  /**
+   * concurrency: files fetched at once (default 4). retries: failed attempts in a row before
+   * giving up. hashWorkers: workers that hash the download while it streams (0: hash in the
+   * download's own thread); default one per file fetched at once, at most the cores less one.
+   */
+  download?: { concurrency?: number; retries?: number; hashWorkers?: number };
   kind?: 'rdrr' | 'gguf';
 }
 

@@ -8,6 +8,7 @@ import init, * as wasm from './wasm/tritium.js';
 import { makeError, toTritiumError, TritiumError } from './errors.js';
 import { ModelBase, PushQueue } from './common.js';
 import { createWorkerBitNet } from './worker-client.js';
+import { HashPool } from './hash-pool.js';
 
 export * from './errors.js';
 export { createWorkerBitNet };
@@ -109,6 +110,23 @@ function downloadProgress(onProgress) {
 }
 
 /**
+ * The hash workers of a download (null: hash in the download's own thread). Default: one per
+ * file fetched at once, leaving a core to the download itself (one on a 2-core machine).
+ */
+function hashPoolFor(opts) {
+  const asked = opts.download?.hashWorkers ?? opts.hashWorkers;
+  if (asked !== undefined && !(Number.isInteger(asked) && asked >= 0)) {
+    throw makeError('InvalidArgument', `hashWorkers must be a whole number >= 0, not ${JSON.stringify(asked)}`);
+  }
+  // The compiled module the workers start from.
+  const module = wasm.wasm_module();
+  if (asked === 0 || typeof Worker === 'undefined' || !(module instanceof WebAssembly.Module)) return null;
+  const parallel = opts.download?.concurrency ?? opts.concurrency ?? 4;
+  const cores = globalThis.navigator?.hardwareConcurrency || 2;
+  return new HashPool(asked ?? Math.max(1, Math.min(parallel, cores - 1)), module);
+}
+
+/**
  * Download a model into OPFS (verified, resumable); resolves to `{ id, bytes, ... }`.
  * @param {string} source an RDRR base URL (or its manifest.json) or a .gguf URL
  * @param {import('./index.js').DownloadOptions} [opts]
@@ -116,18 +134,24 @@ function downloadProgress(onProgress) {
 export async function download(source, opts = {}) {
   await initWasm();
   const url = new URL(String(source), globalThis.location?.href).href;
-  const summary = await call(() =>
-    wasm.opfs_download(url, {
-      name: opts.name ?? opts.id,
-      sha256: opts.integrity,
-      signal: opts.signal,
-      onProgress: downloadProgress(opts.onProgress),
-      parallel: opts.download?.concurrency ?? opts.concurrency,
-      retries: opts.download?.retries ?? opts.retries,
-      kind: opts.kind,
-    }),
-  );
-  return { id: summary.name, ...summary };
+  const hashPool = hashPoolFor(opts);
+  try {
+    const summary = await call(() =>
+      wasm.opfs_download(url, {
+        name: opts.name ?? opts.id,
+        sha256: opts.integrity,
+        signal: opts.signal,
+        onProgress: downloadProgress(opts.onProgress),
+        parallel: opts.download?.concurrency ?? opts.concurrency,
+        retries: opts.download?.retries ?? opts.retries,
+        kind: opts.kind,
+        hashPool,
+      }),
+    );
+    return { id: summary.name, ...summary };
+  } finally {
+    hashPool?.close();
+  }
 }
 
 /** The model's id for a URL (what download() stores it as). */

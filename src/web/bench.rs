@@ -2,9 +2,9 @@
 
 use wasm_bindgen::prelude::*;
 
-use super::errors::WebError;
+use super::hash::algorithm_named;
 use super::to_js;
-use crate::formats::rdrr::{HashAlgorithm, StreamHasher};
+use crate::formats::rdrr::StreamHasher;
 
 #[derive(serde::Serialize)]
 struct HashBench {
@@ -14,38 +14,6 @@ struct HashBench {
     /// Millions of bytes per second.
     mb_per_s: f64,
     hash: String,
-}
-
-/// `sha256` or `blake3` (the manifest's spellings, [`HashAlgorithm::parse`]).
-fn algorithm_named(name: &str) -> Result<HashAlgorithm, JsValue> {
-    HashAlgorithm::parse(name).ok_or_else(|| {
-        WebError::new(
-            "BadArgument",
-            format!("unknown hash algorithm {name:?} (sha256 or blake3)"),
-        )
-        .into()
-    })
-}
-
-/// A streamed hash, for the delivery bench's measure of hashing on workers of their own
-/// (tests/browser/hash-worker.mjs): bytes in, the lowercase hex digest out.
-#[wasm_bindgen]
-pub struct BenchHasher(StreamHasher);
-
-#[wasm_bindgen]
-impl BenchHasher {
-    #[wasm_bindgen(constructor)]
-    pub fn new(algorithm: String) -> Result<BenchHasher, JsValue> {
-        Ok(BenchHasher(StreamHasher::new(algorithm_named(&algorithm)?)))
-    }
-
-    pub fn update(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
-    }
-
-    pub fn finish(self) -> String {
-        self.0.finalize_hex()
-    }
 }
 
 /// Hash `megabytes` MiB of pseudo-random bytes with `algorithm` (`sha256` or `blake3`), fed in

@@ -13,6 +13,7 @@ mod errors;
 mod fetch;
 #[cfg(feature = "web-tests")]
 mod generate;
+mod hash;
 #[cfg(feature = "web-tests")]
 mod selftest;
 mod source;

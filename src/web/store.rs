@@ -26,7 +26,8 @@ use super::errors::WebError;
 use super::fetch::FetchClient;
 use super::{install_panic_hook, to_js};
 use crate::storage::download::{
-    download_gguf, download_rdrr, DownloadEvent, DownloadOptions, DownloadSummary, RetryPolicy,
+    as_pool, download_gguf, download_rdrr, DownloadEvent, DownloadOptions, DownloadSummary,
+    RetryPolicy,
 };
 use crate::storage::opfs::OpfsStore;
 use crate::storage::{model_name_from_url, ShardStore};
@@ -144,6 +145,11 @@ fn read_options(value: &JsValue) -> Result<Options, WebError> {
     }
     if let Some(n) = number("retries")? {
         o.download.retry.attempts = n as u32;
+    }
+    if let Some(v) = get("hashPool") {
+        o.download.hash_pool = Some(as_pool(v).ok_or_else(|| {
+            bad("hashPool must be a HashPool (js/hash-pool.js): ready, stream, update, drained, finish, release")
+        })?);
     }
     if let Some(ms) = number("retryDelayMs")? {
         let initial = Duration::from_millis(ms as u64);
@@ -318,7 +324,8 @@ struct DownloadReport {
 ///
 /// `options` (all optional): `name` (default: from the URL), `parallel` (shards at once,
 /// default 4), `checkGroups` (default true), `mirrors` (base URLs for the shards),
-/// `retries`, `retryDelayMs`, `sha256` (a GGUF's expected hash), `kind`, `writer` (`'auto'`:
+/// `retries`, `retryDelayMs`, `sha256` (a GGUF's expected hash), `kind`, `hashPool` (the
+/// package's `HashPool`: hashes run on its workers; the caller closes it), `writer` (`'auto'`:
 /// sync access handles where there are some, i.e. in a dedicated worker, else writable
 /// streams; `'stream'`: writable streams everywhere), `signal` (an
 /// `AbortSignal`: aborting leaves a resumable partial download), `onProgress` (called with
@@ -330,7 +337,8 @@ struct DownloadReport {
 /// Before anything is written, the room left (`navigator.storage.estimate()`) is compared
 /// with what the download needs (`QuotaExceeded` otherwise), and `navigator.storage.persist()`
 /// is asked. Resolves to the download summary (`name`, `bytes`, `fetched_bytes`,
-/// `fetched_files`, `reused_files`, `seconds`, `already_present`, `persisted`, `writer`, ...).
+/// `fetched_files`, `reused_files`, `seconds`, `already_present`, `persisted`, `writer`,
+/// `hash_workers`, `warnings`, ...).
 #[wasm_bindgen]
 pub async fn opfs_download(url: String, options: JsValue) -> Result<JsValue, JsValue> {
     install_panic_hook();

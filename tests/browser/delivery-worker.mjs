@@ -3,13 +3,16 @@
 // Messages in: { id, op: 'download', url, options, abortAt } (events come back as { id, event };
 // the download aborts itself once `abortAt` bytes are done), { op: 'abort' } (aborts the
 // download under way), { id, op: 'generate', name, prompt, n, ctx },
-// { id, op: 'bench_hash', algorithm, mib, chunkKib }, { id, op: 'fetch_only', url, parallel },
-// { id, op: 'proto_download', url, parallel, hashWorkers }. Out: { id, result } or
+// { id, op: 'bench_hash', algorithm, mib, chunkKib }, { id, op: 'fetch_only', url, parallel }.
+// A download's options may carry `hashWorkers` (default 1; 0: hashed in this thread),
+// `hashWorkerUrl` and `hashStallMs`: the package's HashPool (js/hash-pool.js) it hashes on. Out: { id, result } or
 // { id, error: { code, message, ... } }.
 import init, * as wasm from './pkg/tritium.js';
+import { HashPool } from './js/hash-pool.js';
 
 const ready = init();
 let ctl = null;
+let hashPool = null;
 const plain = (e) => {
   const out = { code: e?.code ?? 'worker', message: String(e?.message ?? e) };
   for (const k of ['needed', 'available', 'file', 'algorithm', 'expected', 'actual', 'url', 'status', 'model', 'value', 'group']) {
@@ -38,63 +41,6 @@ async function fetchOnly(url, parallel) {
   return { bytes, seconds, mb_per_s: bytes / seconds / 1e6 };
 }
 
-// A prototype of the download with its hashing on workers of its own (hash-worker.mjs), for
-// the bench: every shard fetched (`parallel` at a time), written to OPFS through a sync access
-// handle and its chunks handed (transferred) to hash worker `shard % hashWorkers`, or hashed
-// here with none, its digest checked against the manifest. No resume, retries or groups: only
-// what the bytes go through, to measure what moving the hashing off this thread gains. The
-// clock starts once the hash workers have their wasm ready.
-async function protoDownload(url, parallel, hashWorkers) {
-  const manifest = await (await fetch(new URL('manifest.json', url), { cache: 'no-store' })).json();
-  const root = await navigator.storage.getDirectory();
-  const dir = await root.getDirectoryHandle('proto-bench', { create: true });
-  const workers = Array.from({ length: hashWorkers }, () => new Worker('./hash-worker.mjs', { type: 'module' }));
-  const digests = new Map();
-  await Promise.all(workers.map((w) => new Promise((resolve) => {
-    w.onmessage = (e) => {
-      if (e.data.ping) { resolve(); return; }
-      digests.get(e.data.id)(e.data.digest);
-      digests.delete(e.data.id);
-    };
-    w.postMessage({ op: 'ping' });
-  })));
-  const queue = manifest.shards.map((s, i) => ({ ...s, i }));
-  let bytes = 0;
-  const bad = [];
-  const started = performance.now();
-  await Promise.all(Array.from({ length: parallel }, async () => {
-    for (let s = queue.shift(); s; s = queue.shift()) {
-      const algorithm = s.hashAlgorithm ?? manifest.hashAlgorithm;
-      const handle = await (await dir.getFileHandle(s.fileName, { create: true })).createSyncAccessHandle();
-      handle.truncate(0);
-      const w = workers.length ? workers[s.i % workers.length] : null;
-      const inline = w ? null : new wasm.BenchHasher(algorithm);
-      if (w) w.postMessage({ op: 'start', id: s.i, algorithm });
-      const reader = (await fetch(new URL(s.fileName, url), { cache: 'no-store' })).body.getReader();
-      let at = 0;
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        handle.write(value, { at });
-        at += value.length;
-        if (w) w.postMessage({ op: 'data', id: s.i, bytes: value }, [value.buffer]);
-        else inline.update(value);
-      }
-      bytes += at;
-      const digest = w
-        ? await new Promise((resolve) => { digests.set(s.i, resolve); w.postMessage({ op: 'finish', id: s.i }); })
-        : inline.finish();
-      handle.flush();
-      handle.close();
-      if (digest !== s.hash) bad.push(s.fileName);
-    }
-  }));
-  const seconds = (performance.now() - started) / 1000;
-  for (const w of workers) w.terminate();
-  await root.removeEntry('proto-bench', { recursive: true });
-  return { bytes, seconds, mb_per_s: bytes / seconds / 1e6, hashWorkers, bad };
-}
-
 onmessage = async (e) => {
   const m = e.data;
   if (m.op === 'abort') { ctl?.abort(); return; }
@@ -104,8 +50,14 @@ onmessage = async (e) => {
     if (m.op === 'download') {
       ctl = new AbortController();
       const signal = ctl.signal;
+      // The package's hash workers, as delivery.html makes them (default 1; 0: none).
+      const { hashWorkers = 1, hashWorkerUrl, hashStallMs, ...options } = m.options ?? {};
+      hashPool = hashWorkers
+        ? new HashPool(hashWorkers, wasm.wasm_module(), { workerUrl: hashWorkerUrl, stallMs: hashStallMs })
+        : null;
       result = await wasm.opfs_download(m.url, {
-        ...m.options,
+        ...options,
+        hashPool,
         signal,
         onProgress: (event) => {
           postMessage({ id: m.id, event });
@@ -117,8 +69,6 @@ onmessage = async (e) => {
       result = await wasm.opfs_generate_greedy(m.name, m.prompt, m.n, m.ctx);
     } else if (m.op === 'fetch_only') {
       result = await fetchOnly(m.url, m.parallel);
-    } else if (m.op === 'proto_download') {
-      result = await protoDownload(m.url, m.parallel, m.hashWorkers);
     } else if (m.op === 'bench_hash') {
       result = wasm.bench_hash(m.algorithm, m.mib, m.chunkKib);
     } else {
@@ -127,5 +77,7 @@ onmessage = async (e) => {
     postMessage({ id: m.id, result });
   } catch (err) {
     postMessage({ id: m.id, error: plain(err) });
+  } finally {
+    if (m.op === 'download') hashPool?.close();
   }
 };

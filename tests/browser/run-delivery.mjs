@@ -9,7 +9,10 @@
 //   (d) a corrupted shard: IntegrityError naming it, the model never listed as complete;
 //   (f) a download aborted mid-shard (AbortSignal) resumes with a Range request and never
 //       fetches a verified shard again (on the main thread and in a worker);
-//   (g) a single GGUF file downloads (SHA-256 checked) and runs from OPFS.
+//   (g) a single GGUF file downloads (SHA-256 checked) and runs from OPFS;
+//   (h) hash workers that cannot start: the download hashes in its own thread, with a warning;
+//   (i) a hash worker that goes silent: a clear error, verified shards kept, and a resume.
+// Downloads hash on the package's hash workers (js/hash-pool.js) unless a check says not.
 // With --bench: SHA-256/BLAKE3 hashing throughput in wasm, and fetch+verify+store into OPFS
 // from the loopback server as a fraction of it.
 //
@@ -74,8 +77,10 @@ async function serveModel(dir) {
   return url;
 }
 
-const { server: pageServer, base } = await serve({ '/pkg/': pkgDir, '/models/': join(repo, 'models'), '/': here },
-  'delivery.html');
+// js/ is the package's hand-written JS (its hash workers); js/wasm/ is where the package keeps
+// the wasm-bindgen output, here this build's.
+const { server: pageServer, base } = await serve({ '/pkg/': pkgDir, '/js/wasm/': pkgDir, '/js/': join(repo, 'js'),
+  '/models/': join(repo, 'models'), '/': here }, 'delivery.html');
 const { context, close } = await launch(executablePath);
 const watchdog = setTimeout(async () => { console.error('timed out'); await close(); cleanup(); process.exit(1); },
   timeoutS * 1000);
@@ -151,14 +156,11 @@ try {
     if (r.fetch_only) console.log(`fetch only (worker, JS reader, nothing hashed or stored): ${r.fetch_only.mb_per_s.toFixed(0)} MB/s${busy(r.fetch_only.cpu)}`);
     for (const d of r.download ?? []) {
       const pct = (x) => `${(100 * x).toFixed(0)}%`;
-      console.log(`fetch+verify+store ${d.algorithm}${d.checkGroups ? ' + groups' : ''} (${d.where}, ${d.writer}): ` +
+      console.log(`fetch+verify+store ${d.algorithm}${d.checkGroups ? ' + groups' : ''} (${d.where}, ${d.writer}, ` +
+        `${d.hashWorkers} hash workers): ` +
         `${d.mb_per_s.toFixed(0)} MB/s end to end = ${pct(d.fraction_of_hashing)} of plain hashing, ` +
         `${pct(d.fraction_of_fetch_only)} of fetch alone; streaming phase ${d.streaming_mb_per_s.toFixed(0)} MB/s = ` +
         `${pct(d.streaming_fraction_of_hashing)} of plain hashing${busy(d.cpu)}`);
-    }
-    for (const p of r.proto ?? []) {
-      console.log(`prototype fetch+hash+store sha256 (worker, sync, ${p.hashWorkers} hash workers): ` +
-        `${p.mb_per_s.toFixed(0)} MB/s = ${(100 * p.fraction_of_hashing).toFixed(0)}% of plain hashing${busy(p.cpu)}`);
     }
   } else {
     const native = JSON.parse(execFileSync(bin, ['run', good, '-p', prompt, '--temperature', '0',
@@ -175,9 +177,12 @@ try {
     check((await tree()).length === 0, '(e) nothing was written to OPFS', JSON.stringify(await tree()));
     check(!requestsTo(origin).some((r) => shards.includes(shardOf(r.url))), '(e) no shard was requested');
 
-    // (a) Download with progress events, in a worker (sync access handles).
+    // (a) Download with progress events, in a worker (sync access handles), hashed on one of
+    // the package's hash workers (js/hash-pool.js).
     const a = await evaluate((url) => window.api.downloadInWorker(url, { name: 'smol', parallel: 3 }), goodUrl);
     check(!a.error, '(a) download into OPFS in a worker', JSON.stringify(a.error));
+    check(a.summary?.hash_workers === 1 && a.summary.warnings.length === 0, '(a) hashed on a hash worker',
+      JSON.stringify(a.summary));
     const ev = a.events;
     const progress = ev.filter((e) => e.type === 'progress');
     const planned = ev.find((e) => e.type === 'planned');
@@ -204,16 +209,18 @@ try {
     console.log(`  downloaded ${a.summary.bytes} bytes in ${a.summary.seconds.toFixed(2)} s ` +
       `(${(a.summary.fetched_bytes / a.summary.seconds / 1e6).toFixed(0)} MB/s, persisted: ${a.summary.persisted})`);
 
-    // (a) The same model with BLAKE3 hashes, three shards at once: its groups (all over 1 MiB)
-    // are hashed in wasm as subtrees while the shards stream, nothing read back, each against
-    // the hash the converter wrote; then it goes again.
+    // (a) The same model with BLAKE3 hashes, three shards at once, on two hash workers: its
+    // groups (all over 1 MiB) are hashed as subtrees while the shards stream (spread over both
+    // workers), nothing read back, each against the hash the converter wrote; then it goes
+    // again.
     const b3 = join(tmp, 'smol-b3');
     convert(b3, ['--blake3']);
     const b3Url = await serveModel(b3);
-    const b3d = await evaluate((url) => window.api.downloadInWorker(url, { name: 'smol-b3', parallel: 3 }), b3Url);
-    check(!b3d.error && b3d.summary?.groups_checked > 0 && b3d.summary?.group_read_back_bytes === 0,
-      '(a) a BLAKE3 model downloads in a worker, every group checked as it streams',
-      JSON.stringify(b3d.error ?? b3d.summary));
+    const b3d = await evaluate((url) => window.api.downloadInWorker(url, { name: 'smol-b3', parallel: 3, hashWorkers: 2 }), b3Url);
+    check(!b3d.error && b3d.summary?.groups_checked > 0 && b3d.summary?.group_read_back_bytes === 0
+      && b3d.summary.hash_workers === 2,
+    '(a) a BLAKE3 model downloads in a worker on two hash workers, every group checked as it streams',
+    JSON.stringify(b3d.error ?? b3d.summary));
     await evaluate((name) => window.api.wasm.opfs_delete(name), 'smol-b3');
 
     // (b, c) A second page load: the cache answers, no request reaches the model server.
@@ -312,13 +319,45 @@ try {
     check(JSON.stringify(models) === '["smol","smol-resume-main","smol-resume-worker"]', '(f) the resumed models are listed complete',
       JSON.stringify(models));
 
+    // (h) Hash workers that cannot start (their script is missing): the download hashes in its
+    // own thread instead, and says so.
+    const h = await evaluate(({ url, base }) => window.api.download(url,
+      { name: 'smol-h', parallel: 2, hashWorkerUrl: `${base}/no-such-hash-worker.mjs` }), { url: goodUrl, base });
+    check(!h.error && h.summary.hash_workers === 0 && h.summary.warnings.some((w) => /hash workers did not start/.test(w)),
+      '(h) hash workers that cannot start: hashed in the download\'s thread, with a warning',
+      JSON.stringify(h.error ?? h.summary));
+    await evaluate((name) => window.api.wasm.opfs_delete(name), 'smol-h');
+
+    // (i) A hash worker that goes silent after finishing two shards (one shard at a time): the
+    // download fails naming it, once it has been silent for 3 s with work waiting; the two
+    // verified shards stay verified, nothing is listed complete, and the next download resumes
+    // without fetching them again.
+    requests.length = 0;
+    const i1 = await evaluate((url) => window.api.downloadInWorker(url, { name: 'smol-i', parallel: 1,
+      hashWorkerUrl: '/stalling-hash-worker.mjs', hashStallMs: 3000 }), goodUrl);
+    check(/hash worker.*stopped answering/.test(i1.error?.message ?? ''), '(i) a silent hash worker fails the download, saying so',
+      JSON.stringify(i1.error ?? i1.summary));
+    const iPartial = (await evaluate(() => window.api.wasm.opfs_list_partial())).find((m) => m.name === 'smol-i');
+    const iVerified = Object.keys(iPartial?.verified ?? {}).sort();
+    check(JSON.stringify(iVerified) === JSON.stringify(shards.slice(0, 2))
+      && !(await evaluate(() => window.api.wasm.opfs_list())).some((m) => m.name === 'smol-i'),
+    '(i) the two shards verified before stay verified, the model is not listed complete', JSON.stringify(iPartial));
+    requests.length = 0;
+    const i2 = await evaluate((url) => window.api.downloadInWorker(url, { name: 'smol-i', parallel: 2 }), goodUrl);
+    const iRefetched = requestsTo(origin).filter((q) => shards.slice(0, 2).includes(shardOf(q.url)));
+    check(!i2.error && i2.summary.reused_files === 2 && iRefetched.length === 0,
+      '(i) the next download completes without fetching the verified shards again', JSON.stringify(i2.error ?? i2.summary));
+    await evaluate((name) => window.api.wasm.opfs_delete(name), 'smol-i');
+
     // (g) One GGUF file (from the page's own server, no Range needed), checked against its
     // SHA-256, then loaded from OPFS in a worker: the first greedy token equals native.
     const ggufSha = createHash('sha256').update(readFileSync(gguf)).digest('hex');
-    const g = await evaluate(({ url, sha }) => window.api.downloadInWorker(url, { name: 'smol-gguf', sha256: sha }),
+    // Hashed in the download's own thread (no hash workers), as a page may ask.
+    const g = await evaluate(({ url, sha }) => window.api.downloadInWorker(url, { name: 'smol-gguf', sha256: sha, hashWorkers: 0 }),
       { url: `${base}/models/${basename(gguf)}`, sha: ggufSha });
-    check(!g.error && g.summary.kind === 'gguf' && g.summary.sha256 === ggufSha,
-      '(g) a GGUF file downloads into OPFS, its SHA-256 checked', JSON.stringify(g.error ?? g.summary));
+    check(!g.error && g.summary.kind === 'gguf' && g.summary.sha256 === ggufSha && g.summary.hash_workers === 0,
+      '(g) a GGUF file downloads into OPFS, its SHA-256 checked (hashed in the download\'s thread)',
+      JSON.stringify(g.error ?? g.summary));
     const gm = (await evaluate(() => window.api.wasm.opfs_list())).find((m) => m.name === 'smol-gguf');
     check(gm?.kind === 'gguf' && gm.bytes === statSync(gguf).size, '(g) it is listed as a GGUF model of its size', JSON.stringify(gm));
     const gg = await evaluate(({ p }) => window.api.generateInWorker('smol-gguf', p, 1, 16), { p: prompt });

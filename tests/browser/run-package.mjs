@@ -12,6 +12,8 @@
 //   - a second page load takes the model from the cache: no request reaches the server;
 //   - worker mode (createWorkerBitNet + BitNetWorkerHandler, sync access handles) gives the
 //     same tokens, aborts per request, and its errors keep name and code;
+//   - download() hashes on the package's hash workers, on the main thread and nested in a
+//     worker;
 //   - a corrupted shard gives IntegrityError; Chromium without WebGPU gives
 //     WebGPUNotAvailable.
 //
@@ -254,6 +256,29 @@ try {
     `worker: abort stops within ${worker.done.usage.completionTokens} token(s), the next request works`);
   check(worker.err?.code === 'ContextLengthExceeded' && worker.err.name === 'ContextLengthExceededError' && worker.err.isTritium,
     `worker errors keep name and code (${JSON.stringify(worker.err)})`);
+
+  // download() hashes on the package's hash workers (js/hash-pool.js): on the main thread,
+  // and in a dedicated worker, where they start nested in it.
+  const hashed = await page.evaluate(async ({ url }) => {
+    const { download, deleteCached } = window.tritium;
+    const main = await download(url, { name: 'smol-dl-main' });
+    await deleteCached('smol-dl-main');
+    const w = new Worker('/package-download-worker.mjs', { type: 'module' });
+    const inWorker = await new Promise((resolve) => {
+      w.onmessage = (e) => resolve(e.data);
+      w.onerror = (e) => resolve({ error: { message: e.message } });
+      w.postMessage({ url, opts: { name: 'smol-dl-worker' } });
+    });
+    w.terminate();
+    await deleteCached('smol-dl-worker');
+    return { main, inWorker, cores: navigator.hardwareConcurrency };
+  }, { url });
+  const want = Math.max(1, Math.min(4, hashed.cores - 1));
+  check(hashed.main.hash_workers === want && hashed.main.warnings.length === 0,
+    `download() on the main thread hashes on ${want} hash worker(s)`, JSON.stringify(hashed.main));
+  const hw = hashed.inWorker.summary;
+  check(hw?.hash_workers === want && hw.warnings.length === 0 && hw.writer === 'sync',
+    `download() in a worker hashes on ${want} nested hash worker(s)`, JSON.stringify(hashed.inWorker));
 
   // A corrupted shard: IntegrityError.
   const bad = join(tmp, 'smol-bad');

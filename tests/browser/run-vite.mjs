@@ -6,8 +6,9 @@
 //   (b) built with `vite build` and its dist/ served statically, and
 //   (d) served by Vite's dev server (dependency pre-bundling and all);
 // in headless Chromium (WebGPU) each loads SmolLM2 from a real `tritium serve-model` (the
-// package finds its .wasm through `new URL(..., import.meta.url)`, which both must keep working)
-// and its greedy tokens must equal native `tritium run`'s.
+// package finds its .wasm and its hash workers' script through `new URL(..., import.meta.url)`,
+// which both must keep working): the download must hash on those workers, and the greedy tokens
+// must equal native `tritium run`'s.
 //
 //   npm run build && cargo build && node tests/browser/run-vite.mjs
 //
@@ -40,17 +41,19 @@ writeFileSync(join(app, 'index.html'), `<!doctype html>
 <link rel="icon" href="data:,">
 <script type="module" src="/main.js"></script>
 `);
-writeFileSync(join(app, 'main.js'), `import { BitNet, isSupported } from 'tritium';
+writeFileSync(join(app, 'main.js'), `import { BitNet, download, isSupported } from 'tritium';
 
-// Greedy token ids of \`n\` tokens after \`prompt\`, from the model at \`url\`.
+// Greedy token ids of \`n\` tokens after \`prompt\`, from the model at \`url\` (downloaded
+// first: the summary says whether its hash workers ran, bundled from the package).
 window.greedy = async (url, prompt, n) => {
+  const { hash_workers: hashWorkers, warnings } = await download(url);
   const model = await BitNet.load(url, { warmup: false, contextLength: 128 });
   const ids = [];
   for await (const ev of model.stream(prompt, { temperature: 0, maxTokens: n })) {
     if (ev.type === 'token' && ev.tokenId !== null) ids.push(ev.tokenId);
   }
   model.dispose();
-  return { ids, supported: await isSupported() };
+  return { ids, supported: await isSupported(), hashWorkers, warnings };
 };
 window.__ready = true;
 `);
@@ -88,6 +91,8 @@ async function greedyAt(base, what) {
   await page.close();
   check(JSON.stringify(r.ids) === JSON.stringify(native.generated_ids) && r.supported && errors.length === 0,
     `${what}: import { BitNet } from 'tritium' gives native's greedy tokens`, `${JSON.stringify(r.ids)}; ${errors.join(' | ')}`);
+  check(r.hashWorkers >= 1 && r.warnings.length === 0, `${what}: the download hashed on the package's hash workers`,
+    `${r.hashWorkers}; ${r.warnings.join(' | ')}`);
 }
 
 try {

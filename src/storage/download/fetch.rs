@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::hashing::{HashKind, Hashing};
+use super::hashing::{HashKind, Hashing, WorkerPool};
 use super::http::{parse_content_range, HttpBody, HttpClient, HttpErrorKind, HttpResponse};
 use super::{DownloadError, DownloadEvent, DownloadOptions, RetryPolicy, Tracker};
 use crate::formats::rdrr::HashAlgorithm;
@@ -16,6 +16,8 @@ pub(crate) struct Ctx<'a, S, C> {
     pub model: &'a str,
     pub options: &'a DownloadOptions,
     pub tracker: &'a Tracker<'a>,
+    /// The browser's hash workers, when they started.
+    pub pool: Option<&'a WorkerPool>,
 }
 
 /// Sees a file's bytes as they stream (group hashing).
@@ -248,6 +250,7 @@ async fn fetch_once<S: ShardStore, C: HttpClient, O: StreamObserver>(
         model,
         tracker,
         options,
+        pool,
     } = ctx;
     let file = job.file;
     let mut size = job.size;
@@ -255,6 +258,7 @@ async fn fetch_once<S: ShardStore, C: HttpClient, O: StreamObserver>(
         Hashing::new(
             vec![HashKind::Plain(job.algorithm)],
             usize::from(options.hash_threads),
+            *pool,
         )
     };
     let mut hasher = new_hasher()?;

@@ -2,6 +2,7 @@
 //! resumed with `Range`, hashed with SHA-256 as it arrives and checked when a hash is given.
 
 use super::fetch::{fetch_file, Ctx, FileJob, NoObserver};
+use super::hashing::{pool_size, start_workers};
 use super::http::HttpClient;
 use super::{DownloadError, DownloadEvent, DownloadOptions, DownloadSummary, Tracker};
 use crate::formats::rdrr::HashAlgorithm;
@@ -54,12 +55,15 @@ pub async fn download_gguf<S: ShardStore, C: HttpClient>(
             (hash, len)
         }
         None => {
+            let pool = start_workers(options, &mut summary.warnings).await;
+            summary.hash_workers = pool_size(pool.as_ref());
             let ctx = Ctx {
                 store,
                 client,
                 model: name,
                 options,
                 tracker: &tracker,
+                pool: pool.as_ref(),
             };
             let job = FileJob {
                 file: GGUF_FILE,

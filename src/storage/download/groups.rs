@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use super::fetch::StreamObserver;
-use super::hashing::{HashKind, Hashing};
+use super::hashing::{HashKind, Hashing, WorkerPool};
 use super::DownloadError;
 use crate::formats::rdrr::{
     blake3_subtree_root, HashAlgorithm, Manifest, StreamHasher, TensorSpan,
@@ -360,14 +360,16 @@ pub(crate) struct GroupChecks {
 }
 
 impl GroupChecks {
-    /// Checks for the hashed groups of `manifest`, hashed on `threads` threads (0: inline),
-    /// keeping at most `early_budget` bytes that arrive before their turn.
+    /// Checks for the hashed groups of `manifest`, hashed on `pool`'s workers, else on
+    /// `threads` threads (0: inline), keeping at most `early_budget` bytes that arrive before
+    /// their turn.
     pub(crate) fn new(
         manifest: &Manifest,
         threads: usize,
+        pool: Option<&WorkerPool>,
         early_budget: u64,
     ) -> Result<GroupChecks, DownloadError> {
-        Self::with_tree_block(manifest, threads, early_budget, TREE_BLOCK)
+        Self::with_tree_block(manifest, threads, pool, early_budget, TREE_BLOCK)
     }
 
     /// [`GroupChecks::new`] with BLAKE3 groups hashed as subtrees of `tree_block` bytes (a
@@ -375,6 +377,7 @@ impl GroupChecks {
     pub(crate) fn with_tree_block(
         manifest: &Manifest,
         threads: usize,
+        pool: Option<&WorkerPool>,
         early_budget: u64,
         tree_block: u64,
     ) -> Result<GroupChecks, DownloadError> {
@@ -386,7 +389,7 @@ impl GroupChecks {
                 problems: vec![p],
             }
         })?;
-        let hashing = Hashing::new(taps.kinds(alg), threads)?;
+        let hashing = Hashing::new(taps.kinds(alg), threads, pool)?;
         Ok(GroupChecks {
             alg,
             taps: RefCell::new(taps),
@@ -542,7 +545,7 @@ mod tests {
 
     /// Group checks of `manifest` (BLAKE3 groups of 8000 bytes: trees of four 2 KiB blocks).
     fn new_checks(manifest: &Manifest, threads: usize, budget: u64) -> GroupChecks {
-        GroupChecks::with_tree_block(manifest, threads, budget, 2048).unwrap()
+        GroupChecks::with_tree_block(manifest, threads, None, budget, 2048).unwrap()
     }
 
     async fn orders(threads: usize, alg: HashAlgorithm) {

@@ -1,8 +1,9 @@
-//! Where the downloader's hashing runs: inline (wasm, or when asked), or natively on threads of
-//! its own (one per shard being fetched; the group hashes spread over several, as the groups of
-//! shards fetched in parallel stream at the same time), so hashing and receiving and storing
-//! the bytes use separate cores. Chunks are `Bytes` (reference-counted slices of what
-//! the network delivered): handing one to the hashing thread copies nothing.
+//! Where the downloader's hashing runs: inline (when asked, or where nothing else can), natively
+//! on threads of its own (one per shard being fetched; the group hashes spread over several, as
+//! the groups of shards fetched in parallel stream at the same time), and in the browser on the
+//! package's hash workers ([`hash_pool`](super::hash_pool)), so hashing and receiving and
+//! storing the bytes use separate cores. Chunks are `Bytes` (reference-counted slices of what
+//! the network delivered): handing one to a hashing thread copies nothing; a worker gets a copy.
 
 use std::cell::RefCell;
 
@@ -26,6 +27,53 @@ impl HashKind {
             HashKind::Blake3Subtree(offset) => StreamHasher::blake3_subtree(offset),
         }
     }
+
+    /// The digest of a stream that never had bytes.
+    pub(crate) fn empty_digest(self) -> String {
+        self.hasher().finalize_hex()
+    }
+}
+
+/// The browser's hash workers (js/hash-pool.js), where there are any.
+#[cfg(all(target_arch = "wasm32", feature = "web"))]
+pub(crate) use super::hash_pool::HashPool as WorkerPool;
+
+/// No hash workers outside the browser.
+#[cfg(not(all(target_arch = "wasm32", feature = "web")))]
+#[derive(Debug, Clone)]
+pub(crate) enum WorkerPool {}
+
+/// Start `options`' hash workers, if it has any: the pool to hash on, or `None` (hash in this
+/// thread; `warnings` says why the workers did not start).
+pub(crate) async fn start_workers(
+    options: &super::DownloadOptions,
+    warnings: &mut Vec<String>,
+) -> Option<WorkerPool> {
+    #[cfg(all(target_arch = "wasm32", feature = "web"))]
+    if let Some(pool) = &options.hash_pool {
+        return match super::hash_pool::ready(pool).await {
+            Ok(pool) => Some(pool),
+            Err(why) => {
+                warnings.push(format!(
+                    "hashed in the download's own thread: the hash workers did not start ({why})"
+                ));
+                None
+            }
+        };
+    }
+    let _ = (options, warnings);
+    None
+}
+
+/// Workers in a pool (0 for none).
+pub(crate) fn pool_size(pool: Option<&WorkerPool>) -> usize {
+    #[cfg(all(target_arch = "wasm32", feature = "web"))]
+    return pool.map_or(0, super::hash_pool::workers);
+    #[cfg(not(all(target_arch = "wasm32", feature = "web")))]
+    match pool {
+        Some(never) => match *never {},
+        None => 0,
+    }
 }
 
 /// Bytes waiting for one hashing thread above which `update` (and `drained`) wait:
@@ -41,6 +89,9 @@ pub(crate) enum Hashing {
     Inline(Vec<HashKind>, RefCell<Vec<Option<StreamHasher>>>),
     #[cfg(not(target_arch = "wasm32"))]
     Threads(Threads),
+    /// On the browser's hash workers.
+    #[cfg(all(target_arch = "wasm32", feature = "web"))]
+    Workers(super::hash_pool::Workers),
 }
 
 /// Streams hashed on threads. A stream goes to the next thread in turn when its first bytes
@@ -133,9 +184,25 @@ fn spawn_thread() -> Result<HashThread, DownloadError> {
 }
 
 impl Hashing {
-    /// One stream per entry of `kinds`, hashed on `threads` threads of their own (natively;
-    /// at most one per stream), or inline where `threads` is 0 (and always in wasm).
-    pub(crate) fn new(kinds: Vec<HashKind>, threads: usize) -> Result<Hashing, DownloadError> {
+    /// One stream per entry of `kinds`, hashed on `pool`'s workers (the browser), else on
+    /// `threads` threads of their own (natively; at most one per stream), or inline where
+    /// `threads` is 0 (and in wasm without workers).
+    pub(crate) fn new(
+        kinds: Vec<HashKind>,
+        threads: usize,
+        pool: Option<&WorkerPool>,
+    ) -> Result<Hashing, DownloadError> {
+        #[cfg(all(target_arch = "wasm32", feature = "web"))]
+        if let Some(pool) = pool {
+            return Ok(Hashing::Workers(super::hash_pool::Workers::new(
+                pool.clone(),
+                kinds,
+            )));
+        }
+        #[cfg(not(all(target_arch = "wasm32", feature = "web")))]
+        if let Some(never) = pool {
+            match *never {}
+        }
         #[cfg(not(target_arch = "wasm32"))]
         if threads > 0 {
             let n = threads.min(kinds.len()).max(1);
@@ -201,11 +268,13 @@ impl Hashing {
                     .map_err(|_| DownloadError::Hashing("a hashing thread stopped".to_string()))?;
                 Ok(Some(thread))
             }
+            #[cfg(all(target_arch = "wasm32", feature = "web"))]
+            Hashing::Workers(w) => w.enqueue(id, &data),
         }
     }
 
-    /// Wait until hashing thread `thread` has at most [`BACKLOG`] bytes queued (at once
-    /// inline).
+    /// Wait until hashing thread (or worker) `thread` has at most [`BACKLOG`] bytes queued
+    /// (at once inline).
     pub(crate) async fn drained(&self, thread: usize) {
         match self {
             Hashing::Inline(..) => {
@@ -217,6 +286,8 @@ impl Hashing {
                     th.backlog.drained().await;
                 }
             }
+            #[cfg(all(target_arch = "wasm32", feature = "web"))]
+            Hashing::Workers(w) => w.drained(thread).await,
         }
     }
 
@@ -228,7 +299,7 @@ impl Hashing {
                 .into_inner()
                 .into_iter()
                 .zip(kinds)
-                .map(|(h, kind)| h.unwrap_or_else(|| kind.hasher()).finalize_hex())
+                .map(|(h, kind)| h.map_or_else(|| kind.empty_digest(), StreamHasher::finalize_hex))
                 .collect()),
             #[cfg(not(target_arch = "wasm32"))]
             Hashing::Threads(t) => {
@@ -252,10 +323,12 @@ impl Hashing {
                             .ok_or_else(|| {
                                 DownloadError::Hashing("a hashing thread lost a stream".to_string())
                             }),
-                        None => Ok(kind.hasher().finalize_hex()),
+                        None => Ok(kind.empty_digest()),
                     })
                     .collect()
             }
+            #[cfg(all(target_arch = "wasm32", feature = "web"))]
+            Hashing::Workers(w) => w.finish().await,
         }
     }
 }

@@ -19,6 +19,8 @@
 mod fetch;
 mod gguf;
 mod groups;
+#[cfg(all(target_arch = "wasm32", feature = "web"))]
+mod hash_pool;
 mod hashing;
 mod http;
 #[cfg(not(target_arch = "wasm32"))]
@@ -31,6 +33,10 @@ use std::time::Duration;
 use web_time::Instant;
 
 pub use gguf::{download_gguf, GGUF_FILE};
+#[cfg(all(target_arch = "wasm32", feature = "web"))]
+pub(crate) use hash_pool::as_pool;
+#[cfg(all(target_arch = "wasm32", feature = "web"))]
+pub use hash_pool::HashPool;
 pub use http::{
     parse_content_range, ContentRange, HttpBody, HttpClient, HttpError, HttpErrorKind,
     HttpResponse, ResponseHeaders,
@@ -88,6 +94,10 @@ pub struct DownloadOptions {
     /// Hash on threads of their own (natively; ignored in wasm): each file being fetched gets
     /// one, the group hashes one per file in flight (up to the cores). Default true.
     pub hash_threads: bool,
+    /// The browser's hash workers (js/hash-pool.js): every hash of the download runs on them,
+    /// when they start; else inline, with a warning in the summary.
+    #[cfg(all(target_arch = "wasm32", feature = "web"))]
+    pub hash_pool: Option<HashPool>,
     /// Bytes of group data that arrived before their turn (a group straddling two shards
     /// fetched at once) kept in memory to hash in order, at most; a group beyond it is read
     /// back from the store after the download. Default 256 MiB natively, 16 MiB in wasm.
@@ -110,6 +120,8 @@ impl Default for DownloadOptions {
             check_groups: true,
             read_chunk: 4 << 20,
             hash_threads: true,
+            #[cfg(all(target_arch = "wasm32", feature = "web"))]
+            hash_pool: None,
             group_buffer: DEFAULT_GROUP_BUFFER,
         }
     }
@@ -196,8 +208,11 @@ pub struct DownloadSummary {
     pub already_present: bool,
     /// The SHA-256 of a GGUF file.
     pub sha256: Option<String>,
-    /// Manifest problems that did not stop the download.
+    /// Manifest problems that did not stop the download, and hash workers that did not start.
     pub warnings: Vec<String>,
+    /// The browser's hash workers the download's hashes ran on (0: hashed in its own thread, or
+    /// natively on threads).
+    pub hash_workers: usize,
 }
 
 impl DownloadSummary {
@@ -216,6 +231,7 @@ impl DownloadSummary {
             already_present: false,
             sha256: None,
             warnings: Vec::new(),
+            hash_workers: 0,
         }
     }
 

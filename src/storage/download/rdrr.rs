@@ -9,6 +9,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
 use super::fetch::{fetch_file, fetch_small, Ctx, FileJob};
 use super::groups::{GroupChecks, ShardTap};
+use super::hashing::{pool_size, start_workers};
 use super::http::HttpClient;
 use super::{DownloadError, DownloadEvent, DownloadOptions, DownloadSummary, Tracker};
 use crate::formats::rdrr::{
@@ -168,18 +169,23 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
         });
     }
     summary.warnings = other.iter().map(ToString::to_string).collect();
+    let pool = start_workers(options, &mut summary.warnings).await;
+    summary.hash_workers = pool_size(pool.as_ref());
     let taps = if options.check_groups {
         Some(
-            GroupChecks::new(&manifest, group_hash_threads(options), options.group_buffer)
-                .map_err(|e| match e {
-                    DownloadError::InvalidManifest { problems, .. } => {
-                        DownloadError::InvalidManifest {
-                            url: manifest_url.clone(),
-                            problems,
-                        }
-                    }
-                    e => e,
-                })?,
+            GroupChecks::new(
+                &manifest,
+                group_hash_threads(options),
+                pool.as_ref(),
+                options.group_buffer,
+            )
+            .map_err(|e| match e {
+                DownloadError::InvalidManifest { problems, .. } => DownloadError::InvalidManifest {
+                    url: manifest_url.clone(),
+                    problems,
+                },
+                e => e,
+            })?,
         )
     } else {
         None
@@ -312,6 +318,7 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
         model: name,
         options,
         tracker: &tracker,
+        pool: pool.as_ref(),
     };
     let failed = Cell::new(false);
     let count = manifest.shards.len();

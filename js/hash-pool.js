@@ -1,0 +1,272 @@
+// Hashing a download on workers of its own. The thread that fetches a model and writes it to
+// OPFS would otherwise hash every byte too, in turn with the rest, and a download would run at
+// well under the hashing speed; with the hashes on these workers the three overlap.
+//
+// A HashPool is a few dedicated workers (hash-worker.js) running this package's wasm module,
+// posted to them compiled, each holding hash streams by id. The wasm download drives it
+// (src/storage/download/hash_pool.rs): ready() once, then stream() per hash, update() per
+// chunk (a copy of the bytes, transferred), drained() for backpressure, finish() for the
+// digests, release() for streams given up. close() ends the workers.
+
+/** Bytes handed to one worker and not yet hashed above which drained() waits. */
+const BACKLOG = 8 << 20;
+
+export class HashPool {
+  #size;
+  #module;
+  #workerUrl;
+  #timeoutMs;
+  #workers = [];
+  #started = null;
+  #failure = null;
+  /** Per worker: bytes handed over and not yet acknowledged, and the drained() waits. */
+  #backlog = [];
+  #waits = [];
+  /** Stream id -> its worker. */
+  #where = new Map();
+  #nextStream = 1;
+  #turn = 0;
+  /** finish() requests waiting for digests: req -> { worker, resolve, reject }. */
+  #finishes = new Map();
+  #nextReq = 1;
+  /** Per worker: when it last answered, or when work began to wait for it. */
+  #heard = [];
+  #stallMs;
+  #watch = null;
+
+  /**
+   * @param {number} size workers (at least 1)
+   * @param {WebAssembly.Module} module this package's compiled wasm
+   * @param {{ workerUrl?: string | URL, timeoutMs?: number, stallMs?: number }} [opts] the
+   *   worker script (default: hash-worker.js next to this file), how long ready() waits for the
+   *   workers, and how long a worker may stay silent while work waits for it before the pool
+   *   fails (a worker that died without an error event; it acknowledges every MiB it hashes)
+   */
+  constructor(size, module, { workerUrl, timeoutMs = 20000, stallMs = 30000 } = {}) {
+    this.#size = Math.max(1, Math.floor(size) || 1);
+    this.#module = module;
+    this.#workerUrl = workerUrl;
+    this.#timeoutMs = timeoutMs;
+    this.#stallMs = stallMs;
+  }
+
+  get size() {
+    return this.#size;
+  }
+
+  /** Why the pool stopped (or never started), or null. */
+  get failure() {
+    return this.#failure;
+  }
+
+  /** Start the workers (once): resolves to true when every one is ready, false on failure. */
+  ready() {
+    this.#started ??= this.#start();
+    return this.#started;
+  }
+
+  #spawn() {
+    // The literal `new Worker(new URL('./hash-worker.js', import.meta.url), ...)` is what
+    // bundlers (Vite, webpack) recognize and bundle as a worker.
+    if (this.#workerUrl) return new Worker(this.#workerUrl, { type: 'module' });
+    return new Worker(new URL('./hash-worker.js', import.meta.url), { type: 'module' });
+  }
+
+  async #start() {
+    if (!(this.#module instanceof WebAssembly.Module)) {
+      this.#fail('no compiled wasm module to start the workers with');
+      return false;
+    }
+    let timer;
+    try {
+      const started = [];
+      for (let i = 0; i < this.#size; i++) {
+        const w = this.#spawn();
+        this.#workers.push(w);
+        this.#backlog.push(0);
+        this.#waits.push([]);
+        this.#heard.push(0);
+        started.push(new Promise((resolve, reject) => {
+          w.onmessage = (e) => {
+            if (e.data?.ready) {
+              w.onmessage = (ev) => this.#onMessage(i, ev.data);
+              resolve();
+            } else {
+              reject(new Error(e.data?.failed ?? 'an unexpected message'));
+            }
+          };
+          w.onerror = (e) => {
+            e.preventDefault?.();
+            reject(new Error(e.message || 'the worker script failed to load'));
+          };
+          w.onmessageerror = () => reject(new Error('a message could not be read'));
+        }));
+        w.postMessage({ op: 'init', module: this.#module });
+      }
+      const timeout = new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`not ready after ${this.#timeoutMs} ms`)), this.#timeoutMs);
+      });
+      await Promise.race([Promise.all(started), timeout]);
+    } catch (e) {
+      this.#fail(String(e?.message ?? e));
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
+    for (const [i, w] of this.#workers.entries()) {
+      w.onerror = (e) => {
+        e.preventDefault?.();
+        this.#fail(`worker ${i}: ${e.message || 'failed'}`);
+      };
+      w.onmessageerror = () => this.#fail(`worker ${i}: a message could not be read`);
+    }
+    return this.#failure === null;
+  }
+
+  #onMessage(i, m) {
+    this.#heard[i] = performance.now();
+    if (!m || typeof m !== 'object') return;
+    if (m.failed) {
+      this.#fail(`worker ${i}: ${m.failed}`);
+      return;
+    }
+    if (m.acked) this.#ack(i, m.acked);
+    if (m.req !== undefined) {
+      const f = this.#finishes.get(m.req);
+      this.#finishes.delete(m.req);
+      f?.resolve(m.digests);
+    }
+  }
+
+  #ack(i, n) {
+    this.#backlog[i] -= n;
+    if (this.#backlog[i] <= BACKLOG) {
+      for (const resolve of this.#waits[i].splice(0)) resolve();
+    }
+  }
+
+  /** Whether work waits for worker `w` (a drained() or a finish()). */
+  #waitsFor(w) {
+    if (this.#waits[w].length) return true;
+    for (const f of this.#finishes.values()) if (f.worker === w) return true;
+    return false;
+  }
+
+  /** Work is about to wait for worker `w`: watch that it answers. */
+  #expect(w) {
+    if (!this.#waitsFor(w)) this.#heard[w] = performance.now();
+    this.#watch ??= setInterval(() => {
+      let any = false;
+      for (let i = 0; i < this.#workers.length; i++) {
+        if (!this.#waitsFor(i)) continue;
+        any = true;
+        const silent = performance.now() - this.#heard[i];
+        if (silent > this.#stallMs) {
+          this.#fail(`worker ${i} stopped answering (silent for ${Math.round(silent)} ms with work waiting for it)`);
+          return;
+        }
+      }
+      if (!any) {
+        clearInterval(this.#watch);
+        this.#watch = null;
+      }
+    }, Math.max(10, Math.min(1000, this.#stallMs / 4)));
+  }
+
+  #fail(why) {
+    this.#failure ??= why;
+    clearInterval(this.#watch);
+    this.#watch = null;
+    for (const w of this.#workers) w.terminate();
+    for (const waits of this.#waits) for (const resolve of waits.splice(0)) resolve();
+    for (const f of this.#finishes.values()) f.reject(new Error(this.#failure));
+    this.#finishes.clear();
+  }
+
+  #check() {
+    if (this.#failure !== null) throw new Error(this.#failure);
+    if (!this.#workers.length) throw new Error('ready() was not called');
+  }
+
+  /**
+   * A new hash stream on the next worker in turn: `kind` is 'sha256', 'blake3' or
+   * 'blake3-subtree' (the subtree of a larger BLAKE3 input at byte `offset`). Returns its id.
+   */
+  stream(kind, offset = 0) {
+    this.#check();
+    const id = this.#nextStream++;
+    const w = this.#turn++ % this.#workers.length;
+    this.#where.set(id, w);
+    this.#workers[w].postMessage({ op: 'start', id, kind, offset });
+    return id;
+  }
+
+  /**
+   * Hash `bytes` next in stream `id`. `bytes` may be a view of wasm memory: a copy is
+   * transferred. Returns the stream's worker (for drained()).
+   * @param {number} id
+   * @param {Uint8Array} bytes
+   */
+  update(id, bytes) {
+    this.#check();
+    const w = this.#where.get(id);
+    if (w === undefined) throw new Error(`no hash stream ${id}`);
+    const copy = bytes.slice();
+    this.#workers[w].postMessage({ op: 'data', id, bytes: copy }, [copy.buffer]);
+    this.#backlog[w] += copy.length;
+    return w;
+  }
+
+  /** Undefined while worker `w` is within its backlog, else a promise that resolves once it is. */
+  drained(w) {
+    if (this.#failure !== null || !(this.#backlog[w] > BACKLOG)) return undefined;
+    this.#expect(w);
+    return new Promise((resolve) => this.#waits[w].push(resolve));
+  }
+
+  /**
+   * The digests (lowercase hex) of streams `ids`, in that order; the streams end.
+   * @param {ArrayLike<number>} ids
+   * @returns {Promise<string[]>}
+   */
+  async finish(ids) {
+    this.#check();
+    const list = Array.from(ids);
+    const byWorker = new Map();
+    for (const [k, id] of list.entries()) {
+      const w = this.#where.get(id);
+      if (w === undefined) throw new Error(`no hash stream ${id}`);
+      this.#where.delete(id);
+      if (!byWorker.has(w)) byWorker.set(w, []);
+      byWorker.get(w).push(k);
+    }
+    const out = new Array(list.length);
+    await Promise.all([...byWorker].map(([w, ks]) => {
+      const req = this.#nextReq++;
+      this.#expect(w);
+      const got = new Promise((resolve, reject) => this.#finishes.set(req, { worker: w, resolve, reject }));
+      this.#workers[w].postMessage({ op: 'finish', req, ids: ks.map((k) => list[k]) });
+      return got.then((digests) => ks.forEach((k, j) => { out[k] = digests[j]; }));
+    }));
+    return out;
+  }
+
+  /** Forget streams `ids` (never finished). */
+  release(ids) {
+    const byWorker = new Map();
+    for (const id of Array.from(ids)) {
+      const w = this.#where.get(id);
+      if (w === undefined) continue;
+      this.#where.delete(id);
+      if (!byWorker.has(w)) byWorker.set(w, []);
+      byWorker.get(w).push(id);
+    }
+    if (this.#failure !== null) return;
+    for (const [w, list] of byWorker) this.#workers[w].postMessage({ op: 'drop', ids: list });
+  }
+
+  /** End the workers; the pool cannot be used after. */
+  close() {
+    this.#fail('the hash pool was closed');
+  }
+}

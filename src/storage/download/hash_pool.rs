@@ -168,7 +168,8 @@ impl Workers {
     pub(crate) async fn finish(self) -> Result<Vec<String>, DownloadError> {
         let ids = self.ids.take();
         let started: Vec<u32> = ids.iter().flatten().copied().collect();
-        let digests = match self.pool.finish(started.clone()) {
+        let count = started.len();
+        let digests = match self.pool.finish(started) {
             Ok(p) => JsFuture::from(p).await,
             Err(e) => Err(e),
         }
@@ -177,11 +178,10 @@ impl Workers {
             .iter()
             .map(|d| d.as_string().unwrap_or_default())
             .collect();
-        if digests.len() != started.len() {
+        if digests.len() != count {
             return Err(DownloadError::Hashing(format!(
-                "hash worker: {} digests for {} streams",
-                digests.len(),
-                started.len()
+                "hash worker: {} digests for {count} streams",
+                digests.len()
             )));
         }
         let mut got = digests.into_iter();

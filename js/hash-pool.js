@@ -18,6 +18,9 @@ export class HashPool {
   #timeoutMs;
   #workers = [];
   #started = null;
+  /** Between the first ready() and its outcome. */
+  #starting = true;
+  #closed = false;
   #failure = null;
   /** Per worker: bytes handed over and not yet acknowledged, and the drained() waits. */
   #backlog = [];
@@ -61,7 +64,9 @@ export class HashPool {
 
   /** Start the workers (once): resolves to true when every one is ready, false on failure. */
   ready() {
-    this.#started ??= this.#start();
+    this.#started ??= this.#start().finally(() => {
+      this.#starting = false;
+    });
     return this.#started;
   }
 
@@ -185,6 +190,7 @@ export class HashPool {
 
   #check() {
     if (this.#failure !== null) throw new Error(this.#failure);
+    if (this.#closed) throw new Error('the hash pool was closed');
     if (!this.#workers.length) throw new Error('ready() was not called');
   }
 
@@ -265,8 +271,15 @@ export class HashPool {
     for (const [w, list] of byWorker) this.#workers[w].postMessage({ op: 'drop', ids: list });
   }
 
-  /** End the workers; the pool cannot be used after. */
+  /**
+   * End the workers; the pool cannot be used after. Workers still starting end once their
+   * start is settled (ready or timed out): a worker terminated while it is being created can
+   * leave its target half made (a DevTools client driving the page then waits on it forever).
+   */
   close() {
-    this.#fail('the hash pool was closed');
+    const why = 'the hash pool was closed';
+    this.#closed = true;
+    if (this.#started && this.#starting) this.#started.then(() => this.#fail(why));
+    else this.#fail(why);
   }
 }

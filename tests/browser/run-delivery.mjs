@@ -19,7 +19,9 @@
 //   cargo build && scripts/build-wasm-test.sh && node tests/browser/run-delivery.mjs [--bench]
 //
 // Environment: CHROMIUM (default /usr/bin/chromium), TRITIUM_PKG_DIR, TRITIUM_BIN (default
-// target/debug/tritium), DELIVERY_TIMEOUT_S (default 900).
+// target/debug/tritium), DELIVERY_TIMEOUT_S (default 900); for --bench only, BENCH_GGUF (another
+// model to convert and download, e.g. one from `tritium synth`) and BENCH_SHARD_SIZE (default
+// 16MB).
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { closeSync, cpSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, writeSync } from 'node:fs';
@@ -36,7 +38,9 @@ const bin = process.env.TRITIUM_BIN ?? join(target, 'debug', 'tritium');
 const executablePath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const timeoutS = Number(process.env.DELIVERY_TIMEOUT_S ?? 900);
 const benchMode = process.argv.includes('--bench');
-const gguf = join(repo, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf');
+const gguf = resolve(benchMode && process.env.BENCH_GGUF ? process.env.BENCH_GGUF
+  : join(repo, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf'));
+const shardSize = (benchMode && process.env.BENCH_SHARD_SIZE) || '16MB';
 const prompt = 'The capital of France is';
 // Prefill and two decode steps: SwiftShader takes ~20 s per decode step of SmolLM2.
 const n = 3;
@@ -61,7 +65,7 @@ const cleanup = () => {
 
 // `tritium convert` with 16 MiB shards: SmolLM2 Q4_1 (98 MB) gives 6 or 7 shards, enough for
 // a download to be interrupted between and inside them.
-const convert = (out, extra = []) => execFileSync(bin, ['convert', gguf, out, '--shard-size', '16MB', ...extra],
+const convert = (out, extra = []) => execFileSync(bin, ['convert', gguf, out, '--shard-size', shardSize, ...extra],
   { stdio: ['ignore', 'ignore', 'inherit'] });
 const good = join(tmp, 'smol');
 convert(good);

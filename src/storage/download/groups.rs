@@ -27,9 +27,7 @@ use bytes::Bytes;
 use super::fetch::StreamObserver;
 use super::hashing::{HashKind, Hashing, WorkerPool};
 use super::DownloadError;
-use crate::formats::rdrr::{
-    blake3_subtree_root, HashAlgorithm, Manifest, StreamHasher, TensorSpan,
-};
+use crate::formats::rdrr::{blake3_subtree_root, HashAlgorithm, Manifest, TensorSpan};
 use crate::storage::store::ShardStore;
 
 /// Bytes of a BLAKE3 group's subtrees (a power of two of 1 KiB chunks): large enough that a
@@ -357,6 +355,10 @@ pub(crate) struct GroupChecks {
     /// `feed` decided (one feed may pass on several pieces of a group, early bytes included).
     /// Only then does the shard wait, for the threads it fed to catch up.
     hashing: Hashing,
+    /// Where the groups read back are hashed: the same workers or as many threads, so that
+    /// several groups' read-backs hash at once.
+    threads: usize,
+    pool: Option<WorkerPool>,
 }
 
 impl GroupChecks {
@@ -394,6 +396,8 @@ impl GroupChecks {
             alg,
             taps: RefCell::new(taps),
             hashing,
+            threads,
+            pool: pool.cloned(),
         })
     }
 
@@ -403,7 +407,9 @@ impl GroupChecks {
     }
 
     /// Check every group: those hashed while streaming at once, the others by reading their
-    /// bytes from the store. Returns (streamed, read back, bytes read back).
+    /// bytes from the store (`chunk` bytes a read, the groups read back in turns of a chunk
+    /// each, so that their streams hash at once on the workers or threads). Returns
+    /// (streamed, read back, bytes read back).
     pub(crate) async fn check<S: ShardStore>(
         self,
         manifest: &Manifest,
@@ -412,26 +418,16 @@ impl GroupChecks {
         chunk: usize,
     ) -> Result<(usize, usize, u64), DownloadError> {
         let digests = self.hashing.finish().await?;
-        let (mut streamed, mut read_back, mut bytes) = (0, 0, 0u64);
-        let mut buf = vec![0u8; chunk.clamp(4096, 64 << 20)];
-        for tap in self.taps.into_inner().groups {
-            let actual = if tap.state == TapState::Done {
-                streamed += 1;
-                let lost = || {
-                    DownloadError::Hashing(format!("group {:?}: a hash stream was lost", tap.id))
-                };
-                match &tap.tree {
-                    Some(t) => {
-                        let cvs = digests
-                            .get(tap.stream..tap.stream + t.blocks())
-                            .ok_or_else(lost)?;
-                        blake3_subtree_root(cvs, t.block, t.len).ok_or_else(lost)?
-                    }
-                    None => digests.get(tap.stream).cloned().ok_or_else(lost)?,
-                }
-            } else {
-                read_back += 1;
-                let mut hasher = StreamHasher::new(self.alg);
+        let groups = self.taps.into_inner().groups;
+        let total = groups.len();
+        let lost =
+            |id: &str| DownloadError::Hashing(format!("group {id:?}: a hash stream was lost"));
+        let mut actual = Vec::with_capacity(groups.len());
+        // Per group read back: its index in `actual` and its byte ranges in the store.
+        let mut back: Vec<(usize, Vec<StoredRange>)> = Vec::new();
+        for tap in &groups {
+            if tap.state != TapState::Done {
+                let mut ranges = Vec::with_capacity(tap.segments.len());
                 for seg in &tap.segments {
                     let file = manifest.shard_file(seg.shard).map_err(|e| {
                         DownloadError::InvalidManifest {
@@ -439,18 +435,74 @@ impl GroupChecks {
                             problems: vec![e.to_string()],
                         }
                     })?;
-                    let mut pos = seg.offset;
-                    let end = seg.offset + seg.size;
-                    while pos < end {
-                        let n = (end - pos).min(buf.len() as u64) as usize;
-                        store.read_partial(model, file, pos, &mut buf[..n]).await?;
-                        hasher.update(&buf[..n]);
-                        pos += n as u64;
-                    }
-                    bytes += seg.size;
+                    ranges.push((file, seg.offset, seg.offset + seg.size));
                 }
-                hasher.finalize_hex()
-            };
+                back.push((actual.len(), ranges));
+                actual.push(String::new());
+                continue;
+            }
+            actual.push(match &tap.tree {
+                Some(t) => {
+                    let cvs = digests
+                        .get(tap.stream..tap.stream + t.blocks())
+                        .ok_or_else(|| lost(&tap.id))?;
+                    blake3_subtree_root(cvs, t.block, t.len).ok_or_else(|| lost(&tap.id))?
+                }
+                None => digests
+                    .get(tap.stream)
+                    .cloned()
+                    .ok_or_else(|| lost(&tap.id))?,
+            });
+        }
+        let read_back = back.len();
+        let mut bytes = 0u64;
+        if read_back > 0 {
+            let kinds = vec![HashKind::Plain(self.alg); read_back];
+            let hashing = Hashing::new(kinds, self.threads, self.pool.as_ref())?;
+            let chunk = chunk.clamp(4096, 64 << 20) as u64;
+            // Per group: its next range and offset in it.
+            let mut at: Vec<(usize, u64)> = back
+                .iter()
+                .map(|(_, r)| (0, r.first().map_or(0, |r| r.1)))
+                .collect();
+            loop {
+                let mut waits = Vec::new();
+                let mut read = false;
+                for (stream, (_, ranges)) in back.iter().enumerate() {
+                    let (range, pos) = &mut at[stream];
+                    while *range < ranges.len() && *pos >= ranges[*range].2 {
+                        *range += 1;
+                        if let Some(r) = ranges.get(*range) {
+                            *pos = r.1;
+                        }
+                    }
+                    let Some(&(file, _, end)) = ranges.get(*range) else {
+                        continue;
+                    };
+                    let n = (end - *pos).min(chunk) as usize;
+                    let mut buf = vec![0u8; n];
+                    store.read_partial(model, file, *pos, &mut buf).await?;
+                    *pos += n as u64;
+                    bytes += n as u64;
+                    read = true;
+                    if let Some(w) = hashing.enqueue(stream, Bytes::from(buf))? {
+                        waits.push(w);
+                    }
+                }
+                if !read {
+                    break;
+                }
+                waits.sort_unstable();
+                waits.dedup();
+                for w in waits {
+                    hashing.drained(w).await;
+                }
+            }
+            for ((k, _), digest) in back.iter().zip(hashing.finish().await?) {
+                actual[*k] = digest;
+            }
+        }
+        for (tap, actual) in groups.into_iter().zip(actual) {
             if actual != tap.expected {
                 return Err(DownloadError::GroupMismatch {
                     group: tap.id,
@@ -460,9 +512,12 @@ impl GroupChecks {
                 });
             }
         }
-        Ok((streamed, read_back, bytes))
+        Ok((total - read_back, read_back, bytes))
     }
 }
+
+/// Bytes `start .. end` of one file of the store.
+type StoredRange<'a> = (&'a str, u64, u64);
 
 /// A [`StreamObserver`] passing one shard's bytes to the group checks.
 pub(crate) struct ShardTap<'a> {
@@ -653,6 +708,43 @@ mod tests {
         let (streamed, read_back, _) = checks.check(&manifest, &store, "m", 4096).await.unwrap();
         assert_eq!(streamed + read_back, n);
         assert!(read_back >= 1);
+
+        // Every group read back (its shards verified by an earlier run), in turns of 1000
+        // bytes over the threads: all verify; with one stored byte of the last group wrong, that
+        // group fails and names itself.
+        let every = |checks: &GroupChecks| {
+            for i in 0..manifest.shards.len() {
+                checks.void_shard(i);
+            }
+        };
+        let checks = new_checks(&manifest, threads, total);
+        every(&checks);
+        let got = checks.check(&manifest, &store, "m", 1000).await.unwrap();
+        let taps = GroupTaps::new(&manifest, 0, None).unwrap();
+        let all: u64 = taps
+            .groups
+            .iter()
+            .flat_map(|g| &g.segments)
+            .map(|s| s.size)
+            .sum();
+        assert_eq!(got, (0, n, all));
+        let last = taps.groups.last().unwrap();
+        let span = *last.segments.last().unwrap();
+        let mut bad = MemoryFiles::new();
+        for shard in &manifest.shards {
+            let mut bytes = files.files[&shard.filename].clone();
+            if manifest.shards[span.shard].filename == shard.filename {
+                bytes[(span.offset + span.size - 1) as usize] ^= 1;
+            }
+            bad.files.insert(shard.filename.clone(), bytes);
+        }
+        let bad_store = store_with(&manifest, &bad).await;
+        let checks = new_checks(&manifest, threads, total);
+        every(&checks);
+        match checks.check(&manifest, &bad_store, "m", 1000).await {
+            Err(DownloadError::GroupMismatch { group, .. }) => assert_eq!(group, last.id),
+            other => panic!("{other:?}"),
+        }
 
         // Wrong bytes streamed for a group are caught (here: shard 0 fed shard 1's bytes).
         let checks = new_checks(&manifest, threads, total);

@@ -555,6 +555,50 @@ async fn tensor_locations_that_contradict_group_hashes_fail() {
     assert_eq!(verified.len(), f.shards.len());
 }
 
+/// With no room for bytes that arrive before their turn, groups straddling shards are read
+/// back from the store (as soon as their shards are verified, while others still stream): a
+/// clean model verifies every group, and swapped tensor locations still fail the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_read_back_during_the_download_verify() {
+    let opts = DownloadOptions {
+        group_buffer: 0,
+        read_chunk: 4096,
+        ..options()
+    };
+    let f = fixture(6).await;
+    let s = download_rdrr(&f.store, &client(), &f.server.url(), "m", &opts, &|_| {})
+        .await
+        .unwrap();
+    f.assert_complete().await;
+    assert!(s.groups_checked >= 6, "{}", s.groups_checked);
+    assert!(s.group_read_back_bytes > 0, "{s:?}");
+
+    let f = fixture(6).await;
+    let mut t: serde_json::Value = serde_json::from_slice(&f.files["tensors.json"]).unwrap();
+    let (a, b) = (
+        t["blk.5.attn.weight"].clone(),
+        t["blk.5.ffn.weight"].clone(),
+    );
+    for (k, v) in [("offset", &b), ("shard", &b)] {
+        t["blk.5.attn.weight"][k] = v[k].clone();
+    }
+    for (k, v) in [("offset", &a), ("shard", &a)] {
+        t["blk.5.ffn.weight"][k] = v[k].clone();
+    }
+    t["blk.5.ffn.weight"]["size"] = 20000.into();
+    t["blk.5.ffn.weight"]["shape"] = serde_json::json!([5000]);
+    f.server
+        .set_file("tensors.json", serde_json::to_vec(&t).unwrap());
+    let err = download_rdrr(&f.store, &client(), &f.server.url(), "m", &opts, &|_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, DownloadError::GroupMismatch { group, .. } if group == "layer.5"),
+        "{err:?}"
+    );
+    f.assert_incomplete().await;
+}
+
 fn gguf_bytes(n: usize) -> Vec<u8> {
     let mut b = b"GGUF".to_vec();
     b.extend((0..n as u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8));

@@ -359,6 +359,9 @@ pub(crate) struct GroupChecks {
     /// several groups' read-backs hash at once.
     threads: usize,
     pool: Option<WorkerPool>,
+    /// Groups read back, by index: claimed (None) or hashed (their digest).
+    read: RefCell<BTreeMap<usize, Option<String>>>,
+    read_bytes: std::cell::Cell<u64>,
 }
 
 impl GroupChecks {
@@ -398,6 +401,8 @@ impl GroupChecks {
             hashing,
             threads,
             pool: pool.cloned(),
+            read: RefCell::new(BTreeMap::new()),
+            read_bytes: std::cell::Cell::new(0),
         })
     }
 
@@ -406,29 +411,68 @@ impl GroupChecks {
         self.taps.borrow_mut().void(shard);
     }
 
-    /// Check every group: those hashed while streaming at once, the others by reading their
-    /// bytes from the store (`chunk` bytes a read, the groups read back in turns of a chunk
-    /// each, so that their streams hash at once on the workers or threads). Returns
-    /// (streamed, read back, bytes read back).
-    pub(crate) async fn check<S: ShardStore>(
-        self,
+    /// Read back now the groups not hashed while streaming whose shards are all stored and
+    /// verified (`verified(shard)`), so that their read-back overlaps the shards still
+    /// streaming rather than following the download; each group once. `chunk` bytes a read.
+    pub(crate) async fn read_back_ready<S: ShardStore>(
+        &self,
         manifest: &Manifest,
         store: &S,
         model: &str,
         chunk: usize,
-    ) -> Result<(usize, usize, u64), DownloadError> {
-        let digests = self.hashing.finish().await?;
-        let groups = self.taps.into_inner().groups;
-        let total = groups.len();
-        let lost =
-            |id: &str| DownloadError::Hashing(format!("group {id:?}: a hash stream was lost"));
-        let mut actual = Vec::with_capacity(groups.len());
-        // Per group read back: its index in `actual` and its byte ranges in the store.
-        let mut back: Vec<(usize, Vec<StoredRange>)> = Vec::new();
-        for tap in &groups {
-            if tap.state != TapState::Done {
-                let mut ranges = Vec::with_capacity(tap.segments.len());
-                for seg in &tap.segments {
+        verified: impl Fn(usize) -> bool,
+    ) -> Result<(), DownloadError> {
+        let ready: Vec<usize> = {
+            let taps = self.taps.borrow();
+            let read = self.read.borrow();
+            taps.groups
+                .iter()
+                .enumerate()
+                .filter(|(g, tap)| {
+                    tap.state != TapState::Done
+                        && !read.contains_key(g)
+                        && tap.segments.iter().all(|s| verified(s.shard))
+                })
+                .map(|(g, _)| g)
+                .collect()
+        };
+        if ready.is_empty() {
+            return Ok(());
+        }
+        // Claimed before the first await: a later call does not take them again.
+        for &g in &ready {
+            self.read.borrow_mut().insert(g, None);
+        }
+        let digests = self
+            .read_back(&ready, manifest, store, model, chunk)
+            .await?;
+        let mut read = self.read.borrow_mut();
+        for (g, d) in ready.into_iter().zip(digests) {
+            read.insert(g, Some(d));
+        }
+        Ok(())
+    }
+
+    /// The digests of groups `which`, their bytes read from the store in turns of a chunk per
+    /// group, so that their streams hash at once on the workers or threads.
+    async fn read_back<S: ShardStore>(
+        &self,
+        which: &[usize],
+        manifest: &Manifest,
+        store: &S,
+        model: &str,
+        chunk: usize,
+    ) -> Result<Vec<String>, DownloadError> {
+        if which.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Per group: its byte ranges in the store.
+        let mut back: Vec<Vec<StoredRange>> = Vec::with_capacity(which.len());
+        {
+            let taps = self.taps.borrow();
+            for &g in which {
+                let mut ranges = Vec::new();
+                for seg in &taps.groups[g].segments {
                     let file = manifest.shard_file(seg.shard).map_err(|e| {
                         DownloadError::InvalidManifest {
                             url: model.to_string(),
@@ -437,72 +481,103 @@ impl GroupChecks {
                     })?;
                     ranges.push((file, seg.offset, seg.offset + seg.size));
                 }
-                back.push((actual.len(), ranges));
-                actual.push(String::new());
-                continue;
+                back.push(ranges);
             }
-            actual.push(match &tap.tree {
-                Some(t) => {
-                    let cvs = digests
-                        .get(tap.stream..tap.stream + t.blocks())
-                        .ok_or_else(|| lost(&tap.id))?;
-                    blake3_subtree_root(cvs, t.block, t.len).ok_or_else(|| lost(&tap.id))?
-                }
-                None => digests
-                    .get(tap.stream)
-                    .cloned()
-                    .ok_or_else(|| lost(&tap.id))?,
-            });
         }
-        let read_back = back.len();
+        let kinds = vec![HashKind::Plain(self.alg); back.len()];
+        let hashing = Hashing::new(kinds, self.threads, self.pool.as_ref())?;
+        let chunk = chunk.clamp(4096, 64 << 20) as u64;
+        // Per group: its next range and offset in it.
+        let mut at: Vec<(usize, u64)> = back
+            .iter()
+            .map(|r| (0, r.first().map_or(0, |r| r.1)))
+            .collect();
         let mut bytes = 0u64;
-        if read_back > 0 {
-            let kinds = vec![HashKind::Plain(self.alg); read_back];
-            let hashing = Hashing::new(kinds, self.threads, self.pool.as_ref())?;
-            let chunk = chunk.clamp(4096, 64 << 20) as u64;
-            // Per group: its next range and offset in it.
-            let mut at: Vec<(usize, u64)> = back
-                .iter()
-                .map(|(_, r)| (0, r.first().map_or(0, |r| r.1)))
-                .collect();
-            loop {
-                let mut waits = Vec::new();
-                let mut read = false;
-                for (stream, (_, ranges)) in back.iter().enumerate() {
-                    let (range, pos) = &mut at[stream];
-                    while *range < ranges.len() && *pos >= ranges[*range].2 {
-                        *range += 1;
-                        if let Some(r) = ranges.get(*range) {
-                            *pos = r.1;
-                        }
-                    }
-                    let Some(&(file, _, end)) = ranges.get(*range) else {
-                        continue;
-                    };
-                    let n = (end - *pos).min(chunk) as usize;
-                    let mut buf = vec![0u8; n];
-                    store.read_partial(model, file, *pos, &mut buf).await?;
-                    *pos += n as u64;
-                    bytes += n as u64;
-                    read = true;
-                    if let Some(w) = hashing.enqueue(stream, Bytes::from(buf))? {
-                        waits.push(w);
+        loop {
+            let mut waits = Vec::new();
+            let mut read = false;
+            for (stream, ranges) in back.iter().enumerate() {
+                let (range, pos) = &mut at[stream];
+                while *range < ranges.len() && *pos >= ranges[*range].2 {
+                    *range += 1;
+                    if let Some(r) = ranges.get(*range) {
+                        *pos = r.1;
                     }
                 }
-                if !read {
-                    break;
-                }
-                waits.sort_unstable();
-                waits.dedup();
-                for w in waits {
-                    hashing.drained(w).await;
+                let Some(&(file, _, end)) = ranges.get(*range) else {
+                    continue;
+                };
+                let n = (end - *pos).min(chunk) as usize;
+                let mut buf = vec![0u8; n];
+                store.read_partial(model, file, *pos, &mut buf).await?;
+                *pos += n as u64;
+                bytes += n as u64;
+                read = true;
+                if let Some(w) = hashing.enqueue(stream, Bytes::from(buf))? {
+                    waits.push(w);
                 }
             }
-            for ((k, _), digest) in back.iter().zip(hashing.finish().await?) {
-                actual[*k] = digest;
+            if !read {
+                break;
+            }
+            waits.sort_unstable();
+            waits.dedup();
+            for w in waits {
+                hashing.drained(w).await;
             }
         }
-        for (tap, actual) in groups.into_iter().zip(actual) {
+        self.read_bytes.set(self.read_bytes.get() + bytes);
+        hashing.finish().await
+    }
+
+    /// Check every group: those hashed while streaming or read back already at once, the
+    /// others by reading their bytes from the store (`chunk` bytes a read). Returns
+    /// (streamed, read back, bytes read back).
+    pub(crate) async fn check<S: ShardStore>(
+        self,
+        manifest: &Manifest,
+        store: &S,
+        model: &str,
+        chunk: usize,
+    ) -> Result<(usize, usize, u64), DownloadError> {
+        let rest: Vec<usize> = {
+            let taps = self.taps.borrow();
+            let read = self.read.borrow();
+            (0..taps.groups.len())
+                .filter(|g| {
+                    taps.groups[*g].state != TapState::Done && !matches!(read.get(g), Some(Some(_)))
+                })
+                .collect()
+        };
+        let late = self.read_back(&rest, manifest, store, model, chunk).await?;
+        let digests = self.hashing.finish().await?;
+        let mut read = self.read.take();
+        for (g, d) in rest.into_iter().zip(late) {
+            read.insert(g, Some(d));
+        }
+        let groups = self.taps.into_inner().groups;
+        let total = groups.len();
+        let lost =
+            |id: &str| DownloadError::Hashing(format!("group {id:?}: a hash stream was lost"));
+        let mut read_back = 0;
+        for (g, tap) in groups.into_iter().enumerate() {
+            let actual = if tap.state != TapState::Done {
+                read_back += 1;
+                read.remove(&g).flatten().ok_or_else(|| lost(&tap.id))?
+            } else {
+                match &tap.tree {
+                    Some(t) => {
+                        let cvs = digests
+                            .get(tap.stream..tap.stream + t.blocks())
+                            .ok_or_else(|| lost(&tap.id))?;
+                        blake3_subtree_root(cvs, t.block, t.len).ok_or_else(|| lost(&tap.id))?
+                    }
+                    None => digests
+                        .get(tap.stream)
+                        .cloned()
+                        .ok_or_else(|| lost(&tap.id))?,
+                }
+            };
             if actual != tap.expected {
                 return Err(DownloadError::GroupMismatch {
                     group: tap.id,
@@ -512,7 +587,7 @@ impl GroupChecks {
                 });
             }
         }
-        Ok((total - read_back, read_back, bytes))
+        Ok((total - read_back, read_back, self.read_bytes.get()))
     }
 }
 

@@ -1,7 +1,7 @@
 //! Downloading an RDRR model: manifest and tensors.json, checks, shards in parallel, groups,
 //! commit.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 
 use futures_util::stream::{self, StreamExt};
@@ -323,11 +323,20 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     };
     let failed = Cell::new(false);
     let count = manifest.shards.len();
-    let jobs = pending.iter().map(|shard| {
-        let ctx = &ctx;
-        let failed = &failed;
-        let taps = taps.as_ref();
-        let mirrors = &mirrors;
+    // Shards stored and verified, this run or an earlier one: a group read back (one that did
+    // not stream in order) is read as soon as all of its shards are, while the rest stream.
+    let verified_now = RefCell::new(vec![true; count]);
+    for shard in &pending {
+        if let Some(v) = verified_now.borrow_mut().get_mut(shard.index) {
+            *v = false;
+        }
+    }
+    let (tx, mut rx) = futures_channel::mpsc::unbounded::<()>();
+    let verified_now = &verified_now;
+    let (ctx_ref, failed_ref, taps_ref, mirrors_ref) = (&ctx, &failed, taps.as_ref(), &mirrors);
+    let jobs = pending.iter().map(move |shard| {
+        let tx = tx.clone();
+        let (ctx, failed, taps, mirrors) = (ctx_ref, failed_ref, taps_ref, mirrors_ref);
         async move {
             if failed.get() {
                 return None;
@@ -365,6 +374,10 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
             };
             match &result {
                 Ok(()) => {
+                    if let Some(v) = verified_now.borrow_mut().get_mut(shard.index) {
+                        *v = true;
+                    }
+                    let _ = tx.unbounded_send(());
                     ctx.tracker.file_done();
                     ctx.tracker.emit(DownloadEvent::FileVerified {
                         file: shard.filename.clone(),
@@ -376,10 +389,21 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
             Some(result)
         }
     });
-    let results: Vec<_> = stream::iter(jobs)
+    let shards = stream::iter(jobs)
         .buffer_unordered(options.parallel.max(1))
-        .collect()
-        .await;
+        .collect::<Vec<_>>();
+    // Ends when the shards have (every sender with them).
+    let read_back = async {
+        while rx.next().await.is_some() {
+            if let (Some(t), false) = (taps.as_ref(), failed.get()) {
+                let verified = |s: usize| verified_now.borrow().get(s).copied().unwrap_or(false);
+                t.read_back_ready(&manifest, store, name, options.read_chunk, verified)
+                    .await?;
+            }
+        }
+        Ok::<(), DownloadError>(())
+    };
+    let (results, read_back) = futures_util::future::join(shards, read_back).await;
     let mut first_error = None;
     for result in results.into_iter().flatten() {
         match result {
@@ -392,6 +416,7 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     if let Some(e) = first_error {
         return Err(e);
     }
+    read_back?;
 
     if let Some(taps) = taps {
         let (streamed, read_back, bytes) = taps

@@ -555,9 +555,10 @@ async fn tensor_locations_that_contradict_group_hashes_fail() {
     assert_eq!(verified.len(), f.shards.len());
 }
 
-/// With no room for bytes that arrive before their turn, groups straddling shards are read
-/// back from the store (as soon as their shards are verified, while others still stream): a
-/// clean model verifies every group, and swapped tensor locations still fail the group.
+/// Groups over shards an earlier run verified are read back from the store (as soon as all
+/// of their shards are verified, while others still stream), and verify; with no room for
+/// bytes that arrive early, so are those straddling shards fetched at once. Swapped tensor
+/// locations still fail their group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_read_back_during_the_download_verify() {
     let opts = DownloadOptions {
@@ -566,10 +567,20 @@ async fn groups_read_back_during_the_download_verify() {
         ..options()
     };
     let f = fixture(6).await;
+    // A first run that fails at the last shard, leaving the others verified.
+    let last = f.shards.last().unwrap().clone();
+    f.server.faults(|x| {
+        x.missing.insert(last.clone());
+    });
+    download_rdrr(&f.store, &client(), &f.server.url(), "m", &opts, &|_| {})
+        .await
+        .unwrap_err();
+    f.server.faults(|x| x.missing.clear());
     let s = download_rdrr(&f.store, &client(), &f.server.url(), "m", &opts, &|_| {})
         .await
         .unwrap();
     f.assert_complete().await;
+    assert!(s.reused_files > 0, "{s:?}");
     assert!(s.groups_checked >= 6, "{}", s.groups_checked);
     assert!(s.group_read_back_bytes > 0, "{s:?}");
 

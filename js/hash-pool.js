@@ -208,17 +208,22 @@ export class HashPool {
   }
 
   /**
-   * Hash `bytes` next in stream `id`. `bytes` may be a view of wasm memory: a copy is
-   * transferred. Returns the stream's worker (for drained()).
+   * Hash `bytes` next in stream `id`, or, with `at`, as the stream's bytes from `at` on: the
+   * worker holds them until the bytes before them are in (a group's bytes that arrive before
+   * their turn). `bytes` may be a view of wasm memory: a copy is transferred. Returns the
+   * stream's worker (for drained()).
    * @param {number} id
    * @param {Uint8Array} bytes
+   * @param {number} [at]
    */
-  update(id, bytes) {
+  update(id, bytes, at) {
     this.#check();
     const w = this.#where.get(id);
     if (w === undefined) throw new Error(`no hash stream ${id}`);
     const copy = bytes.slice();
-    this.#workers[w].postMessage({ op: 'data', id, bytes: copy }, [copy.buffer]);
+    const m = { op: 'data', id, bytes: copy };
+    if (typeof at === 'number') m.at = at;
+    this.#workers[w].postMessage(m, [copy.buffer]);
     this.#backlog[w] += copy.length;
     return w;
   }

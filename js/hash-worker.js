@@ -3,9 +3,12 @@
 //   { op: 'init', module }                -> { ready: true } or { failed }
 //   { op: 'start', id, kind, offset }      a new stream ('sha256', 'blake3', 'blake3-subtree')
 //   { op: 'data', id, bytes }              the stream's next bytes (a transferred Uint8Array)
+//   { op: 'data', id, bytes, at }          its bytes from `at` on, held until those before are in
 //   { op: 'finish', req, ids }             -> { req, digests, acked }
 //   { op: 'drop', ids }                    streams given up
-// Bytes hashed are acknowledged ({ acked: n }) every MiB, for the pool's backpressure. Any
+// Bytes hashed (or held) are acknowledged ({ acked: n }) every MiB, for the pool's
+// backpressure: held bytes wait for bytes the pool has still to send, so they must not hold it
+// back (the downloader bounds them). Any
 // failure is { failed: message }, after which the pool stops.
 
 import init, { HashStream } from './wasm/tritium.js';
@@ -24,21 +27,37 @@ function stream(id) {
 function handle(m) {
   switch (m.op) {
     case 'start':
-      streams.set(m.id, new HashStream(m.kind, m.offset));
+      // `next`: bytes hashed so far; `held`: pieces ahead of it, by where they start.
+      streams.set(m.id, { hash: new HashStream(m.kind, m.offset), next: 0, held: new Map() });
       break;
-    case 'data':
-      stream(m.id).update(m.bytes);
+    case 'data': {
+      const s = stream(m.id);
+      if (typeof m.at === 'number' && m.at !== s.next) {
+        if (m.at < s.next || s.held.has(m.at)) throw new Error(`stream ${m.id}: bytes at ${m.at} again`);
+        s.held.set(m.at, m.bytes);
+      } else {
+        s.hash.update(m.bytes);
+        s.next += m.bytes.length;
+        for (let b = s.held.get(s.next); b; b = s.held.get(s.next)) {
+          s.held.delete(s.next);
+          s.hash.update(b);
+          s.next += b.length;
+        }
+      }
       unacked += m.bytes.length;
       if (unacked >= ACK_EVERY) {
         postMessage({ acked: unacked });
         unacked = 0;
       }
       break;
+    }
     case 'finish': {
+      // A stream finished with bytes still held (a group the downloader reads back instead)
+      // gives a digest nobody uses.
       const digests = m.ids.map((id) => {
         const s = stream(id);
         streams.delete(id);
-        return s.finish();
+        return s.hash.finish();
       });
       postMessage({ req: m.req, digests, acked: unacked });
       unacked = 0;
@@ -46,7 +65,7 @@ function handle(m) {
     }
     case 'drop':
       for (const id of m.ids) {
-        streams.get(id)?.free();
+        streams.get(id)?.hash.free();
         streams.delete(id);
       }
       break;

@@ -128,6 +128,9 @@ fn read_options(value: &JsValue) -> Result<Options, WebError> {
     if let Some(n) = number("parallel")? {
         o.download.parallel = (n as usize).max(1);
     }
+    if let Some(n) = number("groupBuffer")? {
+        o.download.group_buffer = n as u64;
+    }
     if let Some(v) = get("checkGroups") {
         o.download.check_groups = v
             .as_bool()
@@ -323,7 +326,9 @@ struct DownloadReport {
 /// `manifest.json`), or one GGUF file (a URL ending in `.gguf`, or `kind: 'gguf'`).
 ///
 /// `options` (all optional): `name` (default: from the URL), `parallel` (shards at once,
-/// default 4), `checkGroups` (default true), `mirrors` (base URLs for the shards),
+/// default 4), `checkGroups` (default true), `groupBuffer` (bytes of a group that arrive
+/// before their turn kept in wasm memory to hash in order, default 16 MiB; with hash workers
+/// they wait on the workers, up to 256 MiB or this), `mirrors` (base URLs for the shards),
 /// `retries`, `retryDelayMs`, `sha256` (a GGUF's expected hash), `kind`, `hashPool` (the
 /// package's `HashPool`: hashes run on its workers; the caller closes it), `writer` (`'auto'`:
 /// sync access handles where there are some, i.e. in a dedicated worker, else writable

@@ -35,6 +35,11 @@ use crate::storage::store::ShardStore;
 /// boundaries stay a few MiB.
 const TREE_BLOCK: u64 = 1 << 20;
 
+/// Early group bytes held on the browser's hash workers at most (in the workers' memory, not
+/// the wasm module's, which never shrinks): room for the shards in flight, so that a group
+/// straddling shards fetched at once streams instead of being read back.
+const WORKER_EARLY_BUDGET: u64 = 256 << 20;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TapState {
     /// Fed as its bytes stream; `next` is the segment expected, `consumed` its bytes seen.
@@ -53,6 +58,9 @@ struct GroupTap {
     /// Bytes that arrived before their turn, by (segment, offset in it): the next piece due
     /// is one lookup, however many are held.
     early: BTreeMap<(usize, u64), Bytes>,
+    /// Early pieces sent ahead to the stream's hash worker, which holds them until the bytes
+    /// before them have been hashed (remote taps): their lengths, by (segment, offset in it).
+    sent: BTreeMap<(usize, u64), u64>,
     /// Hashed as BLAKE3 subtrees (then `early` stays empty).
     tree: Option<Tree>,
     /// Its first hash stream: the group's own, or its tree's first block's.
@@ -181,6 +189,16 @@ pub(crate) struct GroupTaps {
     /// Bytes held for groups as early bytes, and the most that may be.
     held: u64,
     budget: u64,
+    /// Early bytes go ahead to the hash workers (which put them in order), not kept here.
+    remote: bool,
+}
+
+/// What a shard's bytes give the group streams: pieces next in their stream, in order, and
+/// (remote taps) early pieces sent ahead with their place in the stream's bytes.
+#[derive(Default)]
+pub(crate) struct Fed {
+    pub next: Vec<(usize, Bytes)>,
+    pub ahead: Vec<(usize, u64, Bytes)>,
 }
 
 impl GroupTaps {
@@ -227,6 +245,7 @@ impl GroupTaps {
                     consumed: 0,
                 },
                 early: BTreeMap::new(),
+                sent: BTreeMap::new(),
                 tree,
                 stream,
             };
@@ -238,6 +257,7 @@ impl GroupTaps {
             by_shard,
             held: 0,
             budget,
+            remote: false,
         })
     }
 
@@ -247,6 +267,9 @@ impl GroupTaps {
         tap.state = TapState::ReadBack;
         let freed: u64 = tap.early.values().map(|b| b.len() as u64).sum();
         tap.early.clear();
+        // Pieces sent ahead stay on their worker (in a stream now never finished in order)
+        // until the download ends: they go on counting against the budget.
+        tap.sent.clear();
         if let Some(tree) = &mut tap.tree {
             tree.pending.iter_mut().for_each(BTreeMap::clear);
         }
@@ -269,8 +292,9 @@ impl GroupTaps {
     /// Bytes `data` at `offset` of shard `shard` arrived: the pieces to hash into each stream
     /// (a group's, or a tree block's), in order (pieces of `data`, early bytes whose turn has
     /// come, a tree block's pieces once it is complete).
-    fn feed(&mut self, shard: usize, offset: u64, data: &Bytes) -> Vec<(usize, Bytes)> {
-        let mut out = Vec::new();
+    fn feed(&mut self, shard: usize, offset: u64, data: &Bytes) -> Fed {
+        let mut fed = Fed::default();
+        let out = &mut fed.next;
         let pairs = self.by_shard.get(shard).map_or(0, Vec::len);
         let end = offset + data.len() as u64;
         for k in 0..pairs {
@@ -287,7 +311,7 @@ impl GroupTaps {
             let piece = data.slice((from - offset) as usize..(to - offset) as usize);
             let stream = self.groups[g].stream;
             if let Some(tree) = &mut self.groups[g].tree {
-                if tree.feed(j, at, piece, stream, &mut out) {
+                if tree.feed(j, at, piece, stream, out) {
                     self.groups[g].settle();
                 } else {
                     self.read_back(g);
@@ -296,19 +320,27 @@ impl GroupTaps {
             }
             if j == next && at == consumed {
                 out.push((stream, piece));
-                self.advance(g, to - from, &mut out);
+                self.advance(g, to - from, out);
             } else if (j > next || (j == next && at > consumed))
                 && self.held + (to - from) <= self.budget
             {
-                // Early: kept until the bytes before it have been hashed.
+                // Early: kept until the bytes before it have been hashed (here, or on the
+                // stream's worker).
                 self.held += to - from;
-                self.groups[g].early.insert((j, at), piece);
+                let tap = &mut self.groups[g];
+                if self.remote {
+                    let place = tap.segments[..j].iter().map(|s| s.size).sum::<u64>() + at;
+                    tap.sent.insert((j, at), to - from);
+                    fed.ahead.push((stream, place, piece));
+                } else {
+                    tap.early.insert((j, at), piece);
+                }
             } else {
                 // Over the budget, or bytes already passed (a gap or a repeat).
                 self.read_back(g);
             }
         }
-        out
+        fed
     }
 
     /// `n` more bytes of group `g`'s current segment were hashed: move on, and pass on the early
@@ -328,6 +360,12 @@ impl GroupTaps {
             let TapState::Streaming { next, consumed } = tap.state else {
                 return;
             };
+            if let Some(len) = tap.sent.remove(&(next, consumed)) {
+                // Already on the worker, which hashes it once the bytes before it are in.
+                n = len;
+                self.held -= n;
+                continue;
+            }
             let Some(piece) = tap.early.remove(&(next, consumed)) else {
                 return;
             };
@@ -388,13 +426,17 @@ impl GroupChecks {
     ) -> Result<GroupChecks, DownloadError> {
         let alg = manifest.group_hash_algorithm();
         let tree_block = (alg == HashAlgorithm::Blake3).then_some(tree_block);
-        let taps = GroupTaps::new(manifest, early_budget, tree_block).map_err(|p| {
+        let mut taps = GroupTaps::new(manifest, early_budget, tree_block).map_err(|p| {
             DownloadError::InvalidManifest {
                 url: "manifest.json".to_string(),
                 problems: vec![p],
             }
         })?;
         let hashing = Hashing::new(taps.kinds(alg), threads, pool)?;
+        if hashing.holds_ahead() {
+            taps.remote = true;
+            taps.budget = taps.budget.max(WORKER_EARLY_BUDGET);
+        }
         Ok(GroupChecks {
             alg,
             taps: RefCell::new(taps),
@@ -603,9 +645,12 @@ pub(crate) struct ShardTap<'a> {
 impl StreamObserver for ShardTap<'_> {
     async fn bytes(&self, offset: u64, data: &Bytes) -> Result<(), DownloadError> {
         let pieces = self.checks.taps.borrow_mut().feed(self.shard, offset, data);
+        let hashing = &self.checks.hashing;
         let mut fed = Vec::new();
-        for (group, piece) in pieces {
-            if let Some(thread) = self.checks.hashing.enqueue(group, piece)? {
+        let next = pieces.next.into_iter().map(|(s, p)| hashing.enqueue(s, p));
+        let ahead = (pieces.ahead.into_iter()).map(|(s, at, p)| hashing.enqueue_ahead(s, at, p));
+        for thread in next.chain(ahead) {
+            if let Some(thread) = thread? {
                 if !fed.contains(&thread) {
                     fed.push(thread);
                 }
@@ -676,6 +721,113 @@ mod tests {
     /// Group checks of `manifest` (BLAKE3 groups of 8000 bytes: trees of four 2 KiB blocks).
     fn new_checks(manifest: &Manifest, threads: usize, budget: u64) -> GroupChecks {
         GroupChecks::with_tree_block(manifest, threads, None, budget, 2048).unwrap()
+    }
+
+    /// The browser's hash worker (js/hash-worker.js) for remote taps: each stream hashes the
+    /// bytes it is sent in turn and holds those sent ahead until the bytes before them are in.
+    struct AheadWorker {
+        streams: Vec<(
+            crate::formats::rdrr::StreamHasher,
+            u64,
+            BTreeMap<u64, Bytes>,
+        )>,
+    }
+
+    impl AheadWorker {
+        fn new(kinds: &[HashKind]) -> AheadWorker {
+            let streams = kinds
+                .iter()
+                .map(|k| (k.hasher(), 0, BTreeMap::new()))
+                .collect();
+            AheadWorker { streams }
+        }
+
+        fn take(&mut self, fed: Fed) {
+            for (stream, bytes) in fed.next {
+                self.data(stream, None, bytes);
+            }
+            for (stream, at, bytes) in fed.ahead {
+                self.data(stream, Some(at), bytes);
+            }
+        }
+
+        fn data(&mut self, stream: usize, at: Option<u64>, bytes: Bytes) {
+            let (hasher, next, held) = &mut self.streams[stream];
+            match at {
+                Some(at) if at != *next => {
+                    assert!(at > *next && !held.contains_key(&at), "bytes at {at} again");
+                    held.insert(at, bytes);
+                }
+                _ => {
+                    hasher.update(&bytes);
+                    *next += bytes.len() as u64;
+                    while let Some(b) = held.remove(next) {
+                        hasher.update(&b);
+                        *next += b.len() as u64;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Remote taps (early bytes sent ahead to the stream's worker, as in the browser): shards
+    /// interleaved in odd-sized chunks, as parallel fetches deliver them. With room for all
+    /// early bytes every SHA-256 group streams and the workers' digests are the groups'; with
+    /// room for one chunk some are read back, and the budget holds.
+    #[test]
+    fn early_bytes_sent_ahead_to_the_workers_stream_every_group() {
+        let (manifest, files) = model(HashAlgorithm::Sha256);
+        let total: u64 = manifest.shards.iter().map(|s| s.size).sum();
+        for (budget, chunk) in [(total, 777usize), (total, 5000), (777, 777)] {
+            let mut taps = GroupTaps::new(&manifest, budget, None).unwrap();
+            taps.remote = true;
+            let kinds = taps.kinds(HashAlgorithm::Sha256);
+            let mut worker = AheadWorker::new(&kinds);
+            let mut pos = vec![0usize; manifest.shards.len()];
+            let mut sent_ahead = 0;
+            loop {
+                let mut any = false;
+                // Last shard first in each round, so that later bytes run ahead.
+                for (i, shard) in manifest.shards.iter().enumerate().rev() {
+                    let bytes = &files.files[&shard.filename];
+                    if pos[i] < bytes.len() {
+                        let to = (pos[i] + chunk).min(bytes.len());
+                        let data = Bytes::copy_from_slice(&bytes[pos[i]..to]);
+                        let fed = taps.feed(i, pos[i] as u64, &data);
+                        sent_ahead += fed.ahead.len();
+                        worker.take(fed);
+                        assert!(taps.held <= budget);
+                        pos[i] = to;
+                        any = true;
+                    }
+                }
+                if !any {
+                    break;
+                }
+            }
+            assert!(sent_ahead > 0, "budget {budget}: nothing ran ahead");
+            let mut streamed = 0;
+            for (tap, (hasher, next, held)) in taps.groups.iter().zip(worker.streams) {
+                if tap.state == TapState::Done {
+                    streamed += 1;
+                    assert!(held.is_empty() && tap.sent.is_empty(), "{}", tap.id);
+                    assert_eq!(next, tap.segments.iter().map(|s| s.size).sum::<u64>());
+                    assert_eq!(hasher.finalize_hex(), tap.expected, "{}", tap.id);
+                } else {
+                    assert_eq!(tap.state, TapState::ReadBack);
+                }
+            }
+            if budget == total {
+                assert_eq!(
+                    streamed,
+                    taps.groups.len(),
+                    "budget {budget}, chunk {chunk}"
+                );
+                assert_eq!(taps.held, 0);
+            } else {
+                assert!(streamed < taps.groups.len());
+            }
+        }
     }
 
     async fn orders(threads: usize, alg: HashAlgorithm) {

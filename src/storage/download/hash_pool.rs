@@ -41,9 +41,10 @@ extern "C" {
     fn stream(this: &HashPool, kind: &str, offset: f64) -> Result<u32, JsValue>;
 
     /// Copy `bytes` (a view of this module's memory, valid for the call only) to the stream's
-    /// worker; the worker's index.
+    /// worker, as its next bytes or (`at`) as its bytes from `at` on, held until those before
+    /// them are in; the worker's index.
     #[wasm_bindgen(method, catch)]
-    fn update(this: &HashPool, stream: u32, bytes: &[u8]) -> Result<u32, JsValue>;
+    fn update(this: &HashPool, stream: u32, bytes: &[u8], at: Option<f64>) -> Result<u32, JsValue>;
 
     /// Undefined while the worker's backlog is within bounds, else a promise that resolves
     /// once it falls back (or the pool fails: the next call then says why).
@@ -126,8 +127,14 @@ impl Workers {
         Workers { pool, kinds, ids }
     }
 
-    /// Hand `data` to stream `id` (no waiting); the index of the worker it went to.
-    pub(crate) fn enqueue(&self, id: usize, data: &[u8]) -> Result<Option<usize>, DownloadError> {
+    /// Hand `data` to stream `id` (no waiting), as its next bytes or as its bytes from `at` on;
+    /// the index of the worker it went to.
+    pub(crate) fn enqueue_at(
+        &self,
+        id: usize,
+        at: Option<u64>,
+        data: &[u8],
+    ) -> Result<Option<usize>, DownloadError> {
         let Some(&kind) = self.kinds.get(id) else {
             return Ok(None);
         };
@@ -150,7 +157,7 @@ impl Workers {
         };
         let worker = self
             .pool
-            .update(stream, data)
+            .update(stream, data, at.map(|a| a as f64))
             .map_err(|e| failed("cannot hand bytes over", e))?;
         Ok(Some(worker as usize))
     }

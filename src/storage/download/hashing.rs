@@ -21,7 +21,7 @@ pub(crate) enum HashKind {
 }
 
 impl HashKind {
-    fn hasher(self) -> StreamHasher {
+    pub(crate) fn hasher(self) -> StreamHasher {
         match self {
             HashKind::Plain(alg) => StreamHasher::new(alg),
             HashKind::Blake3Subtree(offset) => StreamHasher::blake3_subtree(offset),
@@ -279,7 +279,38 @@ impl Hashing {
                 Ok(Some(thread))
             }
             #[cfg(all(target_arch = "wasm32", feature = "web"))]
-            Hashing::Workers(w) => w.enqueue(id, &data),
+            Hashing::Workers(w) => w.enqueue_at(id, None, &data),
+        }
+    }
+
+    /// Whether streams take pieces ahead of their turn ([`Hashing::enqueue_ahead`]): the
+    /// browser's hash workers, which keep them until the bytes before them are in.
+    pub(crate) fn holds_ahead(&self) -> bool {
+        #[cfg(all(target_arch = "wasm32", feature = "web"))]
+        if let Hashing::Workers(_) = self {
+            return true;
+        }
+        false
+    }
+
+    /// Hand `data`, bytes `at ..` of stream `id`, to its worker ahead of the bytes before it
+    /// (only where [`Hashing::holds_ahead`]); as [`Hashing::enqueue`].
+    pub(crate) fn enqueue_ahead(
+        &self,
+        id: usize,
+        at: u64,
+        data: Bytes,
+    ) -> Result<Option<usize>, DownloadError> {
+        match self {
+            #[cfg(all(target_arch = "wasm32", feature = "web"))]
+            Hashing::Workers(w) => w.enqueue_at(id, Some(at), &data),
+            _ => {
+                let _ = (id, at, data);
+                Err(DownloadError::Hashing(
+                    "internal: bytes ahead of their turn for a stream that cannot hold them"
+                        .to_string(),
+                ))
+            }
         }
     }
 

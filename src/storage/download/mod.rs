@@ -100,7 +100,9 @@ pub struct DownloadOptions {
     pub hash_pool: Option<HashPool>,
     /// Bytes of group data that arrived before their turn (a group straddling two shards
     /// fetched at once) kept in memory to hash in order, at most; a group beyond it is read
-    /// back from the store after the download. Default 256 MiB natively, 16 MiB in wasm.
+    /// back from the store after the download. Default 256 MiB natively, 16 MiB in wasm; with
+    /// the browser's hash workers the early bytes wait on the workers instead, up to 256 MiB
+    /// (or this, if larger).
     pub group_buffer: u64,
 }
 

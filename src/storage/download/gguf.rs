@@ -2,7 +2,7 @@
 //! resumed with `Range`, hashed with SHA-256 as it arrives and checked when a hash is given.
 
 use super::fetch::{fetch_file, Ctx, FileJob, NoObserver};
-use super::hashing::{begin_workers, pool_size, start_workers};
+use super::hashing::{pool_size, start_workers};
 use super::http::HttpClient;
 use super::{DownloadError, DownloadEvent, DownloadOptions, DownloadSummary, Tracker};
 use crate::formats::rdrr::HashAlgorithm;
@@ -27,7 +27,6 @@ pub async fn download_gguf<S: ShardStore, C: HttpClient>(
     if present {
         return Ok(summary);
     }
-    begin_workers(options);
     let tracker = Tracker::new(events);
     if let Some(h) = sha256 {
         if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {

@@ -84,15 +84,7 @@ fn failed(what: &str, e: JsValue) -> DownloadError {
     DownloadError::Hashing(format!("hash worker: {what}: {}", message(e)))
 }
 
-/// Start `pool`'s workers without waiting (they start while the manifest is fetched; [`ready`]
-/// later waits for the same start).
-pub(crate) fn begin(pool: &HashPool) {
-    // The pool keeps the start's promise, which never rejects (a failure resolves to false).
-    let _ = pool.ready();
-}
-
-/// Start `pool`'s workers (or wait for the start [`begin`] made): the pool when they run,
-/// else why not.
+/// Start `pool`'s workers and wait until they run: the pool when they do, else why not.
 pub(crate) async fn ready(pool: &HashPool) -> Result<HashPool, String> {
     let started = match pool.ready() {
         Ok(p) => JsFuture::from(p).await,

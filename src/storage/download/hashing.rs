@@ -43,16 +43,6 @@ pub(crate) use super::hash_pool::HashPool as WorkerPool;
 #[derive(Debug, Clone)]
 pub(crate) enum WorkerPool {}
 
-/// Begin starting `options`' hash workers, if it has any, so that they start while the download
-/// fetches its manifest; [`start_workers`] waits for them.
-pub(crate) fn begin_workers(options: &super::DownloadOptions) {
-    #[cfg(all(target_arch = "wasm32", feature = "web"))]
-    if let Some(pool) = &options.hash_pool {
-        super::hash_pool::begin(pool);
-    }
-    let _ = options;
-}
-
 /// Start `options`' hash workers, if it has any: the pool to hash on, or `None` (hash in this
 /// thread; `warnings` says why the workers did not start).
 pub(crate) async fn start_workers(

@@ -9,7 +9,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
 use super::fetch::{fetch_file, fetch_small, Ctx, FileJob};
 use super::groups::{GroupChecks, ShardTap};
-use super::hashing::{begin_workers, pool_size, start_workers};
+use super::hashing::{pool_size, start_workers};
 use super::http::HttpClient;
 use super::{DownloadError, DownloadEvent, DownloadOptions, DownloadSummary, Tracker};
 use crate::formats::rdrr::{
@@ -92,7 +92,6 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     if present {
         return Ok(summary);
     }
-    begin_workers(options);
     let tracker = Tracker::new(events);
     let base = base_url(url);
     let manifest_url = join_url(&base, MANIFEST_FILE);

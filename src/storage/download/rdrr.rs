@@ -169,28 +169,6 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
         });
     }
     summary.warnings = other.iter().map(ToString::to_string).collect();
-    let pool = start_workers(options, &mut summary.warnings).await;
-    summary.hash_workers = pool_size(pool.as_ref());
-    let taps = if options.check_groups {
-        Some(
-            GroupChecks::new(
-                &manifest,
-                group_hash_threads(options),
-                pool.as_ref(),
-                options.group_buffer,
-            )
-            .map_err(|e| match e {
-                DownloadError::InvalidManifest { problems, .. } => DownloadError::InvalidManifest {
-                    url: manifest_url.clone(),
-                    problems,
-                },
-                e => e,
-            })?,
-        )
-    } else {
-        None
-    };
-
     // The tokenizer files: optional, small, unhashed.
     let mut small_files: Vec<(String, Vec<u8>)> = vec![(MANIFEST_FILE.to_string(), manifest_bytes)];
     if let Some((file, _, bytes)) = tensors_bytes {
@@ -265,6 +243,8 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     let total = shard_bytes.saturating_add(small_bytes);
     let mut present = 0u64;
     let mut pending = Vec::new();
+    // Shards an earlier run verified: their groups are read back.
+    let mut reused = Vec::new();
     for shard in &manifest.shards {
         let len = store.partial_len(name, &shard.filename).await?;
         let verified = partial
@@ -275,9 +255,7 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
         if verified && len == Some(shard.size) {
             present += shard.size;
             summary.reused_files += 1;
-            if let Some(t) = &taps {
-                t.void_shard(shard.index);
-            }
+            reused.push(shard.index);
         } else {
             present += len.unwrap_or(0).min(shard.size);
             pending.push(shard);
@@ -287,6 +265,34 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
         let needed = total.saturating_sub(present);
         if needed > available {
             return Err(DownloadError::Quota { needed, available });
+        }
+    }
+    // The hash workers start only for a download that goes ahead (not one refused here).
+    let pool = start_workers(options, &mut summary.warnings).await;
+    summary.hash_workers = pool_size(pool.as_ref());
+    let taps = if options.check_groups {
+        Some(
+            GroupChecks::new(
+                &manifest,
+                group_hash_threads(options),
+                pool.as_ref(),
+                options.group_buffer,
+            )
+            .map_err(|e| match e {
+                DownloadError::InvalidManifest { problems, .. } => DownloadError::InvalidManifest {
+                    url: manifest_url.clone(),
+                    problems,
+                },
+                e => e,
+            })?,
+        )
+    } else {
+        None
+    };
+
+    if let Some(t) = &taps {
+        for &shard in &reused {
+            t.void_shard(shard);
         }
     }
     for (file, bytes) in &small_files {

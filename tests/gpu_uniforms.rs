@@ -417,3 +417,43 @@ fn parse_and_validate(kernel: Kernel, wgsl: &str) -> (naga::Module, naga::valid:
     .unwrap_or_else(|e| panic!("{}: {}", kernel.label(), e.emit_to_string(wgsl)));
     (module, info)
 }
+
+/// Every kernel in every variant goes through naga's pipeline constant processing (what wgpu
+/// does when it makes the pipeline natively: the module compacted to the entry point, each
+/// override replaced by the value the host passes or its default) and validates after it.
+/// Its failures show only when a pipeline is made on a device otherwise: wgpu 30 rejected the
+/// legacy integer-dot matvecs once they called workgroup_sum ("Type depends on Type, which
+/// has not been processed yet": the override-sized reduction array's type came before a type
+/// that an earlier constant expression uses; with the reduction helpers appended after the
+/// kernel's files instead, it passed).
+#[test]
+fn pipeline_constants_process_for_every_kernel() {
+    let variants = [(true, true), (true, false), (false, true), (false, false)];
+    let mut processed = 0;
+    let mut failures = Vec::new();
+    for (kernel, (f16, subgroups)) in Kernel::all()
+        .into_iter()
+        .flat_map(|k| variants.map(|v| (k, v)))
+    {
+        let (Some(source), Ok(wgsl)) = (kernel.source(), kernel.wgsl(Variant { f16, subgroups }))
+        else {
+            continue;
+        };
+        let (module, info) = parse_and_validate(kernel, &wgsl);
+        let mut constants = naga::back::PipelineConstants::default();
+        constants.insert("WG".into(), f64::from(source.default_workgroup_size));
+        for (name, value) in kernel.constants() {
+            constants.insert(name.into(), value);
+        }
+        let entry = Some((naga::ShaderStage::Compute, source.entry));
+        match naga::back::pipeline_constants::process_overrides(&module, &info, entry, &constants) {
+            Ok(_) => processed += 1,
+            Err(e) => failures.push(format!("{} {:?}: {e:?}", kernel.label(), (f16, subgroups))),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        processed >= 100,
+        "only {processed} kernel variants processed"
+    );
+}

@@ -45,11 +45,21 @@ fn main(
     if (first >= p.rows) {
         return;
     }
+    let total = q8_block_rows(first, lid);
+    let row = first + lid;
+    if (lid < ROW_LANES && row < p.rows) {
+        q8_write_row(p.row_offset + row, total);
+    }
+}
+
+// The products of rows first .. first + ROW_LANES - 1 (of this chunk): invocation `lane` of
+// slice 0 (lid < ROW_LANES) gets row first + lane's; the others get 0. Call from every
+// invocation of the workgroup (barriers).
+fn q8_block_rows(first: u32, lid: u32) -> f32 {
     let lane = lid % ROW_LANES;
     let slice = lid / ROW_LANES;
     let slices = max(WG / ROW_LANES, 1u);
     let row = first + lane;
-
     var acc = 0.0;
     for (var c0 = 0u; c0 < p.cols; c0 = c0 + X_CHUNK) {
         let nblocks = min(X_CHUNK, p.cols - c0) / 32u;
@@ -73,11 +83,11 @@ fn main(
     }
     partial[lid] = acc;
     workgroupBarrier();
-    if (slice == 0u && row < p.rows) {
-        var total = 0.0;
+    var total = 0.0;
+    if (slice == 0u) {
         for (var s = 0u; s < slices; s = s + 1u) {
             total = total + partial[s * ROW_LANES + lane];
         }
-        q8_write_row(p.row_offset + row, total);
     }
+    return total;
 }

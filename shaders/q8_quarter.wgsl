@@ -36,3 +36,16 @@ fn q8_pack4(v: vec4<f32>, s: f32) -> u32 {
 fn q8_scale_word(s: f32) -> u32 {
     return bitcast<u32>(select(0.0, 1.0 / s, s != 0.0));
 }
+
+// Norm records (Kernel::MatvecQ8AddNorm writes them: q8_add_norm.wgsl; main_silu_norm in
+// quantize_q8.wgsl reads them): the q8 record of a row times an RMSNorm's weight, not yet
+// divided by the row's RMS, then what that division needs: one f32 per block of 32 holding
+// the sum of squares of the row's values in the block (zero padded to a whole vec4), then a
+// vec4 whose first word is the norm's eps (written by the host). Layout mirrored by
+// norm_record_bytes in src/gpu/q8.rs.
+
+// The vec4 at which the sums of squares of a norm record of `cols` values start (the vec4
+// after them holds eps).
+fn q8_norm_base(cols: u32) -> u32 {
+    return cols / 16u + (cols + 127u) / 128u;
+}

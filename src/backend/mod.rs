@@ -64,7 +64,7 @@ impl Elementwise {
     }
 }
 
-/// What [`Backend::norm_bitlinear`] does with its products.
+/// What [`Backend::norm_bitlinear`] and [`Backend::norm_matmul`] do with their products.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Combine {
     /// Each product stays in its output.
@@ -72,13 +72,17 @@ pub enum Combine {
     /// `outs[0] = relu(outs[0])^2 * outs[1]` over `len` values (BitNet's FFN); `outs[1]` is
     /// scratch.
     ReluSquaredMul { len: usize },
+    /// `outs[0] = silu(outs[0]) * outs[1]` over `len` values (Llama's FFN); `outs[1]` is
+    /// scratch.
+    SiluMul { len: usize },
     /// `residual += outs[0]` over `len` values; `outs[0]` is scratch.
     AddTo { residual: Tensor, len: usize },
 }
 
-/// The arguments of [`Backend::norm_bitlinear`].
+/// The arguments of [`Backend::norm_bitlinear`] and [`Backend::norm_matmul`]: an RMSNorm, the
+/// products of its output, and what is done with them.
 #[derive(Copy, Clone, Debug)]
-pub struct NormBitLinear<'a> {
+pub struct NormProducts<'a> {
     /// `(n, dim)` rows to normalize.
     pub x: Tensor,
     /// The norm's weight, `dim` values.
@@ -89,7 +93,8 @@ pub struct NormBitLinear<'a> {
     pub n: usize,
     /// Scratch for the normed rows, `(n, dim)`: what it holds afterwards is unspecified.
     pub normed: Tensor,
-    /// BitLinear weights taking the normed rows, and their outputs.
+    /// The weights taking the normed rows (BitLinear ones for `norm_bitlinear`), and their
+    /// outputs.
     pub weights: &'a [Weight],
     pub outs: &'a [Tensor],
     pub combine: Combine,
@@ -99,27 +104,52 @@ pub struct NormBitLinear<'a> {
 /// fused form of a call runs.
 pub fn norm_bitlinear_steps<B: Backend + ?Sized>(
     b: &mut B,
-    c: &NormBitLinear<'_>,
+    c: &NormProducts<'_>,
+) -> Result<(), crate::Error> {
+    norm_product_steps(b, c, "norm_bitlinear", |b, w, x, out, n| {
+        b.bitlinear(w, x, out, n)
+    })
+}
+
+/// [`Backend::norm_matmul`] as separate ops: the definition, and what a backend without a
+/// fused form of a call runs.
+pub fn norm_matmul_steps<B: Backend + ?Sized>(
+    b: &mut B,
+    c: &NormProducts<'_>,
+) -> Result<(), crate::Error> {
+    norm_product_steps(b, c, "norm_matmul", |b, w, x, out, n| {
+        b.matmul(w, x, out, n)
+    })
+}
+
+/// The norm, each `product` of its output, then the combination.
+fn norm_product_steps<B: Backend + ?Sized>(
+    b: &mut B,
+    c: &NormProducts<'_>,
+    what: &str,
+    product: impl Fn(&mut B, Weight, Tensor, Tensor, usize) -> Result<(), crate::Error>,
 ) -> Result<(), crate::Error> {
     if c.weights.is_empty() || c.weights.len() != c.outs.len() {
         return Err(crate::Error::Usage(format!(
-            "norm_bitlinear with {} weights and {} outputs",
+            "{what} with {} weights and {} outputs",
             c.weights.len(),
             c.outs.len()
         )));
     }
     b.rms_norm(c.x, c.norm, c.normed, c.n, c.dim, c.eps)?;
     for (&w, &out) in c.weights.iter().zip(c.outs) {
-        b.bitlinear(w, c.normed, out, c.n)?;
+        product(b, w, c.normed, out, c.n)?;
     }
+    let gated = |f: Elementwise, b: &mut B, len| match c.outs {
+        [gate, up] => b.elementwise(f, *gate, None, Some(*up), len),
+        _ => Err(crate::Error::Usage(format!(
+            "a gated {what} takes two weights (gate, up)"
+        ))),
+    };
     match c.combine {
         Combine::Separate => Ok(()),
-        Combine::ReluSquaredMul { len } => match c.outs {
-            [gate, up] => b.elementwise(Elementwise::ReluSquaredMul, *gate, None, Some(*up), len),
-            _ => Err(crate::Error::Usage(
-                "a gated norm_bitlinear takes two weights (gate, up)".into(),
-            )),
-        },
+        Combine::ReluSquaredMul { len } => gated(Elementwise::ReluSquaredMul, b, len),
+        Combine::SiluMul { len } => gated(Elementwise::SiluMul, b, len),
         Combine::AddTo { residual, len } => {
             b.elementwise(Elementwise::Add, residual, None, Some(c.outs[0]), len)
         }
@@ -281,8 +311,16 @@ pub trait Backend {
     /// RMSNorm of `c.x`, then BitLinear of the normed rows by each of `c.weights`, then
     /// `c.combine` ([`norm_bitlinear_steps`] defines it). The GPU runs a one-token call as one
     /// dispatch where the weights allow.
-    fn norm_bitlinear(&mut self, c: NormBitLinear<'_>) -> Result<(), crate::Error> {
+    fn norm_bitlinear(&mut self, c: NormProducts<'_>) -> Result<(), crate::Error> {
         norm_bitlinear_steps(self, &c)
+    }
+
+    /// RMSNorm of `c.x`, then [`Self::matmul`] of the normed rows by each of `c.weights`, then
+    /// `c.combine` ([`norm_matmul_steps`] defines it). The GPU folds a one-token call's norm into
+    /// the residual add before it and the gated product after it where the weights allow
+    /// (Llama's FFN: the norm then has no dispatch of its own).
+    fn norm_matmul(&mut self, c: NormProducts<'_>) -> Result<(), crate::Error> {
+        norm_matmul_steps(self, &c)
     }
 
     /// Rotate `x: (n_tokens, n_heads, head_dim)` in place at the pass's positions.

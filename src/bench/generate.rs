@@ -50,6 +50,9 @@ pub struct GenerateBenchReport {
     pub decode_unfused_tokens_per_s: f64,
     /// The same decode with the f32-activation matvecs everywhere (no integer-dot kernels).
     pub decode_f32_matvec_tokens_per_s: f64,
+    /// The same decode with every RMSNorm in a dispatch of its own, the other fusions on:
+    /// no residual add writes the next norm's record (`GpuBackend::set_fuse_add_norm`).
+    pub decode_norm_dispatches_tokens_per_s: f64,
     /// The same decode sampled with llama.cpp's default sampler (temperature 0.8, top-k 40,
     /// top-p 0.95, min-p 0.05; a fixed seed), as chat decodes: each token is drawn on the
     /// host, so passes cannot be chained on the device; the next pass is encoded while the
@@ -168,6 +171,7 @@ pub fn run(
     let int_dot = engine.model.backend.int_dot();
     let other = |engine: &mut Engine<GpuBackend>, int_dot, fuse| {
         engine.model.backend.set_int_dot(int_dot);
+        engine.model.backend.set_fuse_add_norm(fuse);
         engine.model.backend.set_fuse_norm_q8(fuse);
         engine.model.backend.set_fuse_residual(fuse);
         engine.model.backend.set_fuse_bitlinear(fuse);
@@ -201,6 +205,17 @@ pub fn run(
     };
     let sampled_unprepared_tps = sampled(&mut engine, false)?;
     let sampled_tps = sampled(&mut engine, true)?;
+    let norm_dispatch_tps = {
+        engine.model.backend.set_fuse_add_norm(false);
+        if opts.warmup {
+            run(&mut engine, opts.decode_tokens.min(16))?;
+        }
+        let tps = run(&mut engine, opts.decode_tokens)?
+            .usage
+            .decode_tokens_per_s;
+        engine.model.backend.set_fuse_add_norm(true);
+        tps
+    };
     let unfused_tps = other(&mut engine, true, false)?;
     let f32_tps = other(&mut engine, false, true)?;
     engine.model.backend.set_int_dot(int_dot);
@@ -250,6 +265,7 @@ pub fn run(
         decode_tokens_per_s: decode_tps,
         decode_unfused_tokens_per_s: unfused_tps,
         decode_f32_matvec_tokens_per_s: f32_tps,
+        decode_norm_dispatches_tokens_per_s: norm_dispatch_tps,
         decode_sampled_tokens_per_s: sampled_tps,
         decode_sampled_unprepared_tokens_per_s: sampled_unprepared_tps,
         gpu_bytes: model.backend.bytes_used(),

@@ -82,6 +82,13 @@ pub fn generate(
             r.decode_sampled_tokens_per_s, r.decode_sampled_unprepared_tokens_per_s
         );
         println!(
+            "decode with every RMSNorm in its own dispatch: {:.1} tokens/s; with no fusions: \
+             {:.1}; f32 matvecs: {:.1}",
+            r.decode_norm_dispatches_tokens_per_s,
+            r.decode_unfused_tokens_per_s,
+            r.decode_f32_matvec_tokens_per_s
+        );
+        println!(
             "limit: {} weight bytes per token at {:.0} GB/s copy bandwidth; GPU memory {}",
             r.bytes_per_token,
             r.copy_gb_per_s,

@@ -215,6 +215,7 @@ fn workgroups(
         | Kernel::MatvecAdd(t)
         | Kernel::MatvecQ8(t)
         | Kernel::MatvecQ8Add(t)
+        | Kernel::MatvecQ8AddNorm(t)
         | Kernel::Matmul(t) => match t {
             Q4_K | Q5_K | Q6_K => kquants::workgroups(kernel, rows, n_tokens, workgroup_size),
             I2_S | TQ1_0 | TQ2_0 => {
@@ -326,11 +327,25 @@ impl MatmulOp {
     /// (`(kernel, workgroup size, span)`; self-tests run both spans at every shape).
     pub fn spanned(
         ctx: &GpuContext,
+        launch: (Kernel, u32, Option<u32>),
+        w: &GpuWeight,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        n_tokens: u32,
+    ) -> Result<Self, GpuError> {
+        Self::spanned_with(ctx, launch, w, x, y, n_tokens, &[])
+    }
+
+    /// [`MatmulOp::spanned`] with `extra` buffers bound at the given bindings of every chunk's
+    /// dispatch (the norm record and weight of [`Kernel::MatvecQ8AddNorm`]).
+    pub fn spanned_with(
+        ctx: &GpuContext,
         (kernel, wg, span): (Kernel, u32, Option<u32>),
         w: &GpuWeight,
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
         n_tokens: u32,
+        extra: &[(u32, &wgpu::Buffer)],
     ) -> Result<Self, GpuError> {
         // One pipeline for every chunk: the mapping follows the whole weight's rows.
         let mapping = ternary::matvec_mapping(kernel, w.rows);
@@ -349,9 +364,10 @@ impl MatmulOp {
                 split: 0,
             };
             let u = ctx.uniform(&format!("{}.params", w.name), &params);
-            let mut buffers: Vec<&wgpu::Buffer> = vec![&u, x, y];
-            buffers.extend(chunk.planes.iter());
-            let bind_group = ctx.bind(&pipeline, &buffers);
+            let mut buffers: Vec<(u32, &wgpu::Buffer)> = vec![(0, &u), (1, x), (2, y)];
+            buffers.extend((3..).zip(chunk.planes.iter()));
+            buffers.extend(extra.iter().copied());
+            let bind_group = ctx.bind_at(&pipeline, &buffers);
             let n = workgroups(kernel, chunk.rows, n_tokens, wg, mapping);
             dispatches.push(Dispatch {
                 pipeline: pipeline.clone(),

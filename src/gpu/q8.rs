@@ -38,12 +38,33 @@ gpu_uniform! {
         pub x_stride: u32,
         /// u32 words per record (`record_bytes(cols) / 4`).
         pub record_words: u32,
+        /// The norm's row length of `main_silu_norm`'s norm record, else 0.
+        pub norm_cols: u32,
+        pub pad0: u32,
+        pub pad1: u32,
+        pub pad2: u32,
     }
 }
 
 /// Bytes of one token's record for rows of `cols` values (a multiple of 32).
 pub fn record_bytes(cols: u32) -> u64 {
     u64::from(cols) + u64::from(cols.div_ceil(128)) * 16
+}
+
+/// Bytes of one token's norm record for rows of `cols` values (quant/q8.wgsl: the record of
+/// `x * w`, then the sums of squares of `x` per block of 32 padded to 16 bytes, then 16 bytes
+/// whose first f32 is the norm's eps).
+pub fn norm_record_bytes(cols: u32) -> u64 {
+    record_bytes(cols) + u64::from(cols.div_ceil(128)) * 16 + 16
+}
+
+/// A norm record buffer's first contents: zeros, and the norm's `eps` in its place (the
+/// products never write it; [`q8_matvec_add_norm`] writes the rest every pass).
+pub fn norm_record_init(cols: u32, eps: f32) -> Vec<u8> {
+    let mut v = vec![0u8; norm_record_bytes(cols) as usize];
+    let at = v.len() - 16;
+    v[at..at + 4].copy_from_slice(&eps.to_le_bytes());
+    v
 }
 
 /// Whether the integer-dot decode kernel exists for `dtype` and rows of `cols`.
@@ -82,7 +103,7 @@ impl QuantizeQ8Op {
         cols: u32,
         n_tokens: u32,
     ) -> Result<Self, GpuError> {
-        Self::build(ctx, x, None, xq, cols, n_tokens)
+        Self::build(ctx, x, None, None, xq, cols, n_tokens)
     }
 
     /// `gate = silu(gate) * up` (the SiluMul elementwise op, bit for bit), then the records
@@ -95,13 +116,34 @@ impl QuantizeQ8Op {
         cols: u32,
         n_tokens: u32,
     ) -> Result<Self, GpuError> {
-        Self::build(ctx, gate, Some(up), xq, cols, n_tokens)
+        Self::build(ctx, gate, Some(up), None, xq, cols, n_tokens)
+    }
+
+    /// `gate = silu(inv gate) * (inv up)`, with `inv` the factor of the RMSNorm whose norm
+    /// record `norm` (rows of `norm_cols`: [`norm_record_bytes`]) gate and up are the
+    /// products of, and the records of that product into `xq`, in one dispatch (one token):
+    /// the gated FFN after [`q8_matvec_add_norm`], whose norm has no dispatch of its own.
+    pub fn silu_mul_norm(
+        ctx: &GpuContext,
+        (gate, up): (&wgpu::Buffer, &wgpu::Buffer),
+        (norm, norm_cols): (&wgpu::Buffer, u32),
+        xq: &wgpu::Buffer,
+        cols: u32,
+    ) -> Result<Self, GpuError> {
+        if norm_cols == 0 || norm_cols % 32 != 0 {
+            return Err(GpuError::Unsupported(format!(
+                "a norm record of rows of {norm_cols} values (needs a multiple of 32)"
+            )));
+        }
+        check_norm_record(norm, norm_cols)?;
+        Self::build(ctx, gate, Some(up), Some((norm, norm_cols)), xq, cols, 1)
     }
 
     fn build(
         ctx: &GpuContext,
         x: &wgpu::Buffer,
         up: Option<&wgpu::Buffer>,
+        norm: Option<(&wgpu::Buffer, u32)>,
         xq: &wgpu::Buffer,
         cols: u32,
         n_tokens: u32,
@@ -129,16 +171,20 @@ impl QuantizeQ8Op {
             cols,
             x_stride: cols,
             record_words: (record_bytes(cols) / 4) as u32,
+            norm_cols: norm.map_or(0, |(_, c)| c),
+            ..Default::default()
         };
         let u = ctx.uniform("quantize_q8.params", &params);
         let wg = q8::QUANTIZE_WG;
-        let kernel = match up {
-            None => Kernel::QuantizeQ8,
-            Some(_) => Kernel::SiluMulQuantizeQ8,
+        let kernel = match (up, norm) {
+            (None, _) => Kernel::QuantizeQ8,
+            (Some(_), None) => Kernel::SiluMulQuantizeQ8,
+            (Some(_), Some(_)) => Kernel::SiluMulQuantizeQ8Norm,
         };
         let pipeline = ctx.kernel(kernel, Some(wg))?;
         let mut buffers = vec![&u, x, xq];
         buffers.extend(up);
+        buffers.extend(norm.map(|(b, _)| b));
         let bind_group = ctx.bind(&pipeline, &buffers);
         let n = q8::workgroups(cols, n_tokens, wg);
         Ok(QuantizeQ8Op {
@@ -222,6 +268,93 @@ impl RmsNormQuantizeQ8Op {
     }
 }
 
+fn check_norm_record(xq: &wgpu::Buffer, cols: u32) -> Result<(), GpuError> {
+    let need = norm_record_bytes(cols);
+    if xq.size() < need {
+        return Err(GpuError::TooLarge {
+            what: "norm record".into(),
+            bytes: need,
+            limit: xq.size(),
+        });
+    }
+    Ok(())
+}
+
+/// The integer-dot matvec's workgroup size for `w` (K-quants: by shape; legacy: the kernel's).
+fn q8_workgroup_size(kernel: Kernel, w: &GpuWeight) -> u32 {
+    match w.dtype {
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+            kquants::matvec_q8_workgroup_size(w.dtype, w.bytes, w.cols)
+        }
+        _ => kernel.source().map_or(64, |s| s.default_workgroup_size),
+    }
+}
+
+/// Whether [`q8_matvec_add_norm`] takes `w`: a format with the kernel, rows of whole q8
+/// blocks (32 rows, the norm's values), one chunk.
+pub fn can_add_norm(w: &GpuWeight) -> bool {
+    has_q8_matvec(w.dtype, w.cols)
+        && Kernel::MatvecQ8AddNorm(w.dtype).source().is_some()
+        && w.rows % kquants::ADD_NORM_ROWS == 0
+        && w.rows > 0
+        && w.chunks.len() == 1
+}
+
+/// `y += W x` for one token from the records `xq` of `x` (the residual add of
+/// [`q8_matvec`] with `accumulate`), and the norm record of the new `y` for an RMSNorm of
+/// weight `norm_w` into `norm_out` ([`norm_record_bytes`] of `W`'s rows, its eps word already
+/// there: [`norm_record_init`]), in one dispatch ([`Kernel::MatvecQ8AddNorm`]). Check
+/// [`can_add_norm`] first.
+pub fn q8_matvec_add_norm(
+    ctx: &GpuContext,
+    w: &GpuWeight,
+    xq: &wgpu::Buffer,
+    y: &wgpu::Buffer,
+    norm_w: &wgpu::Buffer,
+    norm_out: &wgpu::Buffer,
+) -> Result<MatmulOp, GpuError> {
+    if !can_add_norm(w) {
+        return Err(GpuError::Unsupported(format!(
+            "the residual add with the next norm's record after {} ({} {}x{}, {} chunks)",
+            w.name,
+            w.dtype,
+            w.rows,
+            w.cols,
+            w.chunks.len()
+        )));
+    }
+    let rows = u64::from(w.rows);
+    for (what, b, need) in [("residual", y, rows * 4), ("norm weight", norm_w, rows * 4)] {
+        if b.size() < need {
+            return Err(GpuError::TooLarge {
+                what: format!("add_norm {what}"),
+                bytes: need,
+                limit: b.size(),
+            });
+        }
+    }
+    check_norm_record(norm_out, w.rows)?;
+    let kernel = Kernel::MatvecQ8AddNorm(w.dtype);
+    let wg = match w.dtype {
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => kquants::add_norm_workgroup_size(
+            w.cols,
+            ctx.limits.max_compute_invocations_per_workgroup,
+        ),
+        _ => kernel.source().map_or(256, |s| s.default_workgroup_size),
+    };
+    let span = kquants::matvec_q8_span(kernel, w.bytes, w.cols);
+    let extra = [
+        (ADD_NORM_WEIGHT_BINDING, norm_w),
+        (ADD_NORM_OUTPUT_BINDING, norm_out),
+    ];
+    MatmulOp::spanned_with(ctx, (kernel, wg, span), w, xq, y, 1, &extra)
+}
+
+/// Bindings of the norm's weight and the norm record in [`Kernel::MatvecQ8AddNorm`]
+/// (`q8_add_norm.wgsl`).
+pub const ADD_NORM_WEIGHT_BINDING: u32 = 13;
+pub const ADD_NORM_OUTPUT_BINDING: u32 = 14;
+
 /// `y = W x` for one token from the records `xq` of `x` (see [`has_q8_matvec`]), or with
 /// `accumulate` `y += W x` (a residual add in the same dispatch).
 pub fn q8_matvec(
@@ -242,13 +375,7 @@ pub fn q8_matvec(
     } else {
         Kernel::MatvecQ8(w.dtype)
     };
-    let wg = match w.dtype {
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
-            kquants::matvec_q8_workgroup_size(w.dtype, w.bytes, w.cols)
-        }
-        _ => kernel.source().map_or(64, |s| s.default_workgroup_size),
-    };
-    MatmulOp::with_kernel(ctx, kernel, wg, w, xq, y, 1)
+    MatmulOp::with_kernel(ctx, kernel, q8_workgroup_size(kernel, w), w, xq, y, 1)
 }
 
 /// Whether [`q8_matvec_pair`] takes `a` and `b`: the same K-quant format and row length, each
@@ -269,8 +396,7 @@ pub fn can_pair(a: &GpuWeight, b: &GpuWeight) -> bool {
 /// the same bits). Check [`can_pair`] first.
 pub fn q8_matvec_pair(
     ctx: &GpuContext,
-    a: &GpuWeight,
-    b: &GpuWeight,
+    (a, b): (&GpuWeight, &GpuWeight),
     xq: &wgpu::Buffer,
     ya: &wgpu::Buffer,
     yb: &wgpu::Buffer,

@@ -6,7 +6,7 @@
 //! the GPU runs as one dispatch per call during decode.
 
 use super::Model;
-use crate::backend::{Backend, Combine, NormBitLinear};
+use crate::backend::{Backend, Combine, NormProducts};
 use crate::Error;
 
 /// Embedding and every block for the pass's `n` tokens; leaves the residual stream in
@@ -22,7 +22,7 @@ pub fn blocks<B: Backend>(m: &mut Model<B>, n: usize) -> Result<(), Error> {
         let attn_sub_norm = l.attn_sub_norm.ok_or_else(|| missing("attn_sub_norm", i))?;
         let ffn_sub_norm = l.ffn_sub_norm.ok_or_else(|| missing("ffn_sub_norm", i))?;
         // Attention.
-        b.norm_bitlinear(NormBitLinear {
+        b.norm_bitlinear(NormProducts {
             x: s.x,
             norm: l.attn_norm,
             eps: c.eps,
@@ -36,7 +36,7 @@ pub fn blocks<B: Backend>(m: &mut Model<B>, n: usize) -> Result<(), Error> {
         b.rope(s.q, c.n_heads)?;
         b.rope(s.k, c.n_kv_heads)?;
         b.attention(i, s.q, s.k, s.v, s.att, c.n_heads)?; // (n, n_heads, head_dim)
-        b.norm_bitlinear(NormBitLinear {
+        b.norm_bitlinear(NormProducts {
             x: s.att,
             norm: attn_sub_norm,
             eps: c.eps,
@@ -51,7 +51,7 @@ pub fn blocks<B: Backend>(m: &mut Model<B>, n: usize) -> Result<(), Error> {
             },
         })?;
         // FFN.
-        b.norm_bitlinear(NormBitLinear {
+        b.norm_bitlinear(NormProducts {
             x: s.x,
             norm: l.ffn_norm,
             eps: c.eps,
@@ -62,7 +62,7 @@ pub fn blocks<B: Backend>(m: &mut Model<B>, n: usize) -> Result<(), Error> {
             outs: &[s.hb, s.hb2], // (n, ffn_dim)
             combine: Combine::ReluSquaredMul { len: n * c.ffn_dim },
         })?;
-        b.norm_bitlinear(NormBitLinear {
+        b.norm_bitlinear(NormProducts {
             x: s.hb,
             norm: ffn_sub_norm,
             eps: c.eps,

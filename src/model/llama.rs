@@ -2,7 +2,7 @@
 //! and interleaved-pair RoPE, then a SiLU-gated FFN, each added to the residual stream.
 
 use super::Model;
-use crate::backend::{Backend, Elementwise};
+use crate::backend::{Backend, Combine, NormProducts};
 use crate::Error;
 
 /// Embedding and every block for the pass's `n` tokens; leaves the residual stream in
@@ -22,11 +22,18 @@ pub fn blocks<B: Backend>(m: &mut Model<B>, n: usize) -> Result<(), Error> {
         b.rope(s.k, c.n_kv_heads)?;
         b.attention(i, s.q, s.k, s.v, s.att, c.n_heads)?; // (n, n_heads, head_dim)
         b.matmul_add(l.wo, s.att, s.xb2, s.x, n, n * c.dim)?;
-        // FFN: x += down(silu(gate(x)) * up(x)).
-        b.rms_norm(s.x, l.ffn_norm, s.xb, n, c.dim, c.eps)?;
-        b.matmul(l.w_gate, s.xb, s.hb, n)?; // (n, ffn_dim)
-        b.matmul(l.w_up, s.xb, s.hb2, n)?;
-        b.elementwise(Elementwise::SiluMul, s.hb, None, Some(s.hb2), n * c.ffn_dim)?;
+        // FFN: x += down(silu(gate(xn)) * up(xn)), xn = rms_norm(x).
+        b.norm_matmul(NormProducts {
+            x: s.x,
+            norm: l.ffn_norm,
+            eps: c.eps,
+            dim: c.dim,
+            n,
+            normed: s.xb,
+            weights: &[l.w_gate, l.w_up],
+            outs: &[s.hb, s.hb2], // (n, ffn_dim)
+            combine: Combine::SiluMul { len: n * c.ffn_dim },
+        })?;
         b.matmul_add(l.w_down, s.hb, s.xb2, s.x, n, n * c.dim)?;
     }
     Ok(())

@@ -250,8 +250,15 @@ impl<B: Backend> Model<B> {
                 n
             }
             Readback::Last | Readback::TopK(_) => {
-                b.copy_row(s.x, n - 1, c.dim, s.x_last)?;
-                b.rms_norm(s.x_last, w.output_norm, s.xb_last, 1, c.dim, c.eps)?;
+                // The last row (a pass of one token: the stream itself, no copy).
+                let last = match n {
+                    1 => s.x,
+                    _ => {
+                        b.copy_row(s.x, n - 1, c.dim, s.x_last)?;
+                        s.x_last
+                    }
+                };
+                b.rms_norm(last, w.output_norm, s.xb_last, 1, c.dim, c.eps)?;
                 b.matmul(w.output, s.xb_last, s.logits, 1)?;
                 1
             }

@@ -56,6 +56,7 @@ impl GpuBackend {
     /// Record everything noted but not yet recorded (an attention, RoPEs, a SiluMul, then an
     /// RMSNorm).
     pub(super) fn flush_pending(&mut self) -> Result<(), Error> {
+        self.flush_add()?;
         if let Some(p) = self.pending_q8.take() {
             self.record_q8(p)?;
         }

@@ -7,7 +7,7 @@
 //! ([`NormBitLinearOp`]).
 
 use super::{GpuBackend, Key, Step};
-use crate::backend::{Combine, NormBitLinear, Tensor, Weight};
+use crate::backend::{Combine, NormProducts, Tensor, Weight};
 use crate::gpu::bitlinear::{
     activations_bytes, NormBitLinearMode, NormBitLinearOp, QuantizeActivationsOp, RmsNormQuantizeOp,
 };
@@ -33,6 +33,7 @@ impl GpuBackend {
     pub(super) fn wrote(&mut self, t: Tensor) {
         self.quantized.retain(|&q| q != t);
         self.q8_quantized.retain(|&(q, _)| q != t);
+        self.stale.retain(|&q| q != t);
     }
 
     /// Record the pending RMSNorm as a plain one.
@@ -142,7 +143,7 @@ impl GpuBackend {
     /// alias the inputs.
     pub(super) fn fused_norm_bitlinear_mode(
         &self,
-        c: &NormBitLinear<'_>,
+        c: &NormProducts<'_>,
     ) -> Option<(NormBitLinearMode, Vec<Tensor>)> {
         if !self.fuse_bitlinear || self.n_tokens != 1 || c.n != 1 {
             return None;
@@ -169,6 +170,7 @@ impl GpuBackend {
                 }
                 (NormBitLinearMode::Residual, vec![residual])
             }
+            Combine::SiluMul { .. } => return None,
         };
         if NormBitLinearOp::unsupported(&self.ctx, &ws, c.dim as u32, mode).is_some() {
             return None;
@@ -184,7 +186,7 @@ impl GpuBackend {
     /// Record `c` as one [`NormBitLinearOp`] (after [`Self::fused_norm_bitlinear_mode`]).
     pub(super) fn norm_bitlinear_fused(
         &mut self,
-        c: &NormBitLinear<'_>,
+        c: &NormProducts<'_>,
         (mode, written): (NormBitLinearMode, Vec<Tensor>),
     ) -> Result<(), Error> {
         self.flush_pending()?;

@@ -12,44 +12,32 @@
 
 use std::collections::HashMap;
 
-use web_time::Instant;
-
+mod add_norm;
 mod attention;
 mod bitlinear_inputs;
+mod passes;
 mod q8_inputs;
 mod tape;
 
+pub use passes::{GpuPending, GpuPrepared};
+
 use super::profile::{OpTime, Profiler};
 use super::{
-    Backend, Elementwise, KvShape, Logits, NormBitLinear, Readback, Tensor, Weight, WeightData,
+    Backend, Elementwise, KvShape, Logits, NormProducts, Readback, Tensor, Weight, WeightData,
 };
 use crate::cpu::ops::RopeConfig;
 use crate::gpu::bitlinear::BitLinearOp;
 use crate::gpu::embedding::EmbeddingOp;
 use crate::gpu::matmul::MatmulOp;
-use crate::gpu::ops::{KvCache, KvDtype, Position, RopeTable, TopKOp};
+use crate::gpu::ops::{KvCache, KvDtype, Position, RopeTable};
 use crate::gpu::weights::GpuWeight;
 use crate::gpu::{GpuContext, GpuError};
 use crate::quant::GgmlType;
 use crate::Error;
+use add_norm::PendingAdd;
 use bitlinear_inputs::PendingNorm;
+use q8_inputs::PendingSilu;
 use tape::{Key, Step, Tape};
-
-/// A submitted pass: what to wait for and where its readback lands (a pass dropped without a
-/// wait frees its readback buffer).
-pub struct GpuPending {
-    submission: wgpu::SubmissionIndex,
-    read: Option<(crate::gpu::Pooled, u64)>,
-    readback: Readback,
-}
-
-/// A pass recorded and encoded, not submitted yet (a prepared pass waits for its token:
-/// [`Backend::submit_prepared`]).
-pub struct GpuPrepared {
-    commands: wgpu::CommandBuffer,
-    read: Option<(crate::gpu::Pooled, u64)>,
-    readback: Readback,
-}
 
 /// Host time spent per phase since the backend was made (seconds), for benchmarks.
 #[derive(Copy, Clone, Debug, Default, serde::Serialize)]
@@ -103,9 +91,9 @@ pub struct GpuBackend {
     attention_splits: Option<u32>,
     /// RoPE calls not recorded yet (tensor, heads): folded into the attention that reads them.
     pending_rope: Vec<(Tensor, usize)>,
-    /// A one-token SiluMul not recorded yet (gate, up, values): fused into the quantization
-    /// of the gate when the next op is an integer-dot product of it.
-    pending_silu: Option<(Tensor, Tensor, usize)>,
+    /// A one-token SiluMul not recorded yet: fused into the quantization of the gate when the
+    /// next op is an integer-dot product of it.
+    pending_silu: Option<PendingSilu>,
     /// Fold the RoPE of q and k into attention.
     fold_rope: bool,
     /// Int8 records (blocks of 32, one token) of the inputs of integer-dot decode products,
@@ -113,6 +101,17 @@ pub struct GpuBackend {
     q8_records: HashMap<(Tensor, usize), wgpu::Buffer>,
     /// Inputs whose q8 records hold their current values in this pass.
     q8_quantized: Vec<(Tensor, usize)>,
+    /// Norm records per (normed tensor, row length, eps bits): the input of the products of an
+    /// RMSNorm made by the residual add before it ([`add_norm`]).
+    norm_records: HashMap<(Tensor, usize, u32), wgpu::Buffer>,
+    /// Tensors this pass left unwritten (or unscaled) by folding a norm into its neighbours:
+    /// reading them is an error.
+    stale: Vec<Tensor>,
+    /// A one-token integer-dot product added to its residual, not recorded yet: if the next
+    /// op is Llama's gated FFN of the residual, the add also writes its norm's record.
+    pending_add: Option<PendingAdd>,
+    /// Fold Llama's FFN norm into the add before it and the gated product after it.
+    fuse_add_norm: bool,
     /// A one-token integer-dot product not recorded yet (weight, input, output): the next
     /// product of the same input joins it in one dispatch where the weights allow
     /// ([`crate::gpu::q8::can_pair`]); any other op records it first.
@@ -145,98 +144,6 @@ pub struct GpuBackend {
 }
 
 impl GpuBackend {
-    /// The pass recorded so far, with the copy of what `readback` asks for from `logits:
-    /// (rows, vocab)`, as one command buffer (not submitted), and what to read back.
-    fn encode_pass(
-        &mut self,
-        logits: Tensor,
-        rows: usize,
-        vocab: usize,
-        readback: Readback,
-    ) -> Result<GpuPrepared, Error> {
-        let started = Instant::now();
-        self.flush_pending()?;
-        let row_bytes = vocab as u64 * 4;
-        // What to copy back: (source buffer, offset, bytes).
-        let source = match readback {
-            Readback::All => Some((self.buf(logits).clone(), 0, rows as u64 * row_bytes)),
-            Readback::Last => Some((
-                self.buf(logits).clone(),
-                (rows as u64 - 1) * row_bytes,
-                row_bytes,
-            )),
-            Readback::TopK(k) => {
-                let k = k.max(1);
-                let top = self.top_buffer(rows * k)?;
-                let t = top.clone();
-                self.step(Key::TopK(logits, rows, vocab, k), move |s| {
-                    Ok(Step::TopK(TopKOp::new(
-                        &s.ctx,
-                        s.buf(logits),
-                        &t,
-                        rows as u32,
-                        vocab as u32,
-                        k as u32,
-                    )?))
-                })?;
-                Some((top, (rows as u64 - 1) * k as u64 * 8, k as u64 * 8))
-            }
-            Readback::Nothing => None,
-        };
-        let mut encoder = self
-            .ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("forward"),
-            });
-        let mut profiler = self.profiler.take();
-        if let Some(p) = profiler.as_mut() {
-            p.begin();
-        }
-        self.encode(&mut encoder, profiler.as_mut());
-        self.profiler = profiler;
-        let read = match source {
-            Some((buffer, offset, bytes)) => {
-                if matches!(readback, Readback::TopK(_)) {
-                    // The best id of the last row becomes the token of a chained pass.
-                    encoder.copy_buffer_to_buffer(&buffer, offset, &self.ids, 0, 4);
-                }
-                // From the context's pool; a pass dropped without a wait returns it there.
-                let staging = self.ctx.staging(bytes);
-                encoder.copy_buffer_to_buffer(
-                    &buffer,
-                    offset,
-                    &staging,
-                    0,
-                    bytes.next_multiple_of(4),
-                );
-                Some((staging, bytes))
-            }
-            None => None,
-        };
-        self.chain_ready = matches!(readback, Readback::TopK(_));
-        let commands = encoder.finish();
-        self.timings.record_s += started.elapsed().as_secs_f64();
-        Ok(GpuPrepared {
-            commands,
-            read,
-            readback,
-        })
-    }
-
-    /// Submit an encoded pass.
-    fn submit_encoded(&mut self, pass: GpuPrepared) -> GpuPending {
-        let started = Instant::now();
-        let submission = self.ctx.queue.submit([pass.commands]);
-        self.timings.passes += 1;
-        self.timings.submit_s += started.elapsed().as_secs_f64();
-        GpuPending {
-            submission,
-            read: pass.read,
-            readback: pass.readback,
-        }
-    }
-
     /// A backend on `ctx` whose passes take at most `max_batch` tokens.
     pub fn new(ctx: GpuContext, max_batch: usize) -> Result<Self, Error> {
         let max_batch = max_batch.max(1);
@@ -269,6 +176,10 @@ impl GpuBackend {
             fold_rope: true,
             q8_records: HashMap::new(),
             q8_quantized: Vec::new(),
+            norm_records: HashMap::new(),
+            stale: Vec::new(),
+            pending_add: None,
+            fuse_add_norm: true,
             pending_q8: None,
             pair_q8: true,
             int_dot,
@@ -324,6 +235,8 @@ impl GpuBackend {
         self.submitted = 0;
         self.quantized.clear();
         self.q8_quantized.clear();
+        self.stale.clear();
+        self.pending_add = None;
         self.pending_norm = None;
         self.pending_attention = None;
         self.pending_rope.clear();
@@ -393,6 +306,9 @@ impl GpuBackend {
             b.destroy();
         }
         for (_, b) in self.records.drain().chain(self.q8_records.drain()) {
+            b.destroy();
+        }
+        for (_, b) in self.norm_records.drain() {
             b.destroy();
         }
         if let Some((b, _)) = self.top.take() {
@@ -513,6 +429,7 @@ impl Backend for GpuBackend {
     ) -> Result<(), Error> {
         // Recorded with the next op: fused into it when that is an I2_S BitLinear of `out`.
         self.flush_pending()?;
+        self.check_readable(x)?;
         self.pending_norm = Some(PendingNorm {
             x,
             weight,
@@ -529,6 +446,7 @@ impl Backend for GpuBackend {
             return self.matvec_q8(w, x, out);
         }
         self.flush_pending()?;
+        self.check_readable(x)?;
         self.wrote(out);
         self.step(Key::Matmul(w, x, out, rows), |s| {
             let gw = &s.weights[w.0 as usize];
@@ -561,6 +479,7 @@ impl Backend for GpuBackend {
         rows: usize,
         len: usize,
     ) -> Result<(), Error> {
+        self.check_readable(residual)?;
         let gw = &self.weights[w.0 as usize];
         if self.fuse_residual && residual != x && len == gw.rows as usize {
             if self.uses_q8(w, rows) {
@@ -568,6 +487,7 @@ impl Backend for GpuBackend {
             }
             if rows == 1 && MatmulOp::has_matvec_add(gw.dtype) {
                 self.flush_pending()?;
+                self.check_readable(x)?;
                 self.wrote(residual);
                 return self.step(Key::MatmulAdd(w, x, residual, 1), |s| {
                     let gw = &s.weights[w.0 as usize];
@@ -588,6 +508,7 @@ impl Backend for GpuBackend {
             && MatmulOp::takes_coop(&self.ctx, gw, n)
         {
             self.flush_pending()?;
+            self.check_readable(x)?;
             self.wrote(residual);
             return self.step(Key::MatmulAdd(w, x, residual, rows), |s| {
                 let gw = &s.weights[w.0 as usize];
@@ -600,6 +521,7 @@ impl Backend for GpuBackend {
                 )?))
             });
         }
+        self.check_readable(x)?;
         super::matmul_add_steps(self, w, x, scratch, residual, rows, len)
     }
 
@@ -611,6 +533,7 @@ impl Backend for GpuBackend {
             ))
             .into());
         }
+        self.check_readable(x)?;
         if dtype == GgmlType::I2_S {
             return self.bitlinear_i2s(w, x, out, rows);
         }
@@ -629,7 +552,12 @@ impl Backend for GpuBackend {
         })
     }
 
-    fn norm_bitlinear(&mut self, c: NormBitLinear<'_>) -> Result<(), Error> {
+    fn norm_matmul(&mut self, c: NormProducts<'_>) -> Result<(), Error> {
+        self.norm_matmul_gpu(&c)
+    }
+
+    fn norm_bitlinear(&mut self, c: NormProducts<'_>) -> Result<(), Error> {
+        self.check_readable(c.x)?;
         match self.fused_norm_bitlinear_mode(&c) {
             Some(fused) => self.norm_bitlinear_fused(&c, fused),
             None => super::norm_bitlinear_steps(self, &c),
@@ -637,6 +565,7 @@ impl Backend for GpuBackend {
     }
 
     fn rope(&mut self, x: Tensor, n_heads: usize) -> Result<(), Error> {
+        self.check_readable(x)?;
         self.note_rope(x, n_heads)
     }
 
@@ -649,6 +578,9 @@ impl Backend for GpuBackend {
         out: Tensor,
         n_heads: usize,
     ) -> Result<(), Error> {
+        for t in [q, k, v] {
+            self.check_readable(t)?;
+        }
         self.record_attention(layer, [q, k, v, out], n_heads)
     }
 
@@ -661,10 +593,18 @@ impl Backend for GpuBackend {
         len: usize,
     ) -> Result<(), Error> {
         self.flush_pending()?;
+        for t in [Some(out), first, second].into_iter().flatten() {
+            self.check_readable(t)?;
+        }
         self.wrote(out);
         if let (Elementwise::SiluMul, None, Some(up)) = (f, first, second) {
             if self.int_dot && self.fuse_norm_q8 && self.n_tokens == 1 && up != out {
-                self.pending_silu = Some((out, up, len));
+                self.pending_silu = Some(PendingSilu {
+                    gate: out,
+                    up,
+                    len,
+                    norm: None,
+                });
                 return Ok(());
             }
         }
@@ -673,6 +613,7 @@ impl Backend for GpuBackend {
 
     fn copy_row(&mut self, src: Tensor, row: usize, cols: usize, dst: Tensor) -> Result<(), Error> {
         self.flush_pending()?;
+        self.check_readable(src)?;
         self.wrote(dst);
         let bytes = cols as u64 * 4;
         let src_offset = row as u64 * bytes;
@@ -741,53 +682,6 @@ impl Backend for GpuBackend {
     }
 
     async fn wait(&mut self, pending: GpuPending) -> Result<Logits, Error> {
-        let GpuPending {
-            submission,
-            read,
-            readback,
-        } = pending;
-        let started = Instant::now();
-        if let Some(p) = self.profiler.as_mut() {
-            self.ctx.poll_until(submission.clone());
-            p.collect(&self.ctx).await?;
-        }
-        let Some((staging, bytes)) = read else {
-            return Ok(Logits::None);
-        };
-        let (tx, rx) = futures_channel::oneshot::channel();
-        staging
-            .slice(..bytes)
-            .map_async(wgpu::MapMode::Read, move |r| {
-                let _ = tx.send(r);
-            });
-        self.ctx.poll_until(submission);
-        let mapped = rx
-            .await
-            .map_err(|_| GpuError::Readback("the map callback was dropped".into()))
-            .and_then(|r| r.map_err(|e| GpuError::Readback(e.to_string())));
-        let data = mapped.and_then(|()| {
-            let view = staging
-                .slice(..bytes)
-                .get_mapped_range()
-                .map_err(|e| GpuError::Readback(e.to_string()))?;
-            Ok(view.to_vec())
-        });
-        staging.unmap();
-        drop(staging); // back to the pool
-        self.timings.wait_s += started.elapsed().as_secs_f64();
-        let data = data?;
-        Ok(match readback {
-            Readback::TopK(_) => Logits::Top(
-                data.chunks_exact(8)
-                    .map(|c| {
-                        let id = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                        let v = f32::from_le_bytes([c[4], c[5], c[6], c[7]]);
-                        (id, v)
-                    })
-                    .filter(|&(id, _)| id != u32::MAX)
-                    .collect(),
-            ),
-            _ => Logits::Full(bytemuck::pod_collect_to_vec(&data)),
-        })
+        self.read_pass(pending).await
     }
 }

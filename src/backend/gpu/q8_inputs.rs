@@ -4,9 +4,11 @@
 //! it. When the op that makes the input is an RMSNorm (q/k/v, gate/up after the layer's norms)
 //! or a SiluMul (the gated FFN product before `ffn_down`), that op and the quantization are one
 //! dispatch; [`crate::backend::Backend::matmul_add`] adds the product to its residual in the
-//! product's own dispatch. Prefill (several tokens) and formats without the kernel keep the
+//! product's own dispatch (and Llama's FFN norm goes into that add and the gated product after
+//! it: [`super::add_norm`]). Prefill (several tokens) and formats without the kernel keep the
 //! f32 matvec/matmul.
 
+use super::add_norm::NormSource;
 use super::{GpuBackend, Key, Step};
 use crate::backend::{Elementwise, Tensor, Weight};
 use crate::gpu::ops::ElementwiseOp;
@@ -15,6 +17,16 @@ use crate::gpu::q8::{
     RmsNormQuantizeQ8Op,
 };
 use crate::Error;
+
+/// A one-token SiluMul not recorded yet (`gate = silu(gate) * up` over `len` values): fused
+/// into the quantization of the gate when the next op is an integer-dot product of it.
+pub(super) struct PendingSilu {
+    pub(super) gate: Tensor,
+    pub(super) up: Tensor,
+    pub(super) len: usize,
+    /// Gate and up are products of a norm record whose factor is still to be applied.
+    pub(super) norm: Option<NormSource>,
+}
 
 impl GpuBackend {
     /// Whether `matmul(w, x, out, rows)` takes the integer-dot path.
@@ -51,7 +63,7 @@ impl GpuBackend {
     }
 
     /// Record one product from the records `xq` of `x` (added to `out` with `accumulate`).
-    fn record_q8_product(
+    pub(super) fn record_q8_product(
         &mut self,
         w: Weight,
         x: Tensor,
@@ -59,7 +71,21 @@ impl GpuBackend {
         xq: wgpu::Buffer,
         accumulate: bool,
     ) -> Result<(), Error> {
-        self.step(Key::MatvecQ8(w, x, out, accumulate), move |s| {
+        self.record_q8_product_from(w, x, out, xq, accumulate, false)
+    }
+
+    /// [`Self::record_q8_product`], `from_norm` when `xq` is the norm record of `x`
+    /// ([`super::add_norm`]; the same kernel, another tape key).
+    pub(super) fn record_q8_product_from(
+        &mut self,
+        w: Weight,
+        x: Tensor,
+        out: Tensor,
+        xq: wgpu::Buffer,
+        accumulate: bool,
+        from_norm: bool,
+    ) -> Result<(), Error> {
+        self.step(Key::MatvecQ8(w, x, out, accumulate, from_norm), move |s| {
             Ok(Step::Matmul(q8_matvec(
                 &s.ctx,
                 &s.weights[w.0 as usize],
@@ -105,14 +131,84 @@ impl GpuBackend {
         })
     }
 
-    /// Record the pending SiluMul as a plain elementwise op.
+    /// Two products of `x` from its records `xq` in one dispatch (check [`can_pair`]).
+    pub(super) fn record_q8_pair(
+        &mut self,
+        first: Weight,
+        second: Weight,
+        x: Tensor,
+        (fout, out): (Tensor, Tensor),
+        xq: wgpu::Buffer,
+        from_norm: bool,
+    ) -> Result<(), Error> {
+        let key = Key::MatvecQ8Pair(first, second, x, fout, out, from_norm);
+        self.step(key, move |s| {
+            let pair = (&s.weights[first.0 as usize], &s.weights[second.0 as usize]);
+            Ok(Step::Matmul(q8_matvec_pair(
+                &s.ctx,
+                pair,
+                &xq,
+                s.buf(fout),
+                s.buf(out),
+            )?))
+        })
+    }
+
+    /// Record the pending SiluMul as a plain elementwise op (or, for products of a norm
+    /// record, as the fused op whose records nothing reads: the factor must be applied).
     pub(super) fn flush_silu(&mut self) -> Result<(), Error> {
         match self.pending_silu.take() {
-            Some((gate, up, len)) => {
-                self.record_elementwise(Elementwise::SiluMul, gate, None, Some(up), len)
+            Some(PendingSilu {
+                gate,
+                up,
+                len,
+                norm: None,
+            }) => self.record_elementwise(Elementwise::SiluMul, gate, None, Some(up), len),
+            Some(p) => {
+                let records = self.q8_record_buffer(p.gate, p.len)?;
+                self.record_silu_q8(p, records)
             }
             None => Ok(()),
         }
+    }
+
+    /// The records buffer of `x` (rows of `cols`), made on first use.
+    fn q8_record_buffer(&mut self, x: Tensor, cols: usize) -> Result<wgpu::Buffer, Error> {
+        if let Some(b) = self.q8_records.get(&(x, cols)) {
+            return Ok(b.clone());
+        }
+        let b = self.ctx.storage("q8.records", record_bytes(cols as u32))?;
+        self.bytes += b.size();
+        self.q8_records.insert((x, cols), b.clone());
+        Ok(b)
+    }
+
+    /// The SiluMul `p` and the gate's records into `records`, in one dispatch.
+    fn record_silu_q8(&mut self, p: PendingSilu, records: wgpu::Buffer) -> Result<(), Error> {
+        let PendingSilu {
+            gate,
+            up,
+            len,
+            norm,
+        } = p;
+        let source = norm.as_ref().map(|n| (n.normed, n.cols));
+        self.step(Key::SiluMulQuantizeQ8(gate, up, len, source), move |s| {
+            let (g, u) = (s.buf(gate), s.buf(up));
+            Ok(Step::QuantizeQ8(match &norm {
+                None => QuantizeQ8Op::silu_mul(&s.ctx, g, u, &records, len as u32, 1)?,
+                Some(n) => QuantizeQ8Op::silu_mul_norm(
+                    &s.ctx,
+                    (g, u),
+                    (&n.record, n.cols as u32),
+                    &records,
+                    len as u32,
+                )?,
+            }))
+        })?;
+        // The gate holds the gated product now, as the plain SiluMul leaves it.
+        self.stale.retain(|t| *t != gate);
+        self.q8_quantized.push((gate, len));
+        Ok(())
     }
 
     /// Add a one-token integer-dot product to a residual in the product's dispatch (the
@@ -144,44 +240,13 @@ impl GpuBackend {
                 self.pending_q8 = None;
                 self.wrote(out);
                 let xq = self.q8_records[&(x, cols)].clone();
-                return self.step(Key::MatvecQ8Pair(first, w, x, fout, out), move |s| {
-                    Ok(Step::Matmul(q8_matvec_pair(
-                        &s.ctx,
-                        &s.weights[first.0 as usize],
-                        &s.weights[w.0 as usize],
-                        &xq,
-                        s.buf(fout),
-                        s.buf(out),
-                    )?))
-                });
+                return self.record_q8_pair(first, w, x, (fout, out), xq, false);
             }
         }
-        let xq = match self.q8_records.get(&(x, cols)) {
-            Some(b) => b.clone(),
-            None => {
-                let b = self.ctx.storage("q8.records", record_bytes(cols as u32))?;
-                self.bytes += b.size();
-                self.q8_records.insert((x, cols), b.clone());
-                b
-            }
-        };
+        let xq = self.q8_record_buffer(x, cols)?;
         // The SiluMul that makes `x`: one dispatch writes `x` and its records.
-        if let Some((gate, up, len)) = self.pending_silu {
-            if gate == x && len == cols {
-                self.pending_silu = None;
-                let records = xq.clone();
-                self.step(Key::SiluMulQuantizeQ8(gate, up, cols), move |s| {
-                    Ok(Step::QuantizeQ8(QuantizeQ8Op::silu_mul(
-                        &s.ctx,
-                        s.buf(gate),
-                        s.buf(up),
-                        &records,
-                        cols as u32,
-                        1,
-                    )?))
-                })?;
-                self.q8_quantized.push((x, cols));
-            }
+        if let Some(p) = self.pending_silu.take_if(|p| p.gate == x && p.len == cols) {
+            self.record_silu_q8(p, xq.clone())?;
         }
         // The attention that makes `x`: its combine writes the records.
         if self.attention_into_records(x, cols, &xq)? {
@@ -211,6 +276,7 @@ impl GpuBackend {
             _ => self.flush_pending()?,
         }
         if !self.q8_quantized.contains(&(x, cols)) {
+            self.check_readable(x)?;
             let records = xq.clone();
             self.step(Key::QuantizeQ8(x, cols), move |s| {
                 Ok(Step::QuantizeQ8(QuantizeQ8Op::new(
@@ -230,6 +296,10 @@ impl GpuBackend {
         self.wrote(out);
         if !accumulate && self.pair_q8 {
             self.pending_q8 = Some((w, x, out));
+            return Ok(());
+        }
+        // Held back: the next op may be a norm that its dispatch can make the record of.
+        if accumulate && self.hold_add(w, x, out, &xq) {
             return Ok(());
         }
         self.record_q8_product(w, x, out, xq, accumulate)

@@ -33,8 +33,9 @@ pub(super) enum Key {
     RmsNormQuantize(Tensor, Tensor, Tensor, usize, usize, u32),
     /// Int8 records (blocks of 32) of one row of `cols` of a tensor.
     QuantizeQ8(Tensor, usize),
-    /// Gate, up, values: SiluMul into the gate and the gate's records.
-    SiluMulQuantizeQ8(Tensor, Tensor, usize),
+    /// Gate, up, values: SiluMul into the gate and the gate's records; with the norm whose
+    /// factor it applies (normed tensor, row length) where they are products of its record.
+    SiluMulQuantizeQ8(Tensor, Tensor, usize, Option<(Tensor, usize)>),
     /// A one-row RmsNorm (its arguments but the row count) that also writes the q8 records of
     /// its output.
     RmsNormQuantizeQ8(Tensor, Tensor, Tensor, usize, u32),
@@ -49,11 +50,15 @@ pub(super) enum Key {
         NormBitLinearMode,
     ),
     /// A one-token integer-dot product from the input's int8 records.
-    /// The product, or (`true`) the product added to the output.
-    MatvecQ8(Weight, Tensor, Tensor, bool),
+    /// The product, or (`true`) the product added to the output; from the input's norm record
+    /// (`true`).
+    MatvecQ8(Weight, Tensor, Tensor, bool, bool),
     /// Two one-token integer-dot products of one input in one dispatch: weights, input,
-    /// outputs.
-    MatvecQ8Pair(Weight, Weight, Tensor, Tensor, Tensor),
+    /// outputs; from a norm record (`true`).
+    MatvecQ8Pair(Weight, Weight, Tensor, Tensor, Tensor, bool),
+    /// A one-token integer-dot product (weight, input) added to its residual, which also
+    /// writes the norm record of the sum for the RMSNorm (weight, output, eps bits) after it.
+    MatvecQ8AddNorm(Weight, Tensor, Tensor, Tensor, Tensor, u32),
     Rope(Tensor, usize),
     /// Layer, q/k/v/out, query heads, RoPE folded in, the output's q8 records written too.
     Attention(usize, [Tensor; 4], usize, bool, bool),
@@ -131,10 +136,12 @@ impl GpuBackend {
         key: Key,
         build: impl FnOnce(&Self) -> Result<Step, GpuError>,
     ) -> Result<(), Error> {
-        // A product waiting for a partner is recorded before anything else.
+        // A product waiting for a partner, or a held residual add, is recorded before anything
+        // else.
         if let Some(p) = self.pending_q8.take() {
             self.record_q8(p)?;
         }
+        self.flush_add()?;
         let cursor = self.cursor;
         let n = self.n_tokens;
         let hit = self
@@ -300,11 +307,28 @@ impl GpuBackend {
             Key::BitLinear(w, _, _, rows) => format!("bitlinear {} (x{rows})", weight(w)),
             Key::Quantize(_, rows, cols) => format!("quantize {rows}x{cols}"),
             Key::QuantizeQ8(_, cols) => format!("quantize_q8 1x{cols}"),
-            Key::SiluMulQuantizeQ8(_, _, cols) => format!("silu_mul+quantize_q8 1x{cols}"),
+            Key::SiluMulQuantizeQ8(_, _, cols, norm) => format!(
+                "{}silu_mul+quantize_q8 1x{cols}",
+                if norm.is_some() {
+                    "rms_norm factor+"
+                } else {
+                    ""
+                }
+            ),
             Key::RmsNormQuantizeQ8(_, _, _, dim, _) => format!("rms_norm+quantize_q8 1x{dim}"),
-            Key::MatvecQ8(w, _, _, false) => format!("matvec_q8 {}", weight(w)),
-            Key::MatvecQ8(w, _, _, true) => format!("matvec_q8+add {}", weight(w)),
-            Key::MatvecQ8Pair(a, b, ..) => format!("matvec_q8 {} + {}", weight(a), weight(b)),
+            Key::MatvecQ8(w, _, _, add, norm) => format!(
+                "matvec_q8{} {}{}",
+                if *add { "+add" } else { "" },
+                weight(w),
+                if *norm { " (norm record)" } else { "" },
+            ),
+            Key::MatvecQ8Pair(a, b, _, _, _, norm) => format!(
+                "matvec_q8 {} + {}{}",
+                weight(a),
+                weight(b),
+                if *norm { " (norm record)" } else { "" },
+            ),
+            Key::MatvecQ8AddNorm(w, ..) => format!("matvec_q8+add+norm record {}", weight(w)),
             Key::RmsNormQuantize(_, _, _, rows, dim, _) => {
                 format!("rms_norm+quantize {rows}x{dim}")
             }

@@ -123,6 +123,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../shaders/matvec_kquants_q8_pair.wgsl"),
     ),
     (
+        "matvec_kquants_q8_add_norm.wgsl",
+        include_str!("../../../shaders/matvec_kquants_q8_add_norm.wgsl"),
+    ),
+    (
         "matvec_kquants.wgsl",
         include_str!("../../../shaders/matvec_kquants.wgsl"),
     ),
@@ -230,7 +234,10 @@ pub fn matvec_q8_workgroup_size(dtype: GgmlType, bytes: u64, cols: u32) -> u32 {
 /// two on 32 (80.8% two on 64; one on 32, 128, 256: 78.3, 72.1, 36.5%).
 pub fn matvec_q8_span(kernel: Kernel, bytes: u64, cols: u32) -> Option<u32> {
     let t = match kernel {
-        Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) | Kernel::MatvecQ8Pair(t) => t,
+        Kernel::MatvecQ8(t)
+        | Kernel::MatvecQ8Add(t)
+        | Kernel::MatvecQ8Pair(t)
+        | Kernel::MatvecQ8AddNorm(t) => t,
         _ => return None,
     };
     format_index(t)?;
@@ -321,6 +328,79 @@ const MATVEC_Q8_PAIR_FILES: [&[&str]; 3] = {
         &[P, K, "quant/q6_k.wgsl", Q, "quant/q6_k_q8.wgsl", S, T],
     ]
 };
+
+/// The product added to the residual with the next norm's record (`main_add_norm`): the
+/// integer-dot files, the record block arithmetic (scale_for_absmax, q8_quarter.wgsl), the
+/// shared epilogue and this family's entry.
+const MATVEC_Q8_ADD_NORM_FILES: [&[&str]; 3] = {
+    const P: &str = "matmul_params.wgsl";
+    const K: &str = "quant/kquants.wgsl";
+    const Q: &str = "quant/q8.wgsl";
+    const S: &str = "matvec_kquants_q8.wgsl";
+    const A: &str = "absmax_scale.wgsl";
+    const R: &str = "q8_quarter.wgsl";
+    const N: &str = "q8_add_norm.wgsl";
+    const E: &str = "matvec_kquants_q8_add_norm.wgsl";
+    [
+        &[
+            P,
+            K,
+            "quant/q4_k.wgsl",
+            Q,
+            "quant/q4_k_q8.wgsl",
+            S,
+            A,
+            R,
+            N,
+            E,
+        ],
+        &[
+            P,
+            K,
+            "quant/q5_k.wgsl",
+            Q,
+            "quant/q5_k_q8.wgsl",
+            S,
+            A,
+            R,
+            N,
+            E,
+        ],
+        &[
+            P,
+            K,
+            "quant/q6_k.wgsl",
+            Q,
+            "quant/q6_k_q8.wgsl",
+            S,
+            A,
+            R,
+            N,
+            E,
+        ],
+    ]
+};
+
+/// Rows per workgroup of [`Kernel::MatvecQ8AddNorm`]: one q8 block.
+pub const ADD_NORM_ROWS: u32 = 32;
+/// Invocations per workgroup of the K-quant [`Kernel::MatvecQ8AddNorm`] where nothing else
+/// applies (see [`add_norm_workgroup_size`]).
+pub const ADD_NORM_WG: u32 = 256;
+
+/// The K-quant [`Kernel::MatvecQ8AddNorm`]'s workgroup size for rows of `cols` on a device
+/// that runs up to `max` invocations a workgroup: 8 thread groups of one invocation per unit
+/// of a row (`cols / 32`, so each takes one step of each of its 4 rows, as the 64-invocation
+/// [`Kernel::MatvecQ8`] does for 2048 columns), a power of two from 256 to 1024 within `max`.
+/// A workgroup owns 32 rows, so there are 8 times fewer workgroups than the plain product's:
+/// the wider workgroup keeps as many loads in flight. On the H200 (Llama-1B's attention output,
+/// 2048 x 2048 Q4_K, `bench generate --profile`, 2026-12-01) 512 invocations took 10.3-10.7 us
+/// against 12.0 for 256; its 8192-column `ffn_down` 17.8 us at 512 against 22.8 at 256.
+pub fn add_norm_workgroup_size(cols: u32, max: u32) -> u32 {
+    (cols / 4)
+        .next_power_of_two()
+        .clamp(ADD_NORM_WG, 1024)
+        .min(max.max(ADD_NORM_WG))
+}
 
 /// Binding of the second weight's first plane in the pair kernels.
 pub const PAIR_PLANES_BINDING: u32 = 8;
@@ -436,6 +516,13 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
                 files: MATVEC_Q8_PAIR_FILES[format_index(t)?],
                 entry: "main_pair",
                 default_workgroup_size: MATVEC_WG,
+            })
+        }
+        Kernel::MatvecQ8AddNorm(t) => {
+            return Some(KernelSource {
+                files: MATVEC_Q8_ADD_NORM_FILES[format_index(t)?],
+                entry: "main_add_norm",
+                default_workgroup_size: ADD_NORM_WG,
             })
         }
         Kernel::Matmul(t) => (MATMUL_FILES[format_index(t)?], MATMUL_WG),
@@ -568,6 +655,7 @@ pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32)
         | Kernel::MatvecQ8(_)
         | Kernel::MatvecQ8Add(_)
         | Kernel::MatvecQ8Pair(_) => rows.div_ceil(MATVEC_ROWS),
+        Kernel::MatvecQ8AddNorm(_) => rows.div_ceil(ADD_NORM_ROWS),
         Kernel::Matmul(_) => {
             let rows_per_tile = (workgroup_size / 2).max(1);
             rows.div_ceil(rows_per_tile) * n_tokens.div_ceil(MATMUL_TOKENS)

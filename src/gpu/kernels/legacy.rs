@@ -116,6 +116,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../shaders/matvec_legacy_q8.wgsl"),
     ),
     (
+        "matvec_legacy_q8_add_norm.wgsl",
+        include_str!("../../../shaders/matvec_legacy_q8_add_norm.wgsl"),
+    ),
+    (
         "matmul_legacy.wgsl",
         include_str!("../../../shaders/matmul_legacy.wgsl"),
     ),
@@ -176,55 +180,33 @@ macro_rules! files_for {
 }
 
 /// The integer-dot decode kernel of a block format: the f32 matvec's decode files, the
-/// activation record helpers, the format's `block_dot_q8`, then the skeleton.
-fn matvec_q8_files(t: GgmlType) -> Option<&'static [&'static str]> {
-    const P: &str = "matmul_params.wgsl";
-    const B: &str = "quant/legacy_blocks.wgsl";
-    const Q: &str = "quant/q8.wgsl";
-    const S: &str = "matvec_legacy_q8.wgsl";
-    Some(match t {
-        GgmlType::Q4_0 => &[
-            P,
-            B,
-            "quant/legacy_q4_0.wgsl",
-            Q,
-            "quant/legacy_q4_0_q8.wgsl",
-            S,
-        ],
-        GgmlType::Q4_1 => &[
-            P,
-            B,
-            "quant/legacy_q4_1.wgsl",
-            Q,
-            "quant/legacy_q4_1_q8.wgsl",
-            S,
-        ],
-        GgmlType::Q5_0 => &[
-            P,
-            B,
-            "quant/legacy_q5_0.wgsl",
-            Q,
-            "quant/legacy_q5_0_q8.wgsl",
-            S,
-        ],
-        GgmlType::Q5_1 => &[
-            P,
-            B,
-            "quant/legacy_q5_1.wgsl",
-            Q,
-            "quant/legacy_q5_1_q8.wgsl",
-            S,
-        ],
-        GgmlType::Q8_0 => &[
-            P,
-            B,
-            "quant/legacy_q8_0.wgsl",
-            Q,
-            "quant/legacy_q8_0_q8.wgsl",
-            S,
-        ],
-        _ => return None,
-    })
+/// activation record helpers, the format's `block_dot_q8`, the skeleton, then `$tail`.
+macro_rules! q8_files_for {
+    ($dtype:expr $(, $tail:literal)*) => {{
+        const P: &str = "matmul_params.wgsl";
+        const B: &str = "quant/legacy_blocks.wgsl";
+        const Q: &str = "quant/q8.wgsl";
+        const S: &str = "matvec_legacy_q8.wgsl";
+        let files: &'static [&'static str] = match $dtype {
+            GgmlType::Q4_0 => {
+                &[P, B, "quant/legacy_q4_0.wgsl", Q, "quant/legacy_q4_0_q8.wgsl", S $(, $tail)*]
+            }
+            GgmlType::Q4_1 => {
+                &[P, B, "quant/legacy_q4_1.wgsl", Q, "quant/legacy_q4_1_q8.wgsl", S $(, $tail)*]
+            }
+            GgmlType::Q5_0 => {
+                &[P, B, "quant/legacy_q5_0.wgsl", Q, "quant/legacy_q5_0_q8.wgsl", S $(, $tail)*]
+            }
+            GgmlType::Q5_1 => {
+                &[P, B, "quant/legacy_q5_1.wgsl", Q, "quant/legacy_q5_1_q8.wgsl", S $(, $tail)*]
+            }
+            GgmlType::Q8_0 => {
+                &[P, B, "quant/legacy_q8_0.wgsl", Q, "quant/legacy_q8_0_q8.wgsl", S $(, $tail)*]
+            }
+            _ => return None,
+        };
+        files
+    }};
 }
 
 /// Whether `dtype` is one of this family's formats.
@@ -247,7 +229,22 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
             files_for!(t, "embedding_params.wgsl", "embedding_legacy.wgsl"),
             64,
         ),
-        Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => (matvec_q8_files(t)?, 256),
+        Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => (q8_files_for!(t), 256),
+        // The product added to the residual with the next norm's record: the record block
+        // arithmetic (scale_for_absmax, q8_quarter.wgsl), the shared epilogue, the entry.
+        Kernel::MatvecQ8AddNorm(t) => {
+            return Some(KernelSource {
+                files: q8_files_for!(
+                    t,
+                    "absmax_scale.wgsl",
+                    "q8_quarter.wgsl",
+                    "q8_add_norm.wgsl",
+                    "matvec_legacy_q8_add_norm.wgsl"
+                ),
+                entry: "main_add_norm",
+                default_workgroup_size: 256,
+            })
+        }
         Kernel::DequantF16(t) => (dequant_f16_files(t)?, super::kquants::COOP_WG),
         _ => return None,
     };
@@ -363,7 +360,9 @@ pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32)
         Kernel::Matvec(_) | Kernel::MatvecAdd(_) => {
             rows.div_ceil(matvec_rows_per_workgroup(workgroup_size))
         }
-        Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_) => rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP),
+        Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_) | Kernel::MatvecQ8AddNorm(_) => {
+            rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP)
+        }
         Kernel::Matmul(_) => {
             let tile_tokens = (workgroup_size / 4).max(1);
             rows.div_ceil(MATMUL_TILE_ROWS) * n_tokens.div_ceil(tile_tokens)

@@ -35,6 +35,11 @@ pub enum Kernel {
     /// Two [`Kernel::MatvecQ8`] products of one input in one dispatch (q and k, gate and up:
     /// `matvec_kquants_q8_pair.wgsl`), K-quant formats.
     MatvecQ8Pair(GgmlType),
+    /// [`Kernel::MatvecQ8Add`] that also writes the norm record of the sum for the RMSNorm
+    /// that reads it next (`q8_add_norm.wgsl`: one q8 block of 32 rows a workgroup): the
+    /// products of that norm read the record, and [`Kernel::SiluMulQuantizeQ8Norm`] applies
+    /// the norm's factor to them, so the norm has no dispatch.
+    MatvecQ8AddNorm(GgmlType),
     /// `Y = X W^T` for several tokens (prefill).
     Matmul(GgmlType),
     /// Weights in the given format to f16 tiles, the weight operand of [`Kernel::MatmulF16`].
@@ -61,6 +66,9 @@ pub enum Kernel {
     /// `x = silu(x) * up` (the SiluMul elementwise op) and [`Kernel::QuantizeQ8`] of the
     /// product, in one dispatch (the input of the integer-dot `ffn_down` product).
     SiluMulQuantizeQ8,
+    /// [`Kernel::SiluMulQuantizeQ8`] of gate and up products of a norm record
+    /// ([`Kernel::MatvecQ8AddNorm`]): the norm's factor applied to both first.
+    SiluMulQuantizeQ8Norm,
     /// RMSNorm followed by [`Kernel::QuantizeQ8`] of its output, in one dispatch (the input of
     /// the integer-dot decode products after a norm: q/k/v, gate/up).
     RmsNormQuantizeQ8,
@@ -190,6 +198,7 @@ impl Kernel {
                 Kernel::MatvecQ8(t),
                 Kernel::MatvecQ8Add(t),
                 Kernel::MatvecQ8Pair(t),
+                Kernel::MatvecQ8AddNorm(t),
                 Kernel::Matmul(t),
                 Kernel::DequantF16(t),
                 Kernel::Embedding(t),
@@ -203,6 +212,7 @@ impl Kernel {
             Kernel::SplitSum(true),
             Kernel::QuantizeQ8,
             Kernel::SiluMulQuantizeQ8,
+            Kernel::SiluMulQuantizeQ8Norm,
             Kernel::RmsNormQuantizeQ8,
             Kernel::QuantizeActivations,
             Kernel::QuantizeActivationsQ8,
@@ -256,15 +266,21 @@ impl Kernel {
                 Q4_K | Q5_K | Q6_K => kquants::source(self),
                 _ => None,
             },
+            Kernel::MatvecQ8AddNorm(t) => match t {
+                Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
+                Q4_K | Q5_K | Q6_K => kquants::source(self),
+                _ => None,
+            },
             Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => match t {
                 Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
                 Q4_K | Q5_K | Q6_K => kquants::source(self),
                 TQ1_0 | TQ2_0 => ternary::source(self),
                 _ => None,
             },
-            Kernel::QuantizeQ8 | Kernel::SiluMulQuantizeQ8 | Kernel::RmsNormQuantizeQ8 => {
-                q8::source(self)
-            }
+            Kernel::QuantizeQ8
+            | Kernel::SiluMulQuantizeQ8
+            | Kernel::SiluMulQuantizeQ8Norm
+            | Kernel::RmsNormQuantizeQ8 => q8::source(self),
             Kernel::QuantizeActivations
             | Kernel::QuantizeActivationsQ8
             | Kernel::FakeQuantizeActivations
@@ -292,6 +308,9 @@ impl Kernel {
             Kernel::MatvecQ8(t) => format!("matvec_q8_{}", t.name().to_lowercase()),
             Kernel::MatvecQ8Add(t) => format!("matvec_q8_add_{}", t.name().to_lowercase()),
             Kernel::MatvecQ8Pair(t) => format!("matvec_q8_pair_{}", t.name().to_lowercase()),
+            Kernel::MatvecQ8AddNorm(t) => {
+                format!("matvec_q8_add_norm_{}", t.name().to_lowercase())
+            }
             Kernel::Matmul(t) => format!("matmul_{}", t.name().to_lowercase()),
             Kernel::DequantF16(t) => format!("dequant_f16_{}", t.name().to_lowercase()),
             Kernel::ScaleF16 => "scale_f16".to_string(),

@@ -23,6 +23,10 @@ pub const FILES: &[(&str, &str)] = &[
         "rms_norm_quantize_q8.wgsl",
         include_str!("../../../shaders/rms_norm_quantize_q8.wgsl"),
     ),
+    (
+        "q8_add_norm.wgsl",
+        include_str!("../../../shaders/q8_add_norm.wgsl"),
+    ),
 ];
 
 /// Invocations per QuantizeQ8 workgroup (four per block of 32 values; a multiple of 4).
@@ -48,6 +52,12 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         Kernel::SiluMulQuantizeQ8 => Some(KernelSource {
             files: QUANTIZE_FILES,
             entry: "main_silu",
+            default_workgroup_size: QUANTIZE_WG,
+        }),
+        // The same files (quantize_q8.wgsl's `main_silu_norm`).
+        Kernel::SiluMulQuantizeQ8Norm => Some(KernelSource {
+            files: QUANTIZE_FILES,
+            entry: "main_silu_norm",
             default_workgroup_size: QUANTIZE_WG,
         }),
         Kernel::RmsNormQuantizeQ8 => Some(KernelSource {

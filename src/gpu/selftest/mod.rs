@@ -12,6 +12,7 @@ mod legacy;
 mod norm_bitlinear;
 mod ops;
 mod q8;
+mod q8_norm;
 mod ternary;
 
 pub use harness::*;
@@ -63,6 +64,7 @@ pub fn all_checks() -> Vec<&'static Check> {
         .chain(norm_bitlinear::CHECKS)
         .chain(kquants::CHECKS)
         .chain(q8::CHECKS)
+        .chain(q8_norm::CHECKS)
         .chain(ops::CHECKS)
         .collect()
 }

@@ -109,7 +109,7 @@ pub const CHECKS: &[Check] = &[
 
 /// Activations for a row of `cols`: uniform in [-1, 1) with a zero block, a tiny block and a
 /// large block where the row is long enough.
-fn activations(rng: &mut Rng, cols: usize) -> Vec<f32> {
+pub(super) fn activations(rng: &mut Rng, cols: usize) -> Vec<f32> {
     let mut x = rng.vec(cols, 1.0);
     if cols >= 128 {
         x[32..64].fill(0.0);
@@ -362,7 +362,7 @@ async fn run_q8(
 }
 
 /// Both references for every row (module docs): `(integer, its bound, f32, its bound)`.
-fn references(
+pub(super) fn references(
     dtype: GgmlType,
     data: &[u8],
     rows: usize,

@@ -339,6 +339,7 @@ pub fn q8_matvec_add_norm(
         GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => kquants::add_norm_workgroup_size(
             w.cols,
             ctx.limits.max_compute_invocations_per_workgroup,
+            ctx.limits.max_compute_workgroup_storage_size,
         ),
         _ => kernel.source().map_or(256, |s| s.default_workgroup_size),
     };

@@ -388,18 +388,32 @@ pub const ADD_NORM_ROWS: u32 = 32;
 pub const ADD_NORM_WG: u32 = 256;
 
 /// The K-quant [`Kernel::MatvecQ8AddNorm`]'s workgroup size for rows of `cols` on a device
-/// that runs up to `max` invocations a workgroup: 8 thread groups of one invocation per unit
-/// of a row (`cols / 32`, so each takes one step of each of its 4 rows, as the 64-invocation
-/// [`Kernel::MatvecQ8`] does for 2048 columns), a power of two from 256 to 1024 within `max`.
-/// A workgroup owns 32 rows, so there are 8 times fewer workgroups than the plain product's:
-/// the wider workgroup keeps as many loads in flight. On the H200 (Llama-1B's attention output,
-/// 2048 x 2048 Q4_K, `bench generate --profile`, 2026-12-01) 512 invocations took 10.3-10.7 us
-/// against 12.0 for 256; its 8192-column `ffn_down` 17.8 us at 512 against 22.8 at 256.
-pub fn add_norm_workgroup_size(cols: u32, max: u32) -> u32 {
-    (cols / 4)
+/// that runs up to `max_invocations` a workgroup with `max_storage` bytes of workgroup memory:
+/// 8 thread groups of one invocation per unit of a row (`cols / 32`, so each takes one step of
+/// each of its 4 rows, as the 64-invocation [`Kernel::MatvecQ8`] does for 2048 columns), a
+/// power of two from 256 to 1024 within both limits (the kernel keeps 20 bytes an invocation
+/// in workgroup memory: [`add_norm_workgroup_bytes`]). A workgroup owns 32 rows, so there are 8
+/// times fewer workgroups than the plain product's: the wider workgroup keeps as many loads in
+/// flight. On the H200 (Llama-1B's attention output, 2048 x 2048 Q4_K, `bench generate
+/// --profile`, 2026-12-01) 512 invocations took 10.3-10.7 us against 12.0 for 256; its
+/// 8192-column `ffn_down` 17.8 us at 512 against 22.8 at 256.
+pub fn add_norm_workgroup_size(cols: u32, max_invocations: u32, max_storage: u32) -> u32 {
+    let mut wg = (cols / 4)
         .next_power_of_two()
         .clamp(ADD_NORM_WG, 1024)
-        .min(max.max(ADD_NORM_WG))
+        .min(max_invocations.max(ADD_NORM_WG));
+    while wg > ADD_NORM_WG && add_norm_workgroup_bytes(wg) > max_storage {
+        wg /= 2;
+    }
+    wg
+}
+
+/// Workgroup memory of the K-quant [`Kernel::MatvecQ8AddNorm`] at `wg` invocations: the
+/// thread groups' sums (`group_sums`, a vec4 each), the record block's absmax (`q8_amax`, an
+/// f32 each) and its four quarters' sums of squares (`norm_sq`); the entry uses no reduction
+/// helper.
+pub fn add_norm_workgroup_bytes(wg: u32) -> u32 {
+    wg * (16 + 4) + 16
 }
 
 /// Binding of the second weight's first plane in the pair kernels.
@@ -673,6 +687,24 @@ pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn add_norm_workgroups_fit_the_device() {
+        // One invocation per unit of a row, a power of two from 256 to 1024.
+        assert_eq!(add_norm_workgroup_size(2048, 1024, 49152), 512);
+        assert_eq!(add_norm_workgroup_size(576, 1024, 49152), 256);
+        assert_eq!(add_norm_workgroup_size(8192, 1024, 49152), 1024);
+        // WebGPU's default limits: 256 invocations, 16 KiB.
+        assert_eq!(add_norm_workgroup_size(8192, 256, 16384), 256);
+        // 1024 invocations but 16 KiB: 20 KiB would not fit, 512 (10 KiB) does.
+        assert_eq!(add_norm_workgroup_size(8192, 1024, 16384), 512);
+        let matvec = Kernel::MatvecQ8AddNorm(GgmlType::Q4_K)
+            .wgsl(Default::default())
+            .unwrap();
+        assert!(matvec.contains("var<workgroup> group_sums: array<vec4<f32>, WG>;"));
+        assert!(matvec.contains("var<workgroup> q8_amax: array<f32, WG>;"));
+        assert!(matvec.contains("var<workgroup> norm_sq: array<f32, 4>;"));
+    }
 
     #[test]
     fn rust_constants_match_the_wgsl() {

@@ -11,44 +11,18 @@
 //! themselves are checked against the CPU by the self-test (`q8/add_norm_*`); the SmolLM2
 //! decode against llama.cpp's greedy tokens is in tests/llama_reference.rs.
 
-use std::process::Command;
+mod decode_support;
 
+use decode_support::{decode, gpu_backend, synth_llama};
 use tritium::backend::cpu::CpuBackend;
 use tritium::backend::gpu::GpuBackend;
-use tritium::backend::{Backend, Logits, Readback};
-use tritium::formats::gguf::GgufFile;
-use tritium::gpu::ops::KvDtype;
-use tritium::gpu::{DeviceOptions, GpuContext};
-use tritium::model::{GgufTensors, Model, ModelConfig};
-
-/// Logits of a 3-token prompt's decode continuation (ids 7, 8, 9 one pass each).
-fn decode<B: Backend>(bytes: &Vec<u8>, backend: B) -> (Vec<Vec<f32>>, Model<B>) {
-    let file = GgufFile::read(bytes).expect("gguf");
-    let config = ModelConfig::from_gguf(&file).expect("config");
-    let tensors = GgufTensors {
-        file: &file,
-        src: bytes,
-    };
-    let mut m = Model::load(backend, config, &tensors, 16).expect("load");
-    pollster::block_on(m.forward(&[1, 2, 3], 0, Readback::Nothing)).expect("prefill");
-    let mut out = Vec::new();
-    for (i, id) in [7u32, 8, 9].into_iter().enumerate() {
-        match pollster::block_on(m.forward(&[id], 3 + i, Readback::All)).expect("decode") {
-            Logits::Full(v) => out.push(v),
-            other => panic!("read back {other:?}"),
-        }
-    }
-    (out, m)
-}
 
 fn gpu(fuse: bool) -> GpuBackend {
-    let ctx = pollster::block_on(GpuContext::new(&DeviceOptions::default())).expect("adapter");
-    let mut b = GpuBackend::new(ctx, 4).expect("backend");
+    let mut b = gpu_backend();
     assert!(
         b.int_dot(),
         "the integer-dot decode path is off on this adapter"
     );
-    b.set_kv_dtype(Some(KvDtype::F32));
     b.set_fuse_add_norm(fuse);
     b
 }
@@ -71,20 +45,7 @@ fn relative_diff(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn fused_norms_leave_the_decode_tape_and_keep_the_logits() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("llama.gguf");
-    let o = Command::new(env!("CARGO_BIN_EXE_tritium"))
-        .args([
-            "synth",
-            "llama-1b-q4k",
-            path.to_str().unwrap(),
-            "--layers",
-            "2",
-        ])
-        .output()
-        .expect("tritium runs");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let bytes = std::fs::read(&path).expect("model");
+    let bytes = synth_llama(2);
 
     let (fused, m) = decode(&bytes, gpu(true));
     let ops_fused = m.backend.tape_ops(1);

@@ -316,6 +316,33 @@ fn confident_prefix(c: &Case) -> usize {
         .unwrap_or(c.greedy_step_margin.len())
 }
 
+/// Our greedy picks over `c`'s confident prefix from `logits` of every position of its prompt
+/// and llama.cpp's greedy continuation, beside llama.cpp's.
+fn confident_greedy<'a>(c: &'a Case, logits: &[f32], n_vocab: usize) -> (Vec<u32>, &'a [u32]) {
+    let n = confident_prefix(c);
+    let start = c.prompt_ids.len() - 1;
+    let ours = (start..start + n)
+        .map(|p| argmax(&logits[p * n_vocab..(p + 1) * n_vocab]))
+        .collect();
+    (ours, &c.greedy_ids[..n])
+}
+
+/// The largest value of `v` less the smallest.
+fn range_of(v: &[f32]) -> f32 {
+    let (lo, hi) = v
+        .iter()
+        .fold((f32::MAX, f32::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    hi - lo
+}
+
+/// The largest difference between `a` and `b` (a NaN counts as infinitely far).
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| diff(*x, *y))
+        .fold(0f32, f32::max)
+}
+
 /// Every CPU check for one variant; all failures are reported together.
 fn check_variant(variant: &str) {
     let g = golden(variant);
@@ -515,18 +542,7 @@ fn gpu_backend_agrees_with_cpu() {
         let gpu = logits(&model, &seq, "gpu", g.n_vocab);
         let mut worst_ratio = 0f32;
         for (pos, (a, b)) in cpu.iter().zip(&gpu).enumerate() {
-            let (lo, hi) = a
-                .iter()
-                .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-            let range = hi - lo;
-            let diff = a
-                .iter()
-                .zip(b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(
-                    0f32,
-                    |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
-                );
+            let (range, diff) = (range_of(a), max_diff(a, b));
             let ratio = diff / range;
             worst_ratio = worst_ratio.max(ratio);
             if ratio.is_nan() || ratio > GPU_REL_TOL {
@@ -625,17 +641,8 @@ fn attention_writing_q8_records_decodes_as_the_quantize_dispatch() {
         differ, 0,
         "{differ} logits differ between the attention's records and the quantize dispatch's"
     );
-    let n_vocab = g.n_vocab;
-    let n = confident_prefix(c);
-    let start = c.prompt_ids.len() - 1;
-    let ours: Vec<u32> = (start..start + n)
-        .map(|p| argmax(&fused[p * n_vocab..(p + 1) * n_vocab]))
-        .collect();
-    assert_eq!(
-        ours[..],
-        c.greedy_ids[..n],
-        "greedy tokens against llama.cpp's"
-    );
+    let (ours, theirs) = confident_greedy(c, &fused, g.n_vocab);
+    assert_eq!(ours, theirs, "greedy tokens against llama.cpp's");
 }
 
 /// Llama's FFN norm folded into its neighbours (tests/add_norm.rs) on the real model: SmolLM2
@@ -691,17 +698,7 @@ fn the_ffn_norm_folded_into_its_neighbours_decodes_as_its_own_dispatch() {
         let from_cpu = |gpu: &[f32]| -> Vec<f32> {
             gpu.chunks(n_vocab)
                 .zip(cpu.chunks(n_vocab))
-                .map(|(a, c)| {
-                    let (lo, hi) = c
-                        .iter()
-                        .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-                    let d = a
-                        .iter()
-                        .zip(c)
-                        .map(|(x, y)| diff(*x, *y))
-                        .fold(0f32, f32::max);
-                    d / (hi - lo)
-                })
+                .map(|(a, c)| max_diff(c, a) / range_of(c))
                 .collect()
         };
         let (f, u) = (from_cpu(&fused), from_cpu(&unfused));
@@ -725,16 +722,8 @@ fn the_ffn_norm_folded_into_its_neighbours_decodes_as_its_own_dispatch() {
             mean(&f) <= 1.25 * mean(&u),
             "{variant}: the fused decode is further from the CPU's than the unfused"
         );
-        let n = confident_prefix(c);
-        let start = c.prompt_ids.len() - 1;
-        let ours: Vec<u32> = (start..start + n)
-            .map(|p| argmax(&fused[p * n_vocab..(p + 1) * n_vocab]))
-            .collect();
-        assert_eq!(
-            ours[..],
-            c.greedy_ids[..n],
-            "{variant}: greedy tokens against llama.cpp's"
-        );
+        let (ours, theirs) = confident_greedy(c, &fused, n_vocab);
+        assert_eq!(ours, theirs, "{variant}: greedy tokens against llama.cpp's");
     }
 }
 

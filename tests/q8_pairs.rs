@@ -5,59 +5,23 @@
 //! arithmetic is the single kernel's at the same workgroup size). The kernels themselves are
 //! checked against the integer reference by the self-test (`q8/matvec_pair_*`).
 
-use std::process::Command;
+mod decode_support;
 
-use tritium::backend::gpu::GpuBackend;
-use tritium::backend::{Logits, Readback};
-use tritium::formats::gguf::GgufFile;
-use tritium::gpu::ops::KvDtype;
-use tritium::gpu::{DeviceOptions, GpuContext};
-use tritium::model::{GgufTensors, Model, ModelConfig};
+use decode_support::{decode, gpu_backend, synth_llama};
 
-/// Logits of a 3-token prompt's decode continuation (ids 7, 8, 9 one at a time), and the
-/// decode tape's ops.
-fn decode(bytes: &Vec<u8>, pair: bool) -> (Vec<Vec<f32>>, Vec<String>) {
-    let file = GgufFile::read(bytes).expect("gguf");
-    let config = ModelConfig::from_gguf(&file).expect("config");
-    let ctx = pollster::block_on(GpuContext::new(&DeviceOptions::default())).expect("adapter");
-    let mut b = GpuBackend::new(ctx, 4).expect("backend");
-    b.set_kv_dtype(Some(KvDtype::F32));
+/// The decode's logits and tape ops with pairing on or off.
+fn decode_paired(bytes: &Vec<u8>, pair: bool) -> (Vec<Vec<f32>>, Vec<String>) {
+    let mut b = gpu_backend();
     b.set_pair_q8(pair);
-    let tensors = GgufTensors {
-        file: &file,
-        src: bytes,
-    };
-    let mut m = Model::load(b, config, &tensors, 16).expect("load");
-    pollster::block_on(m.forward(&[1, 2, 3], 0, Readback::Nothing)).expect("prefill");
-    let mut out = Vec::new();
-    for (i, id) in [7u32, 8, 9].into_iter().enumerate() {
-        match pollster::block_on(m.forward(&[id], 3 + i, Readback::All)).expect("decode") {
-            Logits::Full(v) => out.push(v),
-            other => panic!("read back {other:?}"),
-        }
-    }
-    let ops = m.backend.tape_ops(1);
-    (out, ops)
+    let (out, m) = decode(bytes, b);
+    (out, m.backend.tape_ops(1))
 }
 
 #[test]
 fn paired_products_give_the_same_logits_in_fewer_dispatches() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("llama.gguf");
-    let o = Command::new(env!("CARGO_BIN_EXE_tritium"))
-        .args([
-            "synth",
-            "llama-1b-q4k",
-            path.to_str().unwrap(),
-            "--layers",
-            "1",
-        ])
-        .output()
-        .expect("tritium runs");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let bytes = std::fs::read(&path).expect("model");
-    let (alone, ops_alone) = decode(&bytes, false);
-    let (paired, ops_paired) = decode(&bytes, true);
+    let bytes = synth_llama(1);
+    let (alone, ops_alone) = decode_paired(&bytes, false);
+    let (paired, ops_paired) = decode_paired(&bytes, true);
     // q + k (Q4_K 2048 and 512 rows) and gate + up (Q4_K 8192 rows each) pair; v and
     // ffn_down (Q6_K) and the head stay alone.
     let pairs: Vec<&String> = ops_paired.iter().filter(|o| o.contains(" + ")).collect();

@@ -46,6 +46,10 @@
 // loaded, with rope.wgsl's pairs and arithmetic, so the rope dispatches of q and k and their
 // barriers go; the q and k buffers themselves are left as they were.
 //
+// Norm (decode, norm_cols > 0, Kernel::AttentionDecode only): q, k and v are products of the
+// norm record of the residual, and the attend applies the norm's factor to them as it loads
+// them (attention_norm.wgsl's qkv_factor; attention_norm_none.wgsl's is 1 for the others).
+//
 // Query head h reads KV head h / (n_heads / n_kv_heads). head_dim must be a multiple of 8 and
 // at most 256, n_splits at most 64, WG a power of two from 16 to 256 at least head_dim / 4
 // (so also at least a cache row's 16-byte slots: head_dim / 8 for f16, head_dim / 4 for
@@ -331,14 +335,17 @@ fn attend(wid: vec3<u32>, lid: u32, r: ptr<function, Attended>) -> bool {
     let qbase = (token * p.n_heads + head) * d;
     let fused = p.fused == 1u;
     let newest = position.pos0;
+    // The factor of a norm folded into the products of q, k and v (1 otherwise: the values
+    // are then exactly as loaded).
+    let f = qkv_factor(lid);
     // One value per thread first (each RoPE value costs two loads and an angle): the query,
     // rotated and pre-scaled, into `q_sh`; fused, the new key (rotated) and value into
     // `lane_acc` (free until the loops below).
     for (var i = lid; i < d; i = i + WG) {
-        q_sh[i / 4u][i % 4u] = roped(0u, qbase, i, position.pos0 + token) * p.scale;
+        q_sh[i / 4u][i % 4u] = roped(0u, qbase, i, position.pos0 + token) * (p.scale * f);
         if (fused) {
-            lane_acc[i / 4u][i % 4u] = roped(2u, kvh * d, i, newest);
-            lane_acc[WG + i / 4u][i % 4u] = src2[kvh * d + i];
+            lane_acc[i / 4u][i % 4u] = roped(2u, kvh * d, i, newest) * f;
+            lane_acc[WG + i / 4u][i % 4u] = src2[kvh * d + i] * f;
         }
     }
     workgroupBarrier();

@@ -16,6 +16,7 @@ struct AttentionParams {
     rope_neox: u32, // 1: pairs (i, i + rope_dim/2); 0: pairs (2i, 2i+1)
     fused: u32, // attend: 1 also appends the one new token's K and V (decode)
     quantize: u32, // combine: 1 also writes the output's q8 records into src3
-    pad1: u32,
+    norm_cols: u32, // decode attend: q, k, v are products of a norm record of rows of this
+                    // many values, whose factor the attend applies (attention_norm.wgsl); else 0
     pad2: u32,
 }

@@ -1,15 +1,19 @@
-//! Llama's FFN norm folded into its neighbours (src/backend/gpu/add_norm.rs): in a one-token
+//! Llama's norms folded into their neighbours (src/backend/gpu/add_norm.rs): in a one-token
 //! pass, the attention output's product adds into the residual and writes the FFN norm's
 //! record (`MatvecQ8AddNorm`), the gate and up products read that record, and the gated
-//! product applies the norm's factor (`SiluMulQuantizeQ8Norm`): the FFN norm has no dispatch
-//! of its own.
+//! product applies the norm's factor (`SiluMulQuantizeQ8Norm`); `ffn_down`'s product writes
+//! the next layer's attention norm record, q, k and v read it, and the decode attention
+//! applies the factor (`attention_norm.wgsl`). Neither norm has a dispatch of its own (but
+//! the first layer's attention norm, after the embedding, and the head's).
 //!
 //! On a two-layer Llama-3.2-1B-shaped Q4_K/Q6_K model (`tritium synth llama-1b-q4k --layers
-//! 2`) on lavapipe: the decode tape holds the fused steps (the attention norms and the head's
-//! keep theirs), and the decode logits equal those of the decode with every norm in its own
+//! 2`) on lavapipe, the attention cut into 4 pieces (a CPU adapter attends in one, which keeps
+//! the combine in a dispatch of its own and so the attention norm's), the decode tape holds the
+//! fused steps, and the decode logits equal those of the decode with every norm in its own
 //! dispatch within rounding, and are no further from the CPU backend's. The kernels
-//! themselves are checked against the CPU by the self-test (`q8/add_norm_*`); the SmolLM2
-//! decode against llama.cpp's greedy tokens is in tests/llama_reference.rs.
+//! themselves are checked against the CPU by the self-test (`q8/add_norm_*`,
+//! `ops/attention`'s decodes from a norm record); the SmolLM2 decode against llama.cpp's
+//! greedy tokens is in tests/llama_reference.rs.
 
 mod decode_support;
 
@@ -24,6 +28,7 @@ fn gpu(fuse: bool) -> GpuBackend {
         "the integer-dot decode path is off on this adapter"
     );
     b.set_fuse_add_norm(fuse);
+    b.set_attention_splits(Some(4));
     b
 }
 
@@ -56,11 +61,36 @@ fn fused_norms_leave_the_decode_tape_and_keep_the_logits() {
     let (cpu, _) = decode(&bytes, CpuBackend::new(4));
 
     // Each layer's attention output writes its FFN norm's record, whose gate + up product
-    // and factor follow; the attention norms and the head's keep their dispatches.
+    // and factor follow; the first layer's `ffn_down` writes the second's attention norm
+    // record, whose q + k and v products follow, and its attention applies the factor; the
+    // first attention norm and the head's keep their dispatches.
     let count = |ops: &[String], what: &str| ops.iter().filter(|o| o.contains(what)).count();
     assert_eq!(
         count(&ops_fused, "+add+norm record Q4_K 2048x2048"),
         2,
+        "{ops_fused:#?}"
+    );
+    assert_eq!(
+        count(&ops_fused, "+add+norm record Q6_K 2048x8192"),
+        1,
+        "{ops_fused:#?}"
+    );
+    assert_eq!(
+        count(
+            &ops_fused,
+            "matvec_q8 Q4_K 2048x2048 + Q4_K 512x2048 (norm record)"
+        ),
+        1,
+        "{ops_fused:#?}"
+    );
+    assert_eq!(
+        count(&ops_fused, "matvec_q8 Q6_K 512x2048 (norm record)"),
+        1,
+        "{ops_fused:#?}"
+    );
+    assert_eq!(
+        count(&ops_fused, "rms_norm factor+attention"),
+        1,
         "{ops_fused:#?}"
     );
     assert_eq!(
@@ -78,7 +108,7 @@ fn fused_norms_leave_the_decode_tape_and_keep_the_logits() {
     );
     assert_eq!(
         count(&ops_fused, "rms_norm+quantize_q8"),
-        3,
+        2,
         "{ops_fused:#?}"
     );
     assert_eq!(count(&ops_plain, "norm record"), 0, "{ops_plain:#?}");
@@ -87,7 +117,7 @@ fn fused_norms_leave_the_decode_tape_and_keep_the_logits() {
         5,
         "{ops_plain:#?}"
     );
-    assert_eq!(ops_plain.len() - ops_fused.len(), 2);
+    assert_eq!(ops_plain.len() - ops_fused.len(), 3);
 
     // The fused decode computes the same products from the same 8-bit inputs: the records of
     // x * w instead of those of rms_norm(x) (the same int8 values but where a product lands

@@ -645,10 +645,12 @@ fn attention_writing_q8_records_decodes_as_the_quantize_dispatch() {
     assert_eq!(ours, theirs, "greedy tokens against llama.cpp's");
 }
 
-/// Llama's FFN norm folded into its neighbours (tests/add_norm.rs) on the real model: SmolLM2
+/// Llama's norms folded into their neighbours (tests/add_norm.rs) on the real model: SmolLM2
 /// decoded one pass per token over the France prompt and llama.cpp's greedy continuation,
-/// with the fusion on and off, for the Q4_K_M file (its Q5_0 attention outputs write the norm
-/// records, Q5_0 gate and up products read them; the Q4_1 file decodes fused in
+/// with the fusion on and off, for the Q4_K_M file (its Q5_0 attention outputs write the FFN
+/// norm records, Q5_0 gate and up products read them; its `ffn_down` products write the next
+/// attention norm's, the q, k and v products read them and the attention applies the factor;
+/// the Q4_1 file decodes fused in
 /// `attention_writing_q8_records_decodes_as_the_quantize_dispatch`, K-quant adds in
 /// tests/add_norm.rs), against the CPU backend's f32 logits. The fusion feeds the products the same 8-bit inputs but for rounding (the records
 /// of `x * w` rather than of `rms_norm(x)`, the norm's factor applied after the products), and
@@ -660,7 +662,7 @@ fn attention_writing_q8_records_decodes_as_the_quantize_dispatch() {
 /// `DECODE_REL_TOL` of the range, the mean over positions within a quarter more than the
 /// unfused decode's, and llama.cpp's greedy tokens over the confident prefix.
 #[test]
-fn the_ffn_norm_folded_into_its_neighbours_decodes_as_its_own_dispatch() {
+fn the_norms_folded_into_their_neighbours_decode_as_their_own_dispatches() {
     use tritium::backend::cpu::CpuBackend;
     use tritium::backend::gpu::GpuBackend;
     use tritium::formats::gguf::GgufFile;
@@ -689,6 +691,9 @@ fn the_ffn_norm_folded_into_its_neighbours_decodes_as_its_own_dispatch() {
                 "the integer-dot decode path is off on this adapter"
             );
             b.set_fuse_add_norm(fuse);
+            // Cut into pieces (a CPU adapter attends in one), so the decode attention
+            // combines in its own dispatch and takes the attention norm's record too.
+            b.set_attention_splits(Some(4));
             Box::new(b)
         };
         // The reference in one pass (the same logits as token by token, to f32 rounding).

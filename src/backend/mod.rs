@@ -77,6 +77,16 @@ pub enum Combine {
     SiluMul { len: usize },
     /// `residual += outs[0]` over `len` values; `outs[0]` is scratch.
     AddTo { residual: Tensor, len: usize },
+    /// The products are q, k and v (`outs[0..3]`): `rope(q, n_heads)`, `rope(k, n_kv_heads)`,
+    /// then `attention(layer, q, k, v, out, n_heads)` (Llama's attention). q, k and v are
+    /// scratch afterwards (a backend may leave them unnormed and apply the norm in the
+    /// attention).
+    Attention {
+        layer: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        out: Tensor,
+    },
 }
 
 /// The arguments of [`Backend::norm_bitlinear`] and [`Backend::norm_matmul`]: an RMSNorm, the
@@ -153,6 +163,21 @@ fn norm_product_steps<B: Backend + ?Sized>(
         Combine::AddTo { residual, len } => {
             b.elementwise(Elementwise::Add, residual, None, Some(c.outs[0]), len)
         }
+        Combine::Attention {
+            layer,
+            n_heads,
+            n_kv_heads,
+            out,
+        } => match c.outs {
+            [q, k, v] => {
+                b.rope(*q, n_heads)?;
+                b.rope(*k, n_kv_heads)?;
+                b.attention(layer, *q, *k, *v, out, n_heads)
+            }
+            _ => Err(crate::Error::Usage(format!(
+                "an attention {what} takes three weights (q, k, v)"
+            ))),
+        },
     }
 }
 

@@ -13,14 +13,25 @@ pub fn blocks<B: Backend>(m: &mut Model<B>, n: usize) -> Result<(), Error> {
     let b = &mut m.backend;
     b.embed(w.token_embd, s.x)?; // x: (n, dim)
     for (i, l) in w.layers.iter().enumerate() {
-        // Attention.
-        b.rms_norm(s.x, l.attn_norm, s.xb, n, c.dim, c.eps)?;
-        b.matmul(l.wq, s.xb, s.q, n)?; // (n, n_heads, head_dim)
-        b.matmul(l.wk, s.xb, s.k, n)?; // (n, n_kv_heads, head_dim)
-        b.matmul(l.wv, s.xb, s.v, n)?;
-        b.rope(s.q, c.n_heads)?;
-        b.rope(s.k, c.n_kv_heads)?;
-        b.attention(i, s.q, s.k, s.v, s.att, c.n_heads)?; // (n, n_heads, head_dim)
+        // Attention: q (n, n_heads, head_dim), k and v (n, n_kv_heads, head_dim) of the
+        // normed stream, RoPE on q and k, then attention over the cache into att
+        // (n, n_heads, head_dim).
+        b.norm_matmul(NormProducts {
+            x: s.x,
+            norm: l.attn_norm,
+            eps: c.eps,
+            dim: c.dim,
+            n,
+            normed: s.xb,
+            weights: &[l.wq, l.wk, l.wv],
+            outs: &[s.q, s.k, s.v],
+            combine: Combine::Attention {
+                layer: i,
+                n_heads: c.n_heads,
+                n_kv_heads: c.n_kv_heads,
+                out: s.att,
+            },
+        })?;
         b.matmul_add(l.wo, s.att, s.xb2, s.x, n, n * c.dim)?;
         // FFN: x += down(silu(gate(xn)) * up(xn)), xn = rms_norm(x).
         b.norm_matmul(NormProducts {

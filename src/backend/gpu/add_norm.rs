@@ -1,28 +1,34 @@
-//! Llama's FFN norm folded into its neighbours (one-token passes on the integer-dot path):
-//! the residual add before the norm writes the norm's record, the gate and up products read
-//! it, and the gated product after them applies the norm's factor, so the norm has no dispatch
-//! of its own (one dependent dispatch fewer a layer).
+//! Llama's norms folded into their neighbours (one-token passes on the integer-dot path): the
+//! residual add before a norm writes the norm's record, the products of the norm read it,
+//! and the op after them applies the norm's factor, so the norm has no dispatch of its own
+//! (one dependent dispatch fewer a layer for each norm folded).
 //!
 //! The norm is `xn = x * w / rms(x)`, and the q8 record of `xn` is that of `x * w` with every
 //! block's scale divided by `rms(x)` (the int8 values are the same but where a product lands
-//! within a rounding of a half step). So the attention output's product, which adds into the
-//! residual `x`, also writes the record of `x * w` and each block's sum of squares of `x`
-//! (`q8_matvec_add_norm`: a workgroup owns one q8 block of 32 rows, no workgroup waits for
-//! another); the gate and up products of that record are `gate(xn) * rms(x)` and
-//! `up(xn) * rms(x)` (plain integer-dot products); and the dispatch that makes `silu(gate) *
-//! up` and its records for `ffn_down` takes `1 / rms(x)` from the blocks' sums and applies it
-//! to both first (`QuantizeQ8Op::silu_mul_norm`). The factor is reduced in that dispatch's few
-//! workgroups: applied in the gate and up products themselves, every one of their thousands of
-//! workgroups would reduce it (measured slower than the norm's own dispatch on the H200,
-//! BENCHMARKS.md).
+//! within a rounding of a half step). So the product that adds into the residual `x` also
+//! writes the record of `x * w` and each block's sum of squares of `x` (`q8_matvec_add_norm`:
+//! a workgroup owns one q8 block of 32 rows, no workgroup waits for another); the products of
+//! that record are those of `xn` times `rms(x)` (plain integer-dot products); and the op that
+//! reads them takes `1 / rms(x)` from the blocks' sums and applies it first:
+//!
+//! - the FFN norm (after the attention output's product): the dispatch that makes
+//!   `silu(gate) * up` and its records for `ffn_down` (`QuantizeQ8Op::silu_mul_norm`);
+//! - the attention norm (after the previous layer's `ffn_down`; the first layer's follows the
+//!   embedding and keeps its dispatch): the decode attention, to q, k and v as it loads them
+//!   (`attention_norm.wgsl`), where it combines its pieces in its own dispatch
+//!   ([`crate::gpu::ops::AttentionOp::takes_norm`]).
+//!
+//! The factor is reduced in those dispatches' few workgroups: applied in the products
+//! themselves, every one of their thousands of workgroups would reduce it (measured slower
+//! than the norm's own dispatch on the H200, BENCHMARKS.md).
 //!
 //! The backend sees the add before the norm: a one-token integer-dot product added to its
 //! residual is held back ([`PendingAdd`]) and recorded plain by whatever op comes next
 //! (`flush_pending`, `step`), unless that is a [`crate::backend::Backend::norm_matmul`] of the
-//! residual with Llama's gated combination, whose products the fusion fits. Its normed rows and
-//! the up product are then never written in f32, and an op that reads them is an error
+//! residual that the fusion fits ([`GpuBackend::fold_of`]). Its normed rows and the products
+//! before the factor are then never written in f32, and an op that reads them is an error
 //! ([`GpuBackend::check_readable`]); the gate's output holds the gated product, as the
-//! unfused ops leave it.
+//! unfused ops leave it, and the attention's output is the attention's.
 
 use super::{GpuBackend, Key, Step};
 use crate::backend::{Combine, NormProducts, Tensor, Weight};
@@ -51,10 +57,27 @@ pub(super) struct NormSource {
     pub(super) normed: Tensor,
 }
 
+/// Where a norm folded into the residual add before it applies its factor.
+#[derive(Copy, Clone)]
+enum Fold {
+    /// Llama's gated FFN: the gated product (`SiluMulQuantizeQ8Norm`) applies it to gate
+    /// and up.
+    GatedFfn { len: usize },
+    /// Llama's attention inputs: the decode attention applies it to q, k and v
+    /// (`attention_norm.wgsl`).
+    Attention {
+        layer: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        out: Tensor,
+    },
+}
+
 impl GpuBackend {
-    /// Fold the FFN norm into the residual add before it and the gated product after it
-    /// where the weights allow (the default; the same products up to rounding), or keep it in
-    /// a dispatch of its own (for comparisons).
+    /// Fold Llama's norms into the residual add before them and the op after their products
+    /// (the gated product, the decode attention) where the weights and the attention allow
+    /// (the default; the same products up to rounding), or keep each in a dispatch of its own
+    /// (for comparisons).
     pub fn set_fuse_add_norm(&mut self, on: bool) {
         self.fuse_add_norm = on;
         self.tapes.clear();
@@ -89,41 +112,69 @@ impl GpuBackend {
         }
     }
 
-    /// Whether `c` is a one-token gated FFN of the held add's residual that the fusion fits:
-    /// integer-dot gate and up products of the normed rows, the add's rows the norm's width, a
-    /// gated product of whole q8 blocks.
-    fn add_norm_fits(&self, c: &NormProducts<'_>) -> bool {
-        let (Some(a), [gate, up], [g, u], Combine::SiluMul { len }) =
-            (&self.pending_add, c.weights, c.outs, c.combine)
-        else {
-            return false;
-        };
+    /// Where the norm of `c` folds, if it does: `c` is a one-token norm_matmul of the held
+    /// add's residual (the add's rows the norm's width) whose products are integer-dot ones of
+    /// the normed rows, with distinct outputs, and either Llama's gated FFN (a gated product
+    /// of whole q8 blocks) or its attention inputs (an attention that takes a norm record).
+    fn fold_of(&self, c: &NormProducts<'_>) -> Option<Fold> {
+        let a = self.pending_add.as_ref()?;
         let w = |w: &Weight| &self.weights[w.0 as usize];
-        let (wg, wu) = (w(gate), w(up));
-        self.fuse_add_norm
+        let outs_distinct = c
+            .outs
+            .iter()
+            .enumerate()
+            .all(|(i, o)| !c.outs[..i].contains(o) && ![c.x, c.norm, c.normed].contains(o));
+        let fits = self.fuse_add_norm
             && self.fuse_norm_q8
             && self.n_tokens == 1
             && c.n == 1
             && a.residual == c.x
             && w(&a.w).rows as usize == c.dim
-            && self.uses_q8(*gate, 1)
-            && self.uses_q8(*up, 1)
-            && wg.cols as usize == c.dim
-            && wu.cols as usize == c.dim
-            && wg.rows == wu.rows
-            && len == wg.rows as usize
-            && len % 32 == 0
-            && g != u
-            && [c.x, c.norm, c.normed].iter().all(|t| t != g && t != u)
             && c.normed != c.x
+            && outs_distinct
+            && c.weights.len() == c.outs.len()
+            && c.weights
+                .iter()
+                .all(|p| self.uses_q8(*p, 1) && w(p).cols as usize == c.dim);
+        if !fits {
+            return None;
+        }
+        match (c.weights, c.combine) {
+            ([gate, up], Combine::SiluMul { len })
+                if w(gate).rows == w(up).rows && len == w(gate).rows as usize && len % 32 == 0 =>
+            {
+                Some(Fold::GatedFfn { len })
+            }
+            (
+                [_, _, _],
+                Combine::Attention {
+                    layer,
+                    n_heads,
+                    n_kv_heads,
+                    out,
+                },
+            ) if !c.outs.contains(&out)
+                && ![c.x, c.norm, c.normed].contains(&out)
+                && self.cache.as_ref().map(|k| k.n_kv_heads as usize) == Some(n_kv_heads)
+                && self.attention_takes_norm(n_heads) =>
+            {
+                Some(Fold::Attention {
+                    layer,
+                    n_heads,
+                    n_kv_heads,
+                    out,
+                })
+            }
+            _ => None,
+        }
     }
 
-    /// [`crate::backend::Backend::norm_matmul`]: fused where [`Self::add_norm_fits`], else as
-    /// separate ops.
+    /// [`crate::backend::Backend::norm_matmul`]: fused where [`Self::fold_of`] finds a fold,
+    /// else as separate ops.
     pub(super) fn norm_matmul_gpu(&mut self, c: &NormProducts<'_>) -> Result<(), Error> {
-        if !self.add_norm_fits(c) {
+        let Some(fold) = self.fold_of(c) else {
             return crate::backend::norm_matmul_steps(self, c);
-        }
+        };
         let add = self.pending_add.take().ok_or_else(|| {
             GpuError::Validation("the residual add before a fused norm went missing".into())
         })?;
@@ -152,39 +203,71 @@ impl GpuBackend {
         self.wrote(add.residual);
         self.wrote(c.normed);
         self.stale.push(c.normed);
-        // Gate and up from the record (in one dispatch where they pair).
-        let ([gate, up], [g, u]) = (c.weights, c.outs) else {
-            return Err(
-                GpuError::Validation("a gated norm_matmul without two weights".into()).into(),
-            );
-        };
-        self.wrote(*g);
-        self.wrote(*u);
-        if self.pair_q8 && can_pair(&self.weights[gate.0 as usize], &self.weights[up.0 as usize]) {
-            self.record_q8_pair(*gate, *up, c.normed, (*g, *u), record.clone(), true)?;
-        } else {
-            self.record_q8_product_from(*gate, c.normed, *g, record.clone(), false, true)?;
-            self.record_q8_product_from(*up, c.normed, *u, record.clone(), false, true)?;
+        // The products from the record (the first two in one dispatch where they pair).
+        for &o in c.outs {
+            self.wrote(o);
         }
-        // Both hold products of the unscaled record until the gated product: the gate's is
-        // then the gated product, the up's scratch.
-        self.stale.extend([*g, *u]);
-        let Combine::SiluMul { len } = c.combine else {
-            return Err(
-                GpuError::Validation("a fused norm_matmul that is not gated".into()).into(),
-            );
+        let (first, second) = match (c.weights, c.outs) {
+            ([a, b, ..], [oa, ob, ..]) => ((*a, *oa), (*b, *ob)),
+            _ => {
+                return Err(
+                    GpuError::Validation("a fused norm_matmul without two weights".into()).into(),
+                )
+            }
         };
-        self.pending_silu = Some(super::q8_inputs::PendingSilu {
-            gate: *g,
-            up: *u,
-            len,
-            norm: Some(NormSource {
-                record,
-                cols: c.dim,
-                normed: c.normed,
-            }),
-        });
-        Ok(())
+        let w = |w: Weight| &self.weights[w.0 as usize];
+        if self.pair_q8 && can_pair(w(first.0), w(second.0)) {
+            self.record_q8_pair(
+                first.0,
+                second.0,
+                c.normed,
+                (first.1, second.1),
+                record.clone(),
+                true,
+            )?;
+        } else {
+            self.record_q8_product_from(first.0, c.normed, first.1, record.clone(), false, true)?;
+            self.record_q8_product_from(second.0, c.normed, second.1, record.clone(), false, true)?;
+        }
+        for (&p, &o) in c.weights.iter().zip(c.outs).skip(2) {
+            self.record_q8_product_from(p, c.normed, o, record.clone(), false, true)?;
+        }
+        // The outputs hold products of the unscaled record (stale: an op that reads them
+        // fails) until the op that applies the norm's factor.
+        let norm = NormSource {
+            record,
+            cols: c.dim,
+            normed: c.normed,
+        };
+        match fold {
+            // The gated product applies it: the gate's output is then the gated product, the
+            // up's scratch.
+            Fold::GatedFfn { len } => {
+                self.stale.extend(c.outs);
+                self.pending_silu = Some(super::q8_inputs::PendingSilu {
+                    gate: first.1,
+                    up: second.1,
+                    len,
+                    norm: Some(norm),
+                });
+                Ok(())
+            }
+            // The attention applies it to q, k and v as it loads them (RoPE, linear, may come
+            // before it); they stay unscaled.
+            Fold::Attention {
+                layer,
+                n_heads,
+                n_kv_heads,
+                out,
+            } => {
+                let [q, k, v] = [c.outs[0], c.outs[1], c.outs[2]];
+                self.note_rope(q, n_heads)?;
+                self.note_rope(k, n_kv_heads)?;
+                self.record_attention(layer, [q, k, v, out], n_heads, Some(norm))?;
+                self.stale.extend([q, k, v]);
+                Ok(())
+            }
+        }
     }
 
     /// The norm record buffer of `x` (rows of `cols`, norm eps `eps`), made on first use.

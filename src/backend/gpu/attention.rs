@@ -9,6 +9,7 @@
 //! with that product: its combine dispatch also writes the output's q8 records, so the
 //! product's quantization dispatch goes (`attention.wgsl`'s quantized combine).
 
+use super::add_norm::NormSource;
 use super::{GpuBackend, Key, Step};
 use crate::backend::Tensor;
 use crate::gpu::ops::{AttentionBuffers, AttentionCall, AttentionOp, RopeOp};
@@ -16,12 +17,14 @@ use crate::gpu::GpuError;
 use crate::Error;
 
 /// A one-token attention not recorded yet (the next op may take its output's q8 records).
-#[derive(Copy, Clone)]
+#[derive(Clone)]
 pub(super) struct PendingAttention {
     layer: usize,
     tensors: [Tensor; 4],
     n_heads: usize,
     fold: bool,
+    /// q, k and v are products of this norm record, whose factor the attention applies.
+    norm: Option<NormSource>,
 }
 
 impl GpuBackend {
@@ -119,11 +122,15 @@ impl GpuBackend {
         self.tapes.clear();
     }
 
+    /// Record an attention (held for the next op where it may write that op's q8 records):
+    /// of q, k and v as they are, or (`norm`) of products of a norm record whose factor it
+    /// applies ([`super::add_norm`]; only where [`Self::attention_takes_norm`]).
     pub(super) fn record_attention(
         &mut self,
         layer: usize,
         [q, k, v, out]: [Tensor; 4],
         n_heads: usize,
+        norm: Option<NormSource>,
     ) -> Result<(), Error> {
         let fold = self.ropes_fold_into(q, k, n_heads);
         if fold {
@@ -136,6 +143,7 @@ impl GpuBackend {
             tensors: [q, k, v, out],
             n_heads,
             fold,
+            norm,
         };
         if self.attention_quantizes(n_heads) {
             // Recorded with the next op, which may take its records.
@@ -143,6 +151,20 @@ impl GpuBackend {
             return Ok(());
         }
         self.record_attention_now(a, None)
+    }
+
+    /// Whether a one-token attention over `n_heads` query heads can take q, k and v as
+    /// products of a norm record and apply the norm's factor ([`AttentionOp::takes_norm`]).
+    pub(super) fn attention_takes_norm(&self, n_heads: usize) -> bool {
+        self.cache.as_ref().is_some_and(|cache| {
+            AttentionOp::takes_norm(
+                &self.ctx,
+                cache,
+                n_heads as u32,
+                self.attention_splits,
+                self.combine_in_attend,
+            )
+        })
     }
 
     /// Whether a one-token attention over `n_heads` query heads can write the q8 records of
@@ -168,13 +190,15 @@ impl GpuBackend {
         records: &wgpu::Buffer,
     ) -> Result<bool, Error> {
         let head_dim = self.cache.as_ref().map_or(0, |c| c.head_dim as usize);
-        match self.pending_attention {
+        match self.pending_attention.take() {
             Some(a) if a.tensors[3] == x && a.n_heads * head_dim == cols => {
-                self.pending_attention = None;
                 self.record_attention_now(a, Some(records.clone()))?;
                 Ok(true)
             }
-            _ => Ok(false),
+            other => {
+                self.pending_attention = other;
+                Ok(false)
+            }
         }
     }
 
@@ -188,11 +212,19 @@ impl GpuBackend {
             tensors: [q, k, v, out],
             n_heads,
             fold,
+            norm,
         } = a;
         let n = self.n_tokens as u32;
         let splits = self.attention_splits;
         let combine_in_attend = self.combine_in_attend;
-        let key = Key::Attention(layer, [q, k, v, out], n_heads, fold, records.is_some());
+        let key = Key::Attention(
+            layer,
+            [q, k, v, out],
+            n_heads,
+            fold,
+            records.is_some(),
+            norm.is_some(),
+        );
         self.step(key, move |s| {
             let io = AttentionBuffers {
                 q: s.buf(q),
@@ -200,6 +232,7 @@ impl GpuBackend {
                 v: s.buf(v),
                 out: s.buf(out),
                 records: records.as_ref(),
+                norm: norm.as_ref().map(|n| (&n.record, n.cols as u32)),
             };
             let rope = match (fold, &s.rope) {
                 (false, _) => None,

@@ -170,7 +170,7 @@ impl GpuBackend {
                 }
                 (NormBitLinearMode::Residual, vec![residual])
             }
-            Combine::SiluMul { .. } => return None,
+            Combine::SiluMul { .. } | Combine::Attention { .. } => return None,
         };
         if NormBitLinearOp::unsupported(&self.ctx, &ws, c.dim as u32, mode).is_some() {
             return None;

@@ -108,9 +108,11 @@ pub struct GpuBackend {
     /// reading them is an error.
     stale: Vec<Tensor>,
     /// A one-token integer-dot product added to its residual, not recorded yet: if the next
-    /// op is Llama's gated FFN of the residual, the add also writes its norm's record.
+    /// op is Llama's gated FFN or attention inputs of the residual, the add also writes its
+    /// norm's record.
     pending_add: Option<PendingAdd>,
-    /// Fold Llama's FFN norm into the add before it and the gated product after it.
+    /// Fold Llama's norms into the add before them and the gated product or the attention
+    /// after them.
     fuse_add_norm: bool,
     /// A one-token integer-dot product not recorded yet (weight, input, output): the next
     /// product of the same input joins it in one dispatch where the weights allow
@@ -581,7 +583,7 @@ impl Backend for GpuBackend {
         for t in [q, k, v] {
             self.check_readable(t)?;
         }
-        self.record_attention(layer, [q, k, v, out], n_heads)
+        self.record_attention(layer, [q, k, v, out], n_heads, None)
     }
 
     fn elementwise(

@@ -60,8 +60,9 @@ pub(super) enum Key {
     /// writes the norm record of the sum for the RMSNorm (weight, output, eps bits) after it.
     MatvecQ8AddNorm(Weight, Tensor, Tensor, Tensor, Tensor, u32),
     Rope(Tensor, usize),
-    /// Layer, q/k/v/out, query heads, RoPE folded in, the output's q8 records written too.
-    Attention(usize, [Tensor; 4], usize, bool, bool),
+    /// Layer, q/k/v/out, query heads, RoPE folded in, the output's q8 records written too,
+    /// q/k/v products of a norm record whose factor the attention applies.
+    Attention(usize, [Tensor; 4], usize, bool, bool, bool),
     Elementwise(Elementwise, Tensor, Option<Tensor>, Option<Tensor>, usize),
     CopyRow(Tensor, usize, usize, Tensor),
     TopK(Tensor, usize, usize, usize),
@@ -337,8 +338,9 @@ impl GpuBackend {
                 format!("rms_norm+bitlinear {mode:?} {}", shapes.join(" + "))
             }
             Key::Rope(_, heads) => format!("rope {n}x{heads} heads"),
-            Key::Attention(_, _, heads, rope, q8) => format!(
-                "attention{}{} {n}x{heads} heads",
+            Key::Attention(_, _, heads, rope, q8, norm) => format!(
+                "{}attention{}{} {n}x{heads} heads",
+                if *norm { "rms_norm factor+" } else { "" },
                 if *rope { "+rope" } else { "" },
                 if *q8 { "+quantize_q8" } else { "" }
             ),

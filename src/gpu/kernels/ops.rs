@@ -39,6 +39,14 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../shaders/attention_partials_coherent.wgsl"),
     ),
     (
+        "attention_norm.wgsl",
+        include_str!("../../../shaders/attention_norm.wgsl"),
+    ),
+    (
+        "attention_norm_none.wgsl",
+        include_str!("../../../shaders/attention_norm_none.wgsl"),
+    ),
+    (
         "attention.wgsl",
         include_str!("../../../shaders/attention.wgsl"),
     ),
@@ -88,6 +96,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
                 "q8_quarter.wgsl",
                 "attention_params.wgsl",
                 "attention_partials.wgsl",
+                "attention_norm_none.wgsl",
                 "attention.wgsl",
                 "attention_combine.wgsl",
             ],
@@ -101,6 +110,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
                 "q8_quarter.wgsl",
                 "attention_params.wgsl",
                 "attention_partials_coherent.wgsl",
+                "attention_norm.wgsl",
                 "attention.wgsl",
                 "attention_combine.wgsl",
             ],

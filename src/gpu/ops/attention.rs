@@ -41,7 +41,10 @@ gpu_uniform! {
         pub fused: u32,
         /// Combine: 1 also writes the output's q8 records (into binding 9).
         pub quantize: u32,
-        pub pad1: u32,
+        /// Decode attend ([`Kernel::AttentionDecode`]): q, k and v are products of a norm
+        /// record of rows of this many values, whose factor the attend applies
+        /// (`attention_norm.wgsl`); else 0.
+        pub norm_cols: u32,
         pub pad2: u32,
     }
 }
@@ -171,6 +174,11 @@ pub struct AttentionBuffers<'a> {
     /// Also the int8 records of `out` (`crate::gpu::q8`'s layout, rows of `n_heads *
     /// head_dim` values), written by the combine: only where [`AttentionOp::quantizes`].
     pub records: Option<&'a wgpu::Buffer>,
+    /// q, k and v are products of this norm record of rows of `.1` values
+    /// ([`crate::gpu::q8::q8_matvec_add_norm`]), not of the normed rows: the attend applies
+    /// the norm's factor to them. Only for a decode that combines in the attend
+    /// ([`AttentionOp::takes_norm`]).
+    pub norm: Option<(&'a wgpu::Buffer, u32)>,
 }
 
 /// What one attention call covers.
@@ -289,6 +297,18 @@ impl AttentionOp {
                 u64::from(n_tokens) * crate::gpu::q8::record_bytes(cols),
             )?;
         }
+        if let Some((b, cols)) = io.norm {
+            check(cols > 0 && cols % 32 == 0, || {
+                format!(
+                    "a norm record of rows of {cols} values in attention (needs a multiple of 32)"
+                )
+            })?;
+            need(
+                "attention norm record",
+                b,
+                crate::gpu::q8::norm_record_bytes(cols),
+            )?;
+        }
         if let Some(t) = rope {
             check(t.config.head_dim as u32 == d, || {
                 format!(
@@ -311,6 +331,9 @@ impl AttentionOp {
             true => Some(ctx.kernel(Kernel::AttentionDecode, Some(wg))?),
             false => None,
         };
+        check(io.norm.is_none() || in_attend, || {
+            "a norm folded into the attention of a pass that does not decode in one dispatch".into()
+        })?;
         let params = |mode| AttentionParams {
             mode,
             n_tokens,
@@ -329,6 +352,7 @@ impl AttentionOp {
                 io.records.is_some()
                     && (mode == MODE_COMBINE || (in_attend && mode == MODE_ATTEND)),
             ),
+            norm_cols: io.norm.map_or(0, |(_, cols)| cols),
             ..Default::default()
         };
         let max_dim = ctx.limits.max_compute_workgroups_per_dimension;
@@ -413,7 +437,8 @@ impl AttentionOp {
             grid(append_threads.div_ceil(wg), max_dim),
         );
         // The decode attend that combines its pieces itself: the attend's bindings, then the
-        // records and the arrival counters (zero, and zero again after every dispatch).
+        // records, the arrival counters (zero, and zero again after every dispatch) and the
+        // norm record (without one, the RoPE table: read-only, like the norm).
         let mut arrivals = None;
         let decode_attend = match decode_pipeline {
             Some(dp) => {
@@ -425,6 +450,7 @@ impl AttentionOp {
                 let mut bindings = vec![&*u];
                 bindings.extend(attend_bindings);
                 bindings.extend([io.records.unwrap_or(&spare), &*counts]);
+                bindings.push(io.norm.map_or(freqs, |(b, _)| b));
                 let bind_group = ctx.bind(&dp, &bindings);
                 Some((
                     u,
@@ -537,6 +563,22 @@ impl AttentionOp {
     /// `@coherent`: the browser keeps the combine's own dispatch).
     pub fn combines_in_attend(ctx: &GpuContext) -> bool {
         !cfg!(target_arch = "wasm32") && ctx.features.coherent
+    }
+
+    /// Whether a one-token attention of `n_heads` query heads over `cache`, cut as `splits`
+    /// asks ([`Self::pieces`]), takes q, k and v as products of a norm record
+    /// ([`AttentionBuffers::norm`]): where it combines its pieces in the attend dispatch, whose
+    /// kernel alone has the binding (the others keep to WebGPU's 8 storage buffers a stage).
+    pub fn takes_norm(
+        ctx: &GpuContext,
+        cache: &KvCache,
+        n_heads: u32,
+        splits: Option<u32>,
+        combine_in_attend: bool,
+    ) -> bool {
+        combine_in_attend
+            && Self::combines_in_attend(ctx)
+            && Self::pieces(ctx, cache, 1, n_heads, splits) > 1
     }
 
     /// Whether an attention cut into `n_splits` pieces over heads of `head_dim` can write the

@@ -14,7 +14,7 @@ use crate::gpu::ops::{
     ArgmaxOp, AttentionBuffers, AttentionCall, AttentionOp, Elementwise, ElementwiseOp, KvCache,
     KvDtype, Position, RmsNormOp, RopeOp, RopeTable, SoftmaxOp, TopKOp,
 };
-use crate::gpu::q8::record_bytes;
+use crate::gpu::q8::{norm_record_bytes, record_bytes};
 use crate::gpu::GpuContext;
 
 pub const CHECKS: &[Check] = &[
@@ -343,7 +343,11 @@ async fn attention_cases(
         }
         let v = rng.vec(total * n_kv * d, 1.0);
         let q = rng.vec(n_tokens * n_heads * d, 3.0);
-        let (got, records) = run_attention(
+        let Attended {
+            out: got,
+            records,
+            from_norm,
+        } = run_attention(
             ctx,
             dtype,
             (max_ctx, pos0, n_tokens, splits),
@@ -387,40 +391,48 @@ async fn attention_cases(
         let v_abs: Vec<f32> = v_ref.iter().map(|x| x.abs()).collect();
         let a = cpu::attention(&q, &k_ref, &v_abs, pos0, shape);
         let scale = 1.0 / (d as f64).sqrt();
-        let mut bound = vec![0.0; want.len()];
-        for (row, qh) in q.chunks(d).enumerate() {
-            let (t, h) = (row / n_heads, row % n_heads);
-            let kvh = h / (n_heads / n_kv);
-            let keys = pos0 + t + 1;
-            let rqh = &rq[row * d..][..d];
-            let (mut c, mut rot) = (0.0f64, 0.0f64);
-            for j in 0..keys {
-                let at = (j * n_kv + kvh) * d;
-                let (kr, rkj) = (&k_ref[at..][..d], &rk[at..][..d]);
-                let mut dot = 0.0;
-                let mut moved = 0.0;
-                for i in 0..d {
-                    let (x, y) = (f64::from(qh[i].abs()), f64::from(kr[i].abs()));
-                    dot += x * y;
-                    moved += rqh[i] * (y + rkj[i]) + x * rkj[i];
+        // `un`: the relative error of q, k and v beyond the reference's (0, or a norm's
+        // factor applied in the kernel).
+        let bound_with = |un: f64| {
+            let mut bound = vec![0.0; want.len()];
+            for (row, qh) in q.chunks(d).enumerate() {
+                let (t, h) = (row / n_heads, row % n_heads);
+                let kvh = h / (n_heads / n_kv);
+                let keys = pos0 + t + 1;
+                let rqh = &rq[row * d..][..d];
+                let (mut c, mut rot) = (0.0f64, 0.0f64);
+                for j in 0..keys {
+                    let at = (j * n_kv + kvh) * d;
+                    let (kr, rkj) = (&k_ref[at..][..d], &rk[at..][..d]);
+                    let mut dot = 0.0;
+                    let mut moved = 0.0;
+                    for i in 0..d {
+                        let (x, y) = (f64::from(qh[i].abs()), f64::from(kr[i].abs()));
+                        dot += x * y;
+                        moved += rqh[i] * (y + rkj[i]) + x * rkj[i];
+                    }
+                    c = c.max(scale * dot);
+                    rot = rot.max(scale * moved);
                 }
-                c = c.max(scale * dot);
-                rot = rot.max(scale * moved);
+                let q_tiny = if coop { d as f64 * tiny * k_max } else { 0.0 };
+                let ds = c * (u + 2.0 * un + u_q + sum_eps * (d as f64 + 2.0) * EPS) + q_tiny + rot;
+                let rel = (2.0 * ds).exp_m1()
+                    + u
+                    + un
+                    + u_q
+                    + (3.0 + 6.0 * c + 2.0 * keys as f64 + 16.0) * EPS;
+                let abs = if coop {
+                    keys as f64 * tiny * v_max
+                } else {
+                    0.0
+                };
+                for i in 0..d {
+                    let at = row * d + i;
+                    bound[at] = f64::from(a[at]) * rel + want[at].abs() * EPS + abs;
+                }
             }
-            let q_tiny = if coop { d as f64 * tiny * k_max } else { 0.0 };
-            let ds = c * (u + u_q + sum_eps * (d as f64 + 2.0) * EPS) + q_tiny + rot;
-            let rel =
-                (2.0 * ds).exp_m1() + u + u_q + (3.0 + 6.0 * c + 2.0 * keys as f64 + 16.0) * EPS;
-            let abs = if coop {
-                keys as f64 * tiny * v_max
-            } else {
-                0.0
-            };
-            for i in 0..d {
-                let at = row * d + i;
-                bound[at] = f64::from(a[at]) * rel + want[at].abs() * EPS + abs;
-            }
-        }
+            bound
+        };
         let roped = rope.map_or(String::new(), |c| {
             format!(", RoPE {:?} {}/{}", c.style, c.rot_dim, c.head_dim)
         });
@@ -429,7 +441,14 @@ async fn attention_cases(
              {n_tokens} tokens at {pos0}, splits {splits:?}{roped}{}",
             if coop { ", cooperative matrices" } else { "" }
         );
-        stats.merge(compare(&what, &got, &want, &bound)?);
+        stats.merge(compare(&what, &got, &want, &bound_with(0.0))?);
+        // From a norm record (q, k, v 8 times larger, the factor 1/8 applied by the kernel):
+        // the factor within 2 ulp (inverseSqrt), its product rounded, so 4 eps more on each
+        // of q, k and v (`un`); not applied to any one of them, the output is far off.
+        if let Some(from_norm) = from_norm {
+            let what = format!("{what}, q/k/v from a norm record");
+            stats.merge(compare(&what, &from_norm, &want, &bound_with(4.0 * EPS))?);
+        }
         // The combine's q8 records of the output: those the CPU makes of the f32 output the
         // kernel wrote (QuantizeQ8's check and tolerances).
         if let Some(records) = records {
@@ -445,9 +464,18 @@ fn to_f16(x: &[f32]) -> Vec<f32> {
     x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
 }
 
+/// What [`run_attention`] read back: the output, its q8 records where the op writes them (cut
+/// into pieces, [`AttentionOp::quantizes`]), and the output of the same decode from q, k and v
+/// given as products of a norm record ([`AttentionOp::takes_norm`]: where it combines in the
+/// attend).
+struct Attended {
+    out: Vec<f32>,
+    records: Option<Vec<u8>>,
+    from_norm: Option<Vec<f32>>,
+}
+
 /// Fill positions `0..pos0` of a fresh cache with the first rows of `k`, `v`, then append the
-/// rest and attend for `q`; returns the attention output, and the q8 records of it where the
-/// op can write them (cut into pieces, [`AttentionOp::quantizes`]).
+/// rest and attend for `q`.
 async fn run_attention(
     ctx: &GpuContext,
     dtype: KvDtype,
@@ -455,7 +483,7 @@ async fn run_attention(
     shape: cpu::AttentionShape,
     rope: Option<&RopeTable>,
     [q, k, v]: [&[f32]; 3],
-) -> Result<(Vec<f32>, Option<Vec<u8>>), String> {
+) -> Result<Attended, String> {
     let (n_heads, n_kv, d) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
     let cache = KvCache::new(ctx, 1, max_ctx, n_kv as u32, d as u32, dtype).map_err(gpu_err)?;
     let position = Position::new(ctx, 0);
@@ -472,6 +500,7 @@ async fn run_attention(
             v: &vb,
             out: &ob,
             records: None,
+            norm: None,
         };
         let call = AttentionCall {
             layer: 0,
@@ -501,6 +530,7 @@ async fn run_attention(
         v: &vb,
         out: &out,
         records: records.as_ref(),
+        norm: None,
     };
     let call = AttentionCall {
         layer: 0,
@@ -563,8 +593,44 @@ async fn run_attention(
             }
         }
     }
+    // And the same decode with q, k and v 8 times larger, as products of a norm record whose
+    // factor is 1/8 (one block of 32 values whose squares sum to 2048, eps 0: 1 / sqrt(2048 /
+    // 32)), applied by the kernel as it loads them.
+    let from_norm = match in_attend {
+        true => {
+            let cols = 32u32;
+            let mut record = vec![0f32; norm_record_bytes(cols) as usize / 4];
+            let sums = record.len() - 8; // the block sums' vec4, then the eps vec4 (0)
+            record[sums] = 2048.0;
+            let rb = upload_f32(ctx, "norm_record", &record)?;
+            let times8 =
+                |x: &[f32]| upload_f32(ctx, "x8", &x.iter().map(|v| v * 8.0).collect::<Vec<_>>());
+            let (q8, k8, v8) = (
+                times8(q)?,
+                times8(&k[pos0 * row..])?,
+                times8(&v[pos0 * row..])?,
+            );
+            poison_outputs();
+            let io = AttentionBuffers {
+                q: &q8,
+                k: &k8,
+                v: &v8,
+                out: &out,
+                records: records.as_ref(),
+                norm: Some((&rb, cols)),
+            };
+            let op = AttentionOp::new(ctx, &cache, &position, io, call).map_err(gpu_err)?;
+            submit(ctx, |pass| op.record(pass));
+            Some(read_f32(ctx, &out, q.len()).await?)
+        }
+        false => None,
+    };
     let records = got_records.map(|r| bytemuck::cast_slice(&r).to_vec());
-    Ok((got, records))
+    Ok(Attended {
+        out: got,
+        records,
+        from_norm,
+    })
 }
 
 /// Rows of one workgroup (up to 2048 columns) and rows split into chunks (2560 = 2 chunks,

@@ -110,8 +110,19 @@ function downloadProgress(onProgress) {
 }
 
 /**
- * The hash workers of a download (null: hash in the download's own thread). Default: one per
- * file fetched at once, leaving a core to the download itself (one on a 2-core machine).
+ * In a worker, the hash pool kept for the next download rather than closed after each: in
+ * Chromium, a worker terminated just after it ended workers of its own can hang, its thread
+ * never ending (pages end their model worker right after a cancelled or failed load: the chat
+ * demo's Cancel hung like that about one time in ten, tests/browser/run-demos.mjs). Kept, its
+ * hash workers end with the worker that made them. On the main thread the pool is closed
+ * after each download, as nothing terminates the page.
+ */
+let keptPool = null;
+
+/**
+ * The hash workers of a download (null: hash in the download's own thread), and whether the
+ * download leaves them running (`keep`, in a worker: `keptPool`). Default: one per file
+ * fetched at once, leaving a core to the download itself (one on a 2-core machine).
  */
 function hashPoolFor(opts) {
   const asked = opts.download?.hashWorkers ?? opts.hashWorkers;
@@ -123,7 +134,14 @@ function hashPoolFor(opts) {
   if (asked === 0 || typeof Worker === 'undefined' || !(module instanceof WebAssembly.Module)) return null;
   const parallel = opts.download?.concurrency ?? opts.concurrency ?? 4;
   const cores = globalThis.navigator?.hardwareConcurrency || 2;
-  return new HashPool(asked ?? Math.max(1, Math.min(parallel, cores - 1)), module);
+  const size = asked ?? Math.max(1, Math.min(parallel, cores - 1));
+  const inWorker = typeof WorkerGlobalScope !== 'undefined' && globalThis instanceof WorkerGlobalScope;
+  if (!inWorker) return { pool: new HashPool(size, module), keep: false };
+  if (keptPool?.size !== size || keptPool.failure !== null) {
+    keptPool?.close();
+    keptPool = new HashPool(size, module);
+  }
+  return { pool: keptPool, keep: true };
 }
 
 /**
@@ -134,7 +152,8 @@ function hashPoolFor(opts) {
 export async function download(source, opts = {}) {
   await initWasm();
   const url = new URL(String(source), globalThis.location?.href).href;
-  const hashPool = hashPoolFor(opts);
+  const hashes = hashPoolFor(opts);
+  const hashPool = hashes?.pool ?? null;
   try {
     const summary = await call(() =>
       wasm.opfs_download(url, {
@@ -150,7 +169,7 @@ export async function download(source, opts = {}) {
     );
     return { id: summary.name, ...summary };
   } finally {
-    hashPool?.close();
+    if (hashes && !hashes.keep) hashPool.close();
   }
 }
 

@@ -65,58 +65,21 @@ fn fused_norms_leave_the_decode_tape_and_keep_the_logits() {
     // record, whose q + k and v products follow, and its attention applies the factor; the
     // first attention norm and the head's keep their dispatches.
     let count = |ops: &[String], what: &str| ops.iter().filter(|o| o.contains(what)).count();
-    assert_eq!(
-        count(&ops_fused, "+add+norm record Q4_K 2048x2048"),
-        2,
-        "{ops_fused:#?}"
-    );
-    assert_eq!(
-        count(&ops_fused, "+add+norm record Q6_K 2048x8192"),
-        1,
-        "{ops_fused:#?}"
-    );
-    assert_eq!(
-        count(
-            &ops_fused,
-            "matvec_q8 Q4_K 2048x2048 + Q4_K 512x2048 (norm record)"
-        ),
-        1,
-        "{ops_fused:#?}"
-    );
-    assert_eq!(
-        count(&ops_fused, "matvec_q8 Q6_K 512x2048 (norm record)"),
-        1,
-        "{ops_fused:#?}"
-    );
-    assert_eq!(
-        count(&ops_fused, "rms_norm factor+attention"),
-        1,
-        "{ops_fused:#?}"
-    );
-    assert_eq!(
-        count(
-            &ops_fused,
-            "matvec_q8 Q4_K 8192x2048 + Q4_K 8192x2048 (norm record)"
-        ),
-        2,
-        "{ops_fused:#?}"
-    );
-    assert_eq!(
-        count(&ops_fused, "rms_norm factor+silu_mul+quantize_q8"),
-        2,
-        "{ops_fused:#?}"
-    );
-    assert_eq!(
-        count(&ops_fused, "rms_norm+quantize_q8"),
-        2,
-        "{ops_fused:#?}"
-    );
-    assert_eq!(count(&ops_plain, "norm record"), 0, "{ops_plain:#?}");
-    assert_eq!(
-        count(&ops_plain, "rms_norm+quantize_q8"),
-        5,
-        "{ops_plain:#?}"
-    );
+    for (what, n) in [
+        ("+add+norm record Q4_K 2048x2048", 2),
+        ("+add+norm record Q6_K 2048x8192", 1),
+        ("matvec_q8 Q4_K 2048x2048 + Q4_K 512x2048 (norm record)", 1),
+        ("matvec_q8 Q6_K 512x2048 (norm record)", 1),
+        ("rms_norm factor+attention", 1),
+        ("matvec_q8 Q4_K 8192x2048 + Q4_K 8192x2048 (norm record)", 2),
+        ("rms_norm factor+silu_mul+quantize_q8", 2),
+        ("rms_norm+quantize_q8", 2),
+    ] {
+        assert_eq!(count(&ops_fused, what), n, "{what}: {ops_fused:#?}");
+    }
+    for (what, n) in [("norm record", 0), ("rms_norm+quantize_q8", 5)] {
+        assert_eq!(count(&ops_plain, what), n, "{what}: {ops_plain:#?}");
+    }
     assert_eq!(ops_plain.len() - ops_fused.len(), 3);
 
     // The fused decode computes the same products from the same 8-bit inputs: the records of

@@ -6,6 +6,7 @@
 //! the very same suite runs natively (`tests/gpu_kernels.rs`, on lavapipe in CI), in headless
 //! Chromium on WebGPU, and on a user's own GPU. Each family of kernels contributes its checks.
 
+mod attention;
 mod harness;
 mod kquants;
 mod legacy;

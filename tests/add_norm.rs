@@ -110,3 +110,29 @@ fn fused_norms_leave_the_decode_tape_and_keep_the_logits() {
         );
     }
 }
+
+/// With RoPE in dispatches of its own (`set_fold_rope(false)`), the rotation runs on q and k
+/// (products of the unscaled norm record) before the attention applies the attention norm's
+/// factor: RoPE is linear, so that is right, and the logits are those of the decode with RoPE
+/// folded (the same rotation arithmetic, the factor after it in both: the same bits on
+/// lavapipe; allowed the 2e-3 of the range above). The tape shows both: the rope dispatches
+/// and the attention that applies the factor.
+#[test]
+fn the_attention_norm_factor_commutes_with_a_separate_rope() {
+    let bytes = synth_llama(2);
+    let (folded, m) = decode(&bytes, gpu(true));
+    drop(m);
+    let mut b = gpu(true);
+    b.set_fold_rope(false);
+    let (apart, m) = decode(&bytes, b);
+    let ops = m.backend.tape_ops(1);
+    drop(m);
+    let count = |what: &str| ops.iter().filter(|o| o.contains(what)).count();
+    assert_eq!(count("rms_norm factor+attention"), 1, "{ops:#?}");
+    assert_eq!(count("rope 1x"), 4, "{ops:#?}");
+    for (step, (f, a)) in folded.iter().zip(&apart).enumerate() {
+        let d = relative_diff(f, a);
+        println!("step {step}: RoPE folded vs apart {d:.2e}");
+        assert!(d < 2e-3, "step {step}: logits differ by {d} of the range");
+    }
+}

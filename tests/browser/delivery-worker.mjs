@@ -3,7 +3,9 @@
 // Messages in: { id, op: 'download', url, options, abortAt } (events come back as { id, event };
 // the download aborts itself once `abortAt` bytes are done), { op: 'abort' } (aborts the
 // download under way), { id, op: 'generate', name, prompt, n, ctx },
-// { id, op: 'bench_hash', algorithm, mib, chunkKib }, { id, op: 'fetch_only', url, parallel }.
+// { id, op: 'bench_hash', algorithm, mib, chunkKib }, { id, op: 'fetch_only', url, parallel, part, parts },
+// { id, op: 'proto_shards', url, parallel, part, parts, folder }, { id, op: 'ready' } (answers
+// once the wasm module is ready).
 // A download's options may carry `hashWorkers` (default 1; 0: hashed in this thread),
 // `hashWorkerUrl` and `hashStallMs`: the package's HashPool (js/hash-pool.js) it hashes on. Out: { id, result } or
 // { id, error: { code, message, ... } }.
@@ -21,10 +23,12 @@ const plain = (e) => {
   return out;
 };
 
-// The network ceiling: every shard fetched and read through a stream reader, bytes dropped.
-async function fetchOnly(url, parallel) {
+// The network ceiling: every shard fetched and read through a stream reader, bytes dropped
+// (with `parts` workers: this one takes the shards whose index is `part` modulo `parts`).
+async function fetchOnly(url, parallel, part = 0, parts = 1) {
   const manifest = await (await fetch(new URL('manifest.json', url), { cache: 'no-store' })).json();
-  const queue = manifest.shards.map((s) => new URL(s.filename ?? s.fileName, url).href);
+  const queue = manifest.shards.map((s) => new URL(s.filename ?? s.fileName, url).href)
+    .filter((_, i) => i % parts === part);
   let bytes = 0;
   const started = performance.now();
   await Promise.all(Array.from({ length: parallel }, async () => {
@@ -35,6 +39,50 @@ async function fetchOnly(url, parallel) {
         if (done) break;
         bytes += value.length;
       }
+    }
+  }));
+  const seconds = (performance.now() - started) / 1000;
+  return { bytes, seconds, mb_per_s: bytes / seconds / 1e6 };
+}
+
+// What the download could reach with its shards spread over workers (a prototype, for the
+// bench only): this worker takes the shards whose index is `part` modulo `parts`, `parallel`
+// at a time, and for each streams the body into an OPFS file of the `proto` folder through a
+// sync access handle into OPFS folder `folder` and into a HashStream (the package's hasher, in this worker's wasm), then
+// checks the digest against the manifest's, and removes the file. No resume, retries, groups,
+// state or progress.
+async function protoShards(url, parallel, part, parts, folder) {
+  const manifest = await (await fetch(new URL('manifest.json', url), { cache: 'no-store' })).json();
+  const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle(folder, { create: true });
+  const queue = manifest.shards.filter((_, i) => i % parts === part);
+  let bytes = 0;
+  const started = performance.now();
+  await Promise.all(Array.from({ length: parallel }, async () => {
+    for (let shard = queue.shift(); shard; shard = queue.shift()) {
+      const name = shard.filename ?? shard.fileName;
+      const handle = await (await dir.getFileHandle(name, { create: true })).createSyncAccessHandle();
+      const hash = new wasm.HashStream(shard.hashAlgorithm ?? manifest.hashAlgorithm ?? 'sha256');
+      try {
+        handle.truncate(0);
+        const reader = (await fetch(new URL(name, url), { cache: 'no-store' })).body.getReader();
+        let at = 0;
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          handle.write(value, { at });
+          hash.update(value);
+          at += value.length;
+        }
+        handle.flush();
+        bytes += at;
+      } finally {
+        handle.close();
+        // Its file goes here, after the handle: removing a folder that holds files whose
+        // handles belonged to a terminated worker can wait for good in Chromium.
+        await dir.removeEntry(name);
+      }
+      const digest = hash.finish();
+      if (digest !== shard.hash) throw new Error(`${name}: ${digest}, manifest ${shard.hash}`);
     }
   }));
   const seconds = (performance.now() - started) / 1000;
@@ -68,7 +116,11 @@ onmessage = async (e) => {
     } else if (m.op === 'generate') {
       result = await wasm.opfs_generate_greedy(m.name, m.prompt, m.n, m.ctx);
     } else if (m.op === 'fetch_only') {
-      result = await fetchOnly(m.url, m.parallel);
+      result = await fetchOnly(m.url, m.parallel, m.part, m.parts);
+    } else if (m.op === 'ready') {
+      result = true;
+    } else if (m.op === 'proto_shards') {
+      result = await protoShards(m.url, m.parallel, m.part, m.parts, m.folder);
     } else if (m.op === 'bench_hash') {
       result = wasm.bench_hash(m.algorithm, m.mib, m.chunkKib);
     } else {

@@ -21,7 +21,10 @@
 // Environment: CHROMIUM (default /usr/bin/chromium), TRITIUM_PKG_DIR, TRITIUM_BIN (default
 // target/debug/tritium), DELIVERY_TIMEOUT_S (default 900); for --bench only, BENCH_GGUF (another
 // model to convert and download, e.g. one from `tritium synth`), BENCH_SHARD_SIZE (default
-// 16MB) and BENCH_SHA256_ONLY (no BLAKE3 download runs).
+// 16MB), BENCH_SHA256_ONLY (no BLAKE3 download runs), BENCH_FETCH_WORKERS (the fetch alone
+// also from several workers: "2x2,4x1" is 2 workers of 2 fetches each, then 4 of 1),
+// BENCH_PROTO_WORKERS (a prototype of the download spread over workers, configured the same
+// way) and BENCH_FETCH_ONLY (stop after the hashing, fetch and prototype figures).
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { closeSync, cpSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, writeSync } from 'node:fs';
@@ -146,8 +149,14 @@ try {
       last = now;
       return d;
     });
-    const r = await evaluate((models) => window.api.bench(models), [{ url: goodUrl, algorithm: 'sha256' },
-      ...(process.env.BENCH_SHA256_ONLY ? [] : [{ url: b3Url, algorithm: 'blake3' }])]);
+    // Workers x fetches (or shards) at once per worker, for BENCH_FETCH_WORKERS and
+    // BENCH_PROTO_WORKERS (see the top).
+    const configs = (v) => (v ?? '').split(',').filter(Boolean).map((c) => c.split('x').map(Number));
+    const fetchWorkers = configs(process.env.BENCH_FETCH_WORKERS);
+    const protoWorkers = configs(process.env.BENCH_PROTO_WORKERS);
+    const r = await evaluate(([models, opts]) => window.api.bench(models, opts), [[{ url: goodUrl, algorithm: 'sha256' },
+      ...(process.env.BENCH_SHA256_ONLY ? [] : [{ url: b3Url, algorithm: 'blake3' }])],
+    { fetchOnly: Boolean(process.env.BENCH_FETCH_ONLY), fetchWorkers, protoWorkers }]);
     console.log(JSON.stringify(r, null, 1));
     if (r.error) check(false, 'bench', r.error.message);
     for (const where of ['main', 'worker']) {
@@ -158,6 +167,13 @@ try {
     const busy = (c) => (c ? `; CPU ${c.machine_busy.toFixed(2)} of ${c.cores} cores busy (model server ` +
       `${c.server.toFixed(2)}, browser ${c.browser.toFixed(2)})` : '');
     if (r.fetch_only) console.log(`fetch only (worker, JS reader, nothing hashed or stored): ${r.fetch_only.mb_per_s.toFixed(0)} MB/s${busy(r.fetch_only.cpu)}`);
+    for (const f of r.fetch_only_workers ?? []) {
+      console.log(`fetch only, ${f.workers} workers x ${f.parallel} fetches: ${f.mb_per_s.toFixed(0)} MB/s${busy(f.cpu)}`);
+    }
+    for (const f of r.proto ?? []) {
+      console.log(`prototype ${f.algorithm}, ${f.workers} workers x ${f.parallel} shards (fetch, write, hash; no groups): ` +
+        `${f.mb_per_s.toFixed(0)} MB/s = ${(100 * f.fraction_of_hashing).toFixed(0)}% of plain hashing${busy(f.cpu)}`);
+    }
     for (const d of r.download ?? []) {
       const pct = (x) => `${(100 * x).toFixed(0)}%`;
       console.log(`fetch+verify+store ${d.algorithm}${d.checkGroups ? ' + groups' : ''} (${d.where}, ${d.writer}, ` +

@@ -5,7 +5,10 @@
 // normal number); 0 for m = infinity. WGSL allows 2.5 ulp for `/` and the scale must match the
 // CPU's f32 division bit for bit, hence exact integer long division: 127 = N * 2^-17 with
 // N = 127 << 17, m = M * 2^(e - 150); the 24-bit quotient mantissa plus a round bit come from
-// 25 steps of restoring division and the remainder is the sticky bit.
+// a first bit and three base-256 digits of u32 division, and the remainder is the sticky bit.
+// (It sits on the critical path of every q8 record a decode writes: 25 steps of restoring
+// division instead made the Llama-1B decode 5% slower on an H200, BENCHMARKS.md.
+// tests/absmax_scale.rs compares it with the CPU's division for every mantissa.)
 fn scale_for_absmax(m: f32) -> f32 {
     let bits = bitcast<u32>(m);
     let e = (bits >> 23u) & 0xffu;
@@ -19,15 +22,15 @@ fn scale_for_absmax(m: f32) -> f32 {
         num = num << 1u;
         exp = exp - 1i;
     }
-    var q = 0u;
-    var r = num;
-    for (var i = 0u; i < 25u; i = i + 1u) {
-        q = q << 1u;
-        if (r >= mant) {
-            r = r - mant;
-            q = q | 1u;
-        }
-        r = r << 1u;
+    // num is in [mant, 2 mant): the first quotient bit is 1, then 24 more in three base-256
+    // digits, each from an exact u32 division (r < mant < 2^24, so r << 8 fits).
+    var q = 1u;
+    var r = num - mant;
+    for (var i = 0u; i < 3u; i = i + 1u) {
+        let t = r << 8u;
+        let d = t / max(mant, 1u);
+        r = t - d * mant;
+        q = (q << 8u) | d;
     }
     // q in [2^24, 2^25): 24 mantissa bits and the round bit.
     var mq = q >> 1u;

@@ -47,10 +47,10 @@ async function fetchOnly(url, parallel, part = 0, parts = 1) {
 
 // What the download could reach with its shards spread over workers (a prototype, for the
 // bench only): this worker takes the shards whose index is `part` modulo `parts`, `parallel`
-// at a time, and for each streams the body into an OPFS file of the `proto` folder through a
-// sync access handle into OPFS folder `folder` and into a HashStream (the package's hasher, in this worker's wasm), then
-// checks the digest against the manifest's, and removes the file. No resume, retries, groups,
-// state or progress.
+// at a time, and for each streams the body through a sync access handle into a file of OPFS
+// folder `folder` and into a HashStream (the package's hasher, in this worker's wasm), checks
+// the digest against the manifest's and removes the file. No resume, retries, groups, state
+// or progress.
 async function protoShards(url, parallel, part, parts, folder) {
   const manifest = await (await fetch(new URL('manifest.json', url), { cache: 'no-store' })).json();
   const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle(folder, { create: true });
@@ -77,8 +77,8 @@ async function protoShards(url, parallel, part, parts, folder) {
         bytes += at;
       } finally {
         handle.close();
-        // Its file goes here, after the handle: removing a folder that holds files whose
-        // handles belonged to a terminated worker can wait for good in Chromium.
+        // The file goes here, after its handle: removing the folders from the page afterwards,
+        // with the files of terminated workers in them, hung in Chromium 156.
         await dir.removeEntry(name);
       }
       const digest = hash.finish();

@@ -7,6 +7,11 @@
 // (src/storage/download/hash_pool.rs): ready() once, then stream() per hash, update() per
 // chunk (a copy of the bytes, transferred), drained() for backpressure, finish() for the
 // digests, release() for streams given up. close() ends the workers.
+//
+// The workers also fetch a download's shards (src/storage/download/worker_fetch.rs): each
+// writes its shard to OPFS and hashes it, so that the network reads and the writes spread over
+// threads too: fetchJob() per shard, fetchAck() for the bytes the download took (group
+// hashes), fetchCancel(), fetchesSettled().
 
 /** Bytes handed to one worker and not yet hashed above which drained() waits. */
 const BACKLOG = 8 << 20;
@@ -36,6 +41,13 @@ export class HashPool {
   #heard = [];
   #stallMs;
   #watch = null;
+  /** Fetch jobs: id -> { worker, onMessage (null once cancelled) }, until they end. */
+  #jobs = new Map();
+  #nextJob = 1;
+  /** Per worker: fetch jobs running on it. */
+  #running = [];
+  /** fetchesSettled() waits. */
+  #settled = [];
 
   /**
    * @param {number} size workers (at least 1)
@@ -91,6 +103,7 @@ export class HashPool {
         this.#backlog.push(0);
         this.#waits.push([]);
         this.#heard.push(0);
+        this.#running.push(0);
         started.push(new Promise((resolve, reject) => {
           w.onmessage = (e) => {
             if (e.data?.ready) {
@@ -136,6 +149,12 @@ export class HashPool {
       return;
     }
     if (m.acked) this.#ack(i, m.acked);
+    if (m.fetch !== undefined) {
+      const job = this.#jobs.get(m.fetch);
+      if (!job) return;
+      if (m.t === 'end') this.#endJob(m.fetch);
+      job.onMessage?.(m);
+    }
     if (m.req !== undefined) {
       const f = this.#finishes.get(m.req);
       this.#finishes.delete(m.req);
@@ -150,9 +169,16 @@ export class HashPool {
     }
   }
 
-  /** Whether work waits for worker `w` (a drained() or a finish()). */
+  #endJob(id) {
+    const job = this.#jobs.get(id);
+    this.#jobs.delete(id);
+    this.#running[job.worker] -= 1;
+    if (!this.#jobs.size) for (const resolve of this.#settled.splice(0)) resolve();
+  }
+
+  /** Whether work waits for worker `w` (a drained(), a finish() or a fetch job). */
   #waitsFor(w) {
-    if (this.#waits[w].length) return true;
+    if (this.#waits[w].length || this.#running[w] > 0) return true;
     for (const f of this.#finishes.values()) if (f.worker === w) return true;
     return false;
   }
@@ -186,6 +212,11 @@ export class HashPool {
     for (const waits of this.#waits) for (const resolve of waits.splice(0)) resolve();
     for (const f of this.#finishes.values()) f.reject(new Error(this.#failure));
     this.#finishes.clear();
+    const err = JSON.stringify({ kind: 'Other', message: `hash worker: ${this.#failure}` });
+    for (const [id, job] of [...this.#jobs]) {
+      this.#endJob(id);
+      job.onMessage?.({ t: 'end', err });
+    }
   }
 
   #check() {
@@ -260,6 +291,45 @@ export class HashPool {
       return got.then((digests) => ks.forEach((k, j) => { out[k] = digests[j]; }));
     }));
     return out;
+  }
+
+  /**
+   * Fetch a download's shard on the worker with the fewest jobs: `spec` is the job (JSON, from
+   * the wasm download), `onMessage` gets its messages (see hash-worker.js), the last one
+   * `{ t: 'end', ok | err }`. Returns the job's id.
+   * @param {string} spec
+   * @param {(m: object) => void} onMessage
+   */
+  fetchJob(spec, onMessage) {
+    this.#check();
+    let w = this.#turn++ % this.#workers.length;
+    for (let i = 0; i < this.#workers.length; i++) if (this.#running[i] < this.#running[w]) w = i;
+    const id = this.#nextJob++;
+    this.#jobs.set(id, { worker: w, onMessage });
+    this.#expect(w);
+    this.#running[w] += 1;
+    this.#workers[w].postMessage({ op: 'fetch', job: id, spec });
+    return id;
+  }
+
+  /** The download took `n` bytes of job `id`'s pieces. */
+  fetchAck(id, n) {
+    const job = this.#jobs.get(id);
+    if (job && this.#failure === null) this.#workers[job.worker].postMessage({ op: 'fetchAck', job: id, n });
+  }
+
+  /** Stop job `id`: no more of its messages are passed on; the worker ends it. */
+  fetchCancel(id) {
+    const job = this.#jobs.get(id);
+    if (!job) return;
+    job.onMessage = null;
+    if (this.#failure === null) this.#workers[job.worker].postMessage({ op: 'fetchAbort', job: id });
+  }
+
+  /** Undefined when no fetch job runs, else a promise that resolves once none does. */
+  fetchesSettled() {
+    if (!this.#jobs.size) return undefined;
+    return new Promise((resolve) => this.#settled.push(resolve));
   }
 
   /** Forget streams `ids` (never finished). */

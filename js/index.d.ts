@@ -52,9 +52,10 @@ export interface DownloadOptions {
   signal?: AbortSignal;
   onProgress?: (e: ProgressEvent) => void;
   /**
-   * concurrency: files fetched at once (default 4). retries: failed attempts in a row before
-   * giving up. hashWorkers: workers that hash the download while it streams (0: hash in the
-   * download's own thread); default one per file fetched at once, at most the cores less one.
+   * concurrency: files fetched at once (default: the cores less one, from 4 to 8). retries:
+   * failed attempts in a row before giving up. hashWorkers: workers that fetch, store and hash
+   * the shards (0: all in the download's own thread); default one per file fetched at once, at
+   * most the cores less one.
    */
   download?: { concurrency?: number; retries?: number; hashWorkers?: number };
   kind?: 'rdrr' | 'gguf';

@@ -120,6 +120,16 @@ function downloadProgress(onProgress) {
 let keptPool = null;
 
 /**
+ * Shards fetched at once: as asked, else one per core less one, from 4 to 8 (each shard is
+ * fetched, written and hashed on a hash worker of its own; in Chromium one thread's fetch and
+ * OPFS writes run well under one core's BLAKE3 speed, BENCHMARKS.md).
+ */
+function concurrency(opts) {
+  const cores = globalThis.navigator?.hardwareConcurrency || 2;
+  return opts.download?.concurrency ?? opts.concurrency ?? Math.max(4, Math.min(8, cores - 1));
+}
+
+/**
  * The hash workers of a download (null: hash in the download's own thread), and whether the
  * download leaves them running (`keep`, in a worker: `keptPool`). Default: one per file
  * fetched at once, leaving a core to the download itself (one on a 2-core machine).
@@ -132,7 +142,7 @@ function hashPoolFor(opts) {
   // The compiled module the workers start from.
   const module = wasm.wasm_module();
   if (asked === 0 || typeof Worker === 'undefined' || !(module instanceof WebAssembly.Module)) return null;
-  const parallel = opts.download?.concurrency ?? opts.concurrency ?? 4;
+  const parallel = concurrency(opts);
   const cores = globalThis.navigator?.hardwareConcurrency || 2;
   const size = asked ?? Math.max(1, Math.min(parallel, cores - 1));
   const inWorker = typeof WorkerGlobalScope !== 'undefined' && globalThis instanceof WorkerGlobalScope;
@@ -161,7 +171,7 @@ export async function download(source, opts = {}) {
         sha256: opts.integrity,
         signal: opts.signal,
         onProgress: downloadProgress(opts.onProgress),
-        parallel: opts.download?.concurrency ?? opts.concurrency,
+        parallel: concurrency(opts),
         retries: opts.download?.retries ?? opts.retries,
         kind: opts.kind,
         hashPool,

@@ -26,8 +26,8 @@ use super::errors::WebError;
 use super::fetch::FetchClient;
 use super::{install_panic_hook, to_js};
 use crate::storage::download::{
-    as_pool, download_gguf, download_rdrr, DownloadEvent, DownloadOptions, DownloadSummary,
-    RetryPolicy,
+    as_pool, download_gguf, download_rdrr, fetches_settled, run_job, DownloadError, DownloadEvent,
+    DownloadOptions, DownloadSummary, JobError, JobLink, JobSpec, RetryPolicy,
 };
 use crate::storage::opfs::OpfsStore;
 use crate::storage::{model_name_from_url, ShardStore};
@@ -127,6 +127,11 @@ fn read_options(value: &JsValue) -> Result<Options, WebError> {
     }
     if let Some(n) = number("parallel")? {
         o.download.parallel = (n as usize).max(1);
+    }
+    if let Some(v) = get("fetchOnWorkers") {
+        o.download.fetch_on_workers = v
+            .as_bool()
+            .ok_or_else(|| bad("fetchOnWorkers must be a boolean"))?;
     }
     if let Some(n) = number("groupBuffer")? {
         o.download.group_buffer = n as u64;
@@ -415,8 +420,12 @@ pub async fn opfs_download(url: String, options: JsValue) -> Result<JsValue, JsV
     let _listener = o.signal.clone().map(|s| AbortListener::new(s, handle));
     match Abortable::new(download, registration).await {
         Err(_) => {
-            // Resolve only once what the cancelled download wrote is in OPFS.
+            // Resolve only once what the cancelled download wrote is in OPFS (its shards'
+            // jobs on the hash workers included).
             store.settle().await;
+            if let Some(pool) = &o.download.hash_pool {
+                fetches_settled(pool).await;
+            }
             Err(aborted().into())
         }
         Ok(Err(e)) => Err(WebError::from(e).into()),
@@ -485,4 +494,42 @@ pub async fn opfs_usage() -> Result<JsValue, JsValue> {
         quota,
         available: quota.map(|q| q.saturating_sub(origin_usage)),
     })
+}
+
+/// A hash worker's side of a download's shard (js/hash-worker.js): fetch it into the download's
+/// partial folder in OPFS (through a sync access handle), hashed here, reporting to the
+/// download through `link`; see `storage::download::worker_fetch`. `spec` is the job as JSON;
+/// resolves to `{"hash","len"}` as JSON, rejects with the failure as JSON (so the download
+/// reports it as its own), or with `{"kind":"Other","message":"aborted"}` once `signal` fires
+/// and the shard's file is closed.
+#[wasm_bindgen]
+pub async fn download_fetch_job(
+    spec: String,
+    link: JsValue,
+    signal: Option<AbortSignal>,
+) -> Result<String, JsValue> {
+    install_panic_hook();
+    let json_err = |e: JobError| JsValue::from(serde_json::to_string(&e).unwrap_or_default());
+    let spec: JobSpec = serde_json::from_str(&spec).map_err(|e| {
+        json_err(JobError::Other {
+            message: format!("a fetch job that cannot be read: {e}"),
+        })
+    })?;
+    let link: JobLink = link.unchecked_into();
+    let store = OpfsStore::open()
+        .await
+        .map_err(|e| json_err(DownloadError::from(e).into()))?
+        .without_state_updates();
+    let client = FetchClient::default();
+    let (handle, registration) = AbortHandle::new_pair();
+    let _listener = signal.map(|s| AbortListener::new(s, handle));
+    let result = Abortable::new(run_job(&store, &client, &spec, &link), registration).await;
+    store.settle().await;
+    match result {
+        Err(_) => Err(json_err(JobError::Other {
+            message: "aborted".to_string(),
+        })),
+        Ok(Err(e)) => Err(json_err(e.into())),
+        Ok(Ok(done)) => Ok(serde_json::to_string(&done).unwrap_or_default()),
+    }
 }

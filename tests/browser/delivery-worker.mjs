@@ -4,7 +4,7 @@
 // the download aborts itself once `abortAt` bytes are done), { op: 'abort' } (aborts the
 // download under way), { id, op: 'generate', name, prompt, n, ctx },
 // { id, op: 'bench_hash', algorithm, mib, chunkKib }, { id, op: 'fetch_only', url, parallel, part, parts },
-// { id, op: 'proto_shards', url, parallel, part, parts, folder }, { id, op: 'ready' } (answers
+// { id, op: 'proto_shards', url, parallel, part, parts, folder, variant }, { id, op: 'ready' } (answers
 // once the wasm module is ready).
 // A download's options may carry `hashWorkers` (default 1; 0: hashed in this thread),
 // `hashWorkerUrl` and `hashStallMs`: the package's HashPool (js/hash-pool.js) it hashes on. Out: { id, result } or
@@ -51,38 +51,60 @@ async function fetchOnly(url, parallel, part = 0, parts = 1) {
 // folder `folder` and into a HashStream (the package's hasher, in this worker's wasm), checks
 // the digest against the manifest's and removes the file. No resume, retries, groups, state
 // or progress.
-async function protoShards(url, parallel, part, parts, folder) {
+async function protoShards(url, parallel, part, parts, folder, variant = '') {
+  // `variant`: '+'-joined flags that take a part away or change it, to find what bounds the
+  // whole: `nohash` (no hashing), `nowrite` (nothing stored), `prealloc` (the file sized to the
+  // shard before the first write, so the writes ask for no more capacity), `noflush` (no
+  // flush() before the handle closes), `buf<KiB>` (the
+  // network's chunks gathered into writes and hash updates of that many KiB).
+  const flags = new Set(variant.split('+').filter(Boolean));
+  const bufKib = Number([...flags].find((f) => f.startsWith('buf'))?.slice(3) ?? 0);
   const manifest = await (await fetch(new URL('manifest.json', url), { cache: 'no-store' })).json();
   const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle(folder, { create: true });
   const queue = manifest.shards.filter((_, i) => i % parts === part);
   let bytes = 0;
   const started = performance.now();
   await Promise.all(Array.from({ length: parallel }, async () => {
+    const buf = bufKib ? new Uint8Array(bufKib * 1024) : null;
     for (let shard = queue.shift(); shard; shard = queue.shift()) {
       const name = shard.filename ?? shard.fileName;
-      const handle = await (await dir.getFileHandle(name, { create: true })).createSyncAccessHandle();
-      const hash = new wasm.HashStream(shard.hashAlgorithm ?? manifest.hashAlgorithm ?? 'sha256');
+      const handle = flags.has('nowrite') ? null
+        : await (await dir.getFileHandle(name, { create: true })).createSyncAccessHandle();
+      const hash = flags.has('nohash') ? null
+        : new wasm.HashStream(shard.hashAlgorithm ?? manifest.hashAlgorithm ?? 'sha256');
       try {
-        handle.truncate(0);
+        handle?.truncate(flags.has('prealloc') ? shard.size : 0);
         const reader = (await fetch(new URL(name, url), { cache: 'no-store' })).body.getReader();
         let at = 0;
+        let held = 0;
+        const put = (bytes) => {
+          handle?.write(bytes, { at });
+          hash?.update(bytes);
+          at += bytes.length;
+        };
         for (;;) {
           const { done, value } = await reader.read();
           if (done) break;
-          handle.write(value, { at });
-          hash.update(value);
-          at += value.length;
+          if (!buf) { put(value); continue; }
+          for (let off = 0; off < value.length;) {
+            const n = Math.min(buf.length - held, value.length - off);
+            buf.set(value.subarray(off, off + n), held);
+            held += n;
+            off += n;
+            if (held === buf.length) { put(buf); held = 0; }
+          }
         }
-        handle.flush();
+        if (held) put(buf.subarray(0, held));
+        if (!flags.has('noflush')) handle?.flush();
         bytes += at;
       } finally {
-        handle.close();
+        handle?.close();
         // The file goes here, after its handle: removing the folders from the page afterwards,
         // with the files of terminated workers in them, hung in Chromium 156.
-        await dir.removeEntry(name);
+        if (handle) await dir.removeEntry(name);
       }
-      const digest = hash.finish();
-      if (digest !== shard.hash) throw new Error(`${name}: ${digest}, manifest ${shard.hash}`);
+      const digest = hash?.finish();
+      if (hash && digest !== shard.hash) throw new Error(`${name}: ${digest}, manifest ${shard.hash}`);
     }
   }));
   const seconds = (performance.now() - started) / 1000;
@@ -120,7 +142,7 @@ onmessage = async (e) => {
     } else if (m.op === 'ready') {
       result = true;
     } else if (m.op === 'proto_shards') {
-      result = await protoShards(m.url, m.parallel, m.part, m.parts, m.folder);
+      result = await protoShards(m.url, m.parallel, m.part, m.parts, m.folder, m.variant);
     } else if (m.op === 'bench_hash') {
       result = wasm.bench_hash(m.algorithm, m.mib, m.chunkKib);
     } else {

@@ -24,7 +24,8 @@
 // 16MB), BENCH_SHA256_ONLY (no BLAKE3 download runs), BENCH_FETCH_WORKERS (the fetch alone
 // also from several workers: "2x2,4x1" is 2 workers of 2 fetches each, then 4 of 1),
 // BENCH_PROTO_WORKERS (a prototype of the download spread over workers, configured the same
-// way) and BENCH_FETCH_ONLY (stop after the hashing, fetch and prototype figures).
+// way), BENCH_PROTO_VARIANTS (comma-separated variants of the prototype, each '+'-joined flags:
+// nohash, nowrite, prealloc, buf<KiB>; see delivery-worker.mjs; empty: as it is) and BENCH_FETCH_ONLY (stop after the hashing, fetch and prototype figures).
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { closeSync, cpSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, writeSync } from 'node:fs';
@@ -156,7 +157,8 @@ try {
     const protoWorkers = configs(process.env.BENCH_PROTO_WORKERS);
     const r = await evaluate(([models, opts]) => window.api.bench(models, opts), [[{ url: goodUrl, algorithm: 'sha256' },
       ...(process.env.BENCH_SHA256_ONLY ? [] : [{ url: b3Url, algorithm: 'blake3' }])],
-    { fetchOnly: Boolean(process.env.BENCH_FETCH_ONLY), fetchWorkers, protoWorkers }]);
+    { fetchOnly: Boolean(process.env.BENCH_FETCH_ONLY), fetchWorkers, protoWorkers,
+      protoVariants: (process.env.BENCH_PROTO_VARIANTS ?? '').split(',') }]);
     console.log(JSON.stringify(r, null, 1));
     if (r.error) check(false, 'bench', r.error.message);
     for (const where of ['main', 'worker']) {
@@ -171,7 +173,7 @@ try {
       console.log(`fetch only, ${f.workers} workers x ${f.parallel} fetches: ${f.mb_per_s.toFixed(0)} MB/s${busy(f.cpu)}`);
     }
     for (const f of r.proto ?? []) {
-      console.log(`prototype ${f.algorithm}, ${f.workers} workers x ${f.parallel} shards (fetch, write, hash; no groups): ` +
+      console.log(`prototype ${f.algorithm}${f.variant ? ` [${f.variant}]` : ''}, ${f.workers} workers x ${f.parallel} shards (fetch, write, hash; no groups): ` +
         `${f.mb_per_s.toFixed(0)} MB/s = ${(100 * f.fraction_of_hashing).toFixed(0)}% of plain hashing${busy(f.cpu)}`);
     }
     for (const d of r.download ?? []) {

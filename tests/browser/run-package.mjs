@@ -257,8 +257,8 @@ try {
   check(worker.err?.code === 'ContextLengthExceeded' && worker.err.name === 'ContextLengthExceededError' && worker.err.isTritium,
     `worker errors keep name and code (${JSON.stringify(worker.err)})`);
 
-  // download() hashes on the package's hash workers (js/hash-pool.js): on the main thread,
-  // and in a dedicated worker, where they start nested in it.
+  // download() fetches and hashes on the package's hash workers (js/hash-pool.js): on the
+  // main thread, and in a dedicated worker, where they start nested in it.
   const hashed = await page.evaluate(async ({ url }) => {
     const { download, deleteCached } = window.tritium;
     const main = await download(url, { name: 'smol-dl-main' });
@@ -273,7 +273,9 @@ try {
     await deleteCached('smol-dl-worker');
     return { main, inWorker, cores: navigator.hardwareConcurrency };
   }, { url });
-  const want = Math.max(1, Math.min(4, hashed.cores - 1));
+  // The package's default: shards at once max(4, min(8, cores - 1)), a hash worker each, at
+  // most the cores less one.
+  const want = Math.max(1, Math.min(8, hashed.cores - 1));
   check(hashed.main.hash_workers === want && hashed.main.warnings.length === 0,
     `download() on the main thread hashes on ${want} hash worker(s)`, JSON.stringify(hashed.main));
   const hw = hashed.inWorker.summary;

@@ -59,6 +59,37 @@ extern "C" {
     /// download).
     #[wasm_bindgen(method)]
     fn release(this: &HashPool, streams: Vec<u32>);
+
+    /// Fetch a shard on the least busy worker (`spec`: a JSON
+    /// [`JobSpec`](super::relay::JobSpec)); `on_message` gets the job's messages (`{ t: 'json',
+    /// json }`, `{ t: 'bytes', offset, data }`, `{ t: 'void' }`, and last `{ t: 'end', ok }` or
+    /// `{ t: 'end', err }`, JSON both). The job's id.
+    #[wasm_bindgen(method, catch, js_name = fetchJob)]
+    pub(crate) fn fetch_job(
+        this: &HashPool,
+        spec: &str,
+        on_message: &js_sys::Function,
+    ) -> Result<u32, JsValue>;
+
+    /// `bytes` of job `job`'s pieces were taken.
+    #[wasm_bindgen(method, js_name = fetchAck)]
+    pub(crate) fn fetch_ack(this: &HashPool, job: u32, bytes: f64);
+
+    /// Stop job `job` (its messages stop at once; the worker ends it, closing its file).
+    #[wasm_bindgen(method, js_name = fetchCancel)]
+    pub(crate) fn fetch_cancel(this: &HashPool, job: u32);
+
+    /// Resolves once no job runs on the workers (the cancelled ones closed their files).
+    #[wasm_bindgen(method, js_name = fetchesSettled)]
+    fn fetches_settled(this: &HashPool) -> JsValue;
+}
+
+/// Wait until no fetch job runs on `pool` (after a cancelled download: its files are closed).
+pub(crate) async fn fetches_settled(pool: &HashPool) {
+    let wait = pool.fetches_settled();
+    if let Some(p) = wait.dyn_ref::<Promise>() {
+        let _ = JsFuture::from(p.clone()).await;
+    }
 }
 
 /// Whether `value` looks like a [`HashPool`] (the options' `hashPool`).
@@ -80,7 +111,7 @@ fn message(e: JsValue) -> String {
         .unwrap_or_else(|| format!("{e:?}"))
 }
 
-fn failed(what: &str, e: JsValue) -> DownloadError {
+pub(crate) fn failed(what: &str, e: JsValue) -> DownloadError {
     DownloadError::Hashing(format!("hash worker: {what}: {}", message(e)))
 }
 

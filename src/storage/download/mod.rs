@@ -26,6 +26,9 @@ mod http;
 #[cfg(not(target_arch = "wasm32"))]
 mod native;
 mod rdrr;
+mod relay;
+#[cfg(all(target_arch = "wasm32", feature = "web"))]
+mod worker_fetch;
 
 use std::cell::Cell;
 use std::time::Duration;
@@ -36,6 +39,8 @@ pub use gguf::{download_gguf, GGUF_FILE};
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
 pub(crate) use hash_pool::as_pool;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
+pub(crate) use hash_pool::fetches_settled;
+#[cfg(all(target_arch = "wasm32", feature = "web"))]
 pub use hash_pool::HashPool;
 pub use http::{
     parse_content_range, ContentRange, HttpBody, HttpClient, HttpError, HttpErrorKind,
@@ -44,6 +49,10 @@ pub use http::{
 #[cfg(not(target_arch = "wasm32"))]
 pub use native::{ReqwestBody, ReqwestClient};
 pub use rdrr::{base_url, download_rdrr, join_url};
+#[cfg(all(target_arch = "wasm32", feature = "web"))]
+pub(crate) use relay::{JobError, JobSpec};
+#[cfg(all(target_arch = "wasm32", feature = "web"))]
+pub(crate) use worker_fetch::{run_job, JobLink};
 
 use super::store::{check_model_name, ModelKind, ShardStore, StoreError};
 use crate::formats::rdrr::{HashAlgorithm, RdrrError};
@@ -98,6 +107,11 @@ pub struct DownloadOptions {
     /// when they start; else inline, with a warning in the summary.
     #[cfg(all(target_arch = "wasm32", feature = "web"))]
     pub hash_pool: Option<HashPool>,
+    /// With the hash workers running: each shard fetched, written and hashed on one of them
+    /// (sync access handles there), so that the network reads and the storage writes, not only
+    /// the hashes, spread over threads (default true). Its bytes come back only for group hashes.
+    #[cfg(all(target_arch = "wasm32", feature = "web"))]
+    pub fetch_on_workers: bool,
     /// Bytes of group data that arrived before their turn (a group straddling two shards
     /// fetched at once) kept in memory to hash in order, at most; a group beyond it is read
     /// back from the store after the download. Default 256 MiB natively, 16 MiB in wasm; with
@@ -124,6 +138,8 @@ impl Default for DownloadOptions {
             hash_threads: true,
             #[cfg(all(target_arch = "wasm32", feature = "web"))]
             hash_pool: None,
+            #[cfg(all(target_arch = "wasm32", feature = "web"))]
+            fetch_on_workers: true,
             group_buffer: DEFAULT_GROUP_BUFFER,
         }
     }
@@ -136,6 +152,8 @@ pub struct Progress {
     /// known, for a GGUF whose server has not said yet).
     pub done: u64,
     pub total: u64,
+    /// Bytes received over the network in this run.
+    pub fetched: u64,
     /// Files verified, and how many there are to verify.
     pub files_done: usize,
     pub files_total: usize,
@@ -301,6 +319,9 @@ pub enum DownloadError {
     NotGguf { url: String, magic: String },
     #[error("hashing: {0}")]
     Hashing(String),
+    /// A failure in a browser worker fetching a shard, by its message.
+    #[error("fetch worker: {0}")]
+    Worker(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -387,6 +408,15 @@ impl<'a> Tracker<'a> {
         self.emit(DownloadEvent::Progress(self.progress()));
     }
 
+    /// What a shard's worker did since its last report: `fetched` more bytes received, and
+    /// `done` changed by that much (negative when it discarded bytes).
+    #[cfg_attr(not(all(target_arch = "wasm32", feature = "web")), allow(dead_code))]
+    pub(crate) fn adjust(&self, fetched: u64, done: i64) {
+        self.fetched.set(self.fetched.get() + fetched);
+        self.done.set(self.done.get().saturating_add_signed(done));
+        self.emit(DownloadEvent::Progress(self.progress()));
+    }
+
     pub(crate) fn progress(&self) -> Progress {
         let secs = self.start.elapsed().as_secs_f64();
         let rate = if secs > 0.0 {
@@ -399,6 +429,7 @@ impl<'a> Tracker<'a> {
             .then(|| Duration::from_secs_f64(left as f64 / rate));
         Progress {
             done: self.done.get(),
+            fetched: self.fetched.get(),
             total: self.total.get(),
             files_done: self.files_done.get(),
             files_total: self.files_total.get(),

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use futures_util::stream::{self, StreamExt};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
-use super::fetch::{fetch_file, fetch_small, Ctx, FileJob};
+use super::fetch::{fetch_file, fetch_small, Ctx, Fetched, FileJob, NoObserver, StreamObserver};
 use super::groups::{GroupChecks, ShardTap};
 use super::hashing::{pool_size, start_workers};
 use super::http::HttpClient;
@@ -269,6 +269,17 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     }
     // The hash workers start only for a download that goes ahead (not one refused here).
     let pool = start_workers(options, &mut summary.warnings).await;
+    // Shards fetched on workers leave the state file to this thread, which marks them verified
+    // when their jobs end; a mark left on a shard to fetch (its file of another length or
+    // version) goes first, with the file.
+    #[cfg(all(target_arch = "wasm32", feature = "web"))]
+    if pool.is_some() && options.fetch_on_workers {
+        for shard in &pending {
+            if partial.verified.contains_key(&shard.filename) {
+                store.remove_partial_file(name, &shard.filename).await?;
+            }
+        }
+    }
     summary.hash_workers = pool_size(pool.as_ref());
     let taps = if options.check_groups {
         Some(
@@ -365,9 +376,9 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
                         checks: t,
                         shard: shard.index,
                     };
-                    fetch_file(ctx, &job, &tap).await
+                    fetch_shard(ctx, &job, Some(&tap)).await
                 }
-                None => fetch_file(ctx, &job, &super::fetch::NoObserver).await,
+                None => fetch_shard::<_, _, ShardTap>(ctx, &job, None).await,
             };
             let result = match result {
                 Ok(fetched) => ctx
@@ -440,6 +451,23 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     summary.fetched_bytes = tracker.fetched();
     summary.seconds = tracker.elapsed().as_secs_f64();
     Ok(summary)
+}
+
+/// Fetch one shard: on one of the browser's hash workers when they run (and the options do
+/// not say otherwise), else in this thread.
+async fn fetch_shard<S: ShardStore, C: HttpClient, O: StreamObserver>(
+    ctx: &Ctx<'_, S, C>,
+    job: &FileJob<'_>,
+    observer: Option<&O>,
+) -> Result<Fetched, DownloadError> {
+    #[cfg(all(target_arch = "wasm32", feature = "web"))]
+    if let (Some(pool), true) = (ctx.pool, ctx.options.fetch_on_workers) {
+        return super::worker_fetch::fetch_file_on_worker(ctx, pool, job, observer).await;
+    }
+    match observer {
+        Some(o) => fetch_file(ctx, job, o).await,
+        None => fetch_file(ctx, job, &NoObserver).await,
+    }
 }
 
 /// Threads for the group hashes: the groups of the shards in flight stream at the same time

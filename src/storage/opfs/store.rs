@@ -94,6 +94,9 @@ pub struct OpfsStore {
     state_lock: Mutex<()>,
     /// Write through sync access handles (a dedicated worker has them).
     sync_handles: bool,
+    /// Whether this store writes the state files (not on a worker fetching a download's shard:
+    /// the download's own thread keeps them).
+    state_updates: bool,
 }
 
 impl OpfsStore {
@@ -107,7 +110,16 @@ impl OpfsStore {
             sources: RefCell::default(),
             state_lock: Mutex::new(()),
             sync_handles: js::has_sync_access_handles(),
+            state_updates: true,
         })
+    }
+
+    /// This store for a worker fetching one shard of a download another thread runs: it writes
+    /// the shard's file and never the state file (which that thread keeps; the shard it is given
+    /// is never marked verified while it runs, so there is no mark for it to remove).
+    pub fn without_state_updates(mut self) -> OpfsStore {
+        self.state_updates = false;
+        self
     }
 
     /// Wait until writers dropped unfinished (a cancelled download) have closed, so that
@@ -262,6 +274,9 @@ impl OpfsStore {
         model: &str,
         f: impl FnOnce(&mut State),
     ) -> Result<(), StoreError> {
+        if !self.state_updates {
+            return Ok(());
+        }
         let d = self
             .model_dir(model, true)
             .await?

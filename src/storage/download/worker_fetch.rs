@@ -1,0 +1,327 @@
+//! Shards fetched on the browser's hash workers. One thread that reads every shard from the
+//! network, writes it to OPFS and hands it to the hashers is capped well under the hashing
+//! speed: in Chromium a worker's stream reader tops out at about half of one core's BLAKE3
+//! speed, and OPFS writes run at a few hundred MB/s a thread (BENCHMARKS.md, "whether more
+//! threads would carry BLAKE3"). So with the pool running, each shard is a job on one of its
+//! workers: [`run_job`] there does what [`fetch_file`] does in the download's own thread
+//! (resume, retries, mirrors, the one refetch after a mismatch; the shard hashed inline, written
+//! through a sync access handle), and [`fetch_file_on_worker`] here drives it: progress and
+//! events come back as messages, and, when the download checks group hashes, the shard's bytes
+//! too, in 1 MiB pieces acknowledged one by one (the worker waits when 4 MiB are unacknowledged),
+//! for the group checks, which hash them on the pool as before.
+//!
+//! The worker does not touch the download's state file: the download marks a shard verified
+//! once its job reports the expected hash, and forgets a stale mark before the job starts.
+
+use std::cell::{Cell, RefCell};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use js_sys::{Promise, Reflect, Uint8Array};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+use super::fetch::{fetch_file, Ctx, Fetched, FileJob, NoObserver, StreamObserver};
+use super::hash_pool::HashPool;
+use super::http::HttpClient;
+use super::relay::{Counts, JobDone, JobError, JobEvent, JobSpec};
+use super::{DownloadError, DownloadEvent, DownloadOptions, Tracker};
+use crate::storage::store::ShardStore;
+
+/// Bytes a worker gathers before sending them back (group checks only).
+const PIECE: usize = 1 << 20;
+/// Progress a worker reports at most every this many bytes (and at every other event).
+const COUNT_EVERY: u64 = 1 << 20;
+
+#[wasm_bindgen]
+extern "C" {
+    /// The worker's side of a job (js/hash-worker.js): messages back to the download.
+    #[derive(Debug, Clone)]
+    pub type JobLink;
+
+    /// A JSON message: `{"t":"counts",...}` or `{"t":"event",...}` (the download gets it as
+    /// `{ t: 'json', json }`).
+    #[wasm_bindgen(method)]
+    fn send(this: &JobLink, json: &str);
+
+    /// The shard's bytes at `offset` (a view of this module's memory: the link copies it);
+    /// undefined, or a promise to wait on while too many bytes are unacknowledged.
+    #[wasm_bindgen(method)]
+    fn bytes(this: &JobLink, offset: f64, data: &[u8]) -> JsValue;
+
+    /// What was sent of the shard is void (it starts over).
+    #[wasm_bindgen(method, js_name = voided)]
+    fn voided(this: &JobLink);
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// Sends a job's bytes back to the download in pieces of [`PIECE`].
+struct LinkObserver<'a> {
+    link: &'a JobLink,
+    piece: RefCell<Vec<u8>>,
+    start: Cell<u64>,
+}
+
+impl LinkObserver<'_> {
+    async fn flush(&self) {
+        let wait = {
+            let piece = self.piece.borrow();
+            if piece.is_empty() {
+                return;
+            }
+            self.link.bytes(self.start.get() as f64, &piece)
+        };
+        self.piece.borrow_mut().clear();
+        if let Some(p) = wait.dyn_ref::<Promise>() {
+            let _ = JsFuture::from(p.clone()).await;
+        }
+    }
+}
+
+impl StreamObserver for LinkObserver<'_> {
+    async fn bytes(&self, offset: u64, data: &Bytes) -> Result<(), DownloadError> {
+        let follows = {
+            let piece = self.piece.borrow();
+            piece.is_empty() || self.start.get() + piece.len() as u64 == offset
+        };
+        if !follows {
+            self.flush().await;
+        }
+        {
+            let mut piece = self.piece.borrow_mut();
+            if piece.is_empty() {
+                self.start.set(offset);
+                piece.reserve(PIECE);
+            }
+            piece.extend_from_slice(data);
+        }
+        if self.piece.borrow().len() >= PIECE {
+            self.flush().await;
+        }
+        Ok(())
+    }
+
+    fn void(&self) {
+        self.piece.borrow_mut().clear();
+        self.link.voided();
+    }
+}
+
+/// The worker's side: fetch `spec`'s shard into `store` (the same model folder the download
+/// began; this store must not write the state file), hashing it here, reporting through `link`.
+pub(crate) async fn run_job<S: ShardStore, C: HttpClient>(
+    store: &S,
+    client: &C,
+    spec: &JobSpec,
+    link: &JobLink,
+) -> Result<JobDone, DownloadError> {
+    let algorithm = spec.hash_algorithm()?;
+    let options = DownloadOptions {
+        parallel: 1,
+        retry: spec.retry(),
+        read_chunk: spec.read_chunk,
+        hash_threads: false,
+        fetch_on_workers: false,
+        check_groups: false,
+        ..DownloadOptions::default()
+    };
+    let sent = Cell::new(Counts::default());
+    let send_counts = |c: Counts| {
+        sent.set(c);
+        link.send(&format!(
+            "{{\"t\":\"counts\",\"fetched\":{},\"done\":{}}}",
+            c.fetched, c.done
+        ));
+    };
+    let latest = Cell::new(Counts::default());
+    let on_event = |e: &DownloadEvent| {
+        if let DownloadEvent::Progress(p) = e {
+            let c = Counts {
+                fetched: p.fetched,
+                done: p.done,
+            };
+            latest.set(c);
+            let last = sent.get();
+            if c.fetched - last.fetched >= COUNT_EVERY || c.done.abs_diff(last.done) >= COUNT_EVERY
+            {
+                send_counts(c);
+            }
+        } else if let Some(e) = JobEvent::from_event(e) {
+            send_counts(latest.get());
+            let mut v = serde_json::to_value(&e).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("t".into(), "event".into());
+            }
+            link.send(&v.to_string());
+        }
+    };
+    let tracker = Tracker::new(&on_event);
+    let ctx = Ctx {
+        store,
+        client,
+        model: &spec.model,
+        options: &options,
+        tracker: &tracker,
+        pool: None,
+    };
+    let job = FileJob {
+        file: &spec.file,
+        what: spec.what.clone(),
+        index: spec.index,
+        count: spec.count,
+        urls: spec.urls.clone(),
+        size: spec.size,
+        algorithm,
+        expected: spec.expected.as_deref(),
+    };
+    let fetched = if spec.observe {
+        let observer = LinkObserver {
+            link,
+            piece: RefCell::new(Vec::new()),
+            start: Cell::new(0),
+        };
+        let fetched = fetch_file(&ctx, &job, &observer).await?;
+        observer.flush().await;
+        fetched
+    } else {
+        fetch_file(&ctx, &job, &NoObserver).await?
+    };
+    let p = tracker.progress();
+    send_counts(Counts {
+        fetched: p.fetched,
+        done: p.done,
+    });
+    Ok(JobDone {
+        hash: fetched.hash,
+        len: fetched.len,
+    })
+}
+
+/// Cancels a job whose download stopped waiting for it.
+struct CancelOnDrop<'a> {
+    pool: &'a HashPool,
+    id: u32,
+    armed: Cell<bool>,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed.get() {
+            self.pool.fetch_cancel(self.id);
+        }
+    }
+}
+
+fn field(m: &JsValue, key: &str) -> JsValue {
+    Reflect::get(m, &key.into()).unwrap_or(JsValue::UNDEFINED)
+}
+
+fn parse<T: serde::de::DeserializeOwned>(m: &JsValue, key: &str) -> Result<T, DownloadError> {
+    let text = field(m, key).as_string().unwrap_or_default();
+    serde_json::from_str(&text)
+        .map_err(|e| DownloadError::Worker(format!("an unreadable message ({e}): {text}")))
+}
+
+/// The download's side: `job` fetched on one of `pool`'s workers, its bytes shown to
+/// `observer` (when there is one) as they arrive, its progress and events passed on.
+pub(crate) async fn fetch_file_on_worker<S: ShardStore, C: HttpClient, O: StreamObserver>(
+    ctx: &Ctx<'_, S, C>,
+    pool: &HashPool,
+    job: &FileJob<'_>,
+    observer: Option<&O>,
+) -> Result<Fetched, DownloadError> {
+    let options = ctx.options;
+    let spec = JobSpec {
+        model: ctx.model.to_string(),
+        file: job.file.to_string(),
+        what: job.what.clone(),
+        index: job.index,
+        count: job.count,
+        urls: job.urls.clone(),
+        size: job.size,
+        algorithm: match job.algorithm {
+            crate::formats::rdrr::HashAlgorithm::Sha256 => "sha256",
+            crate::formats::rdrr::HashAlgorithm::Blake3 => "blake3",
+        }
+        .to_string(),
+        expected: job.expected.map(str::to_string),
+        retry_attempts: options.retry.attempts,
+        retry_initial_ms: options.retry.initial_delay.as_millis() as u64,
+        retry_max_ms: options.retry.max_delay.as_millis() as u64,
+        read_chunk: options.read_chunk,
+        observe: observer.is_some(),
+    };
+    let (tx, mut rx) = futures_channel::mpsc::unbounded::<JsValue>();
+    let on_message = Closure::<dyn FnMut(JsValue)>::new(move |m: JsValue| {
+        let _ = tx.unbounded_send(m);
+    });
+    let id = pool
+        .fetch_job(&json(&spec), on_message.as_ref().unchecked_ref())
+        .map_err(|e| super::hash_pool::failed("cannot start a fetch", e))?;
+    let cancel = CancelOnDrop {
+        pool,
+        id,
+        armed: Cell::new(true),
+    };
+    let mut last = Counts::default();
+    while let Some(m) = rx.next().await {
+        match field(&m, "t").as_string().as_deref() {
+            Some("bytes") => {
+                let offset = field(&m, "offset").as_f64().unwrap_or(0.0) as u64;
+                let data: Uint8Array = field(&m, "data").unchecked_into();
+                let bytes = Bytes::from(data.to_vec());
+                if let Some(o) = observer {
+                    o.bytes(offset, &bytes).await?;
+                }
+                pool.fetch_ack(id, bytes.len() as f64);
+            }
+            Some("void") => {
+                if let Some(o) = observer {
+                    o.void();
+                }
+            }
+            Some("json") => {
+                let text = field(&m, "json").as_string().unwrap_or_default();
+                let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                    DownloadError::Worker(format!("an unreadable message ({e}): {text}"))
+                })?;
+                match v.get("t").and_then(|t| t.as_str()) {
+                    Some("counts") => {
+                        let c: Counts = serde_json::from_value(v).unwrap_or(last);
+                        ctx.tracker.adjust(
+                            c.fetched.saturating_sub(last.fetched),
+                            c.done as i64 - last.done as i64,
+                        );
+                        last = c;
+                    }
+                    Some("event") => {
+                        let e: JobEvent = serde_json::from_value(v).map_err(|e| {
+                            DownloadError::Worker(format!("an unreadable event ({e}): {text}"))
+                        })?;
+                        ctx.tracker.emit(e.into_event());
+                    }
+                    _ => {}
+                }
+            }
+            Some("end") => {
+                cancel.armed.set(false);
+                if field(&m, "ok").is_string() {
+                    let done: JobDone = parse(&m, "ok")?;
+                    return Ok(Fetched {
+                        hash: done.hash,
+                        len: done.len,
+                    });
+                }
+                let e: JobError = parse(&m, "err")?;
+                return Err(e.into());
+            }
+            _ => {}
+        }
+    }
+    Err(DownloadError::Worker(
+        "the fetch job ended without an answer".to_string(),
+    ))
+}

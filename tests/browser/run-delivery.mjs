@@ -23,10 +23,13 @@
 // model to convert and download, e.g. one from `tritium synth`), BENCH_SHARD_SIZE (default
 // 16MB), BENCH_SHA256_ONLY (no BLAKE3 download runs), BENCH_FETCH_WORKERS (the fetch alone
 // also from several workers: "2x2,4x1" is 2 workers of 2 fetches each, then 4 of 1),
+// BENCH_BLAKE3_ONLY (no SHA-256 runs), BENCH_DOWNLOADS (the download runs to make, as
+// where:hashWorkers, where main, worker or worker-hash-only: "worker:8,main:8"; default all),
 // BENCH_PROTO_WORKERS (a prototype of the download spread over workers, configured the same
 // way), BENCH_PROTO_VARIANTS (comma-separated variants of the prototype, each '+'-joined flags:
 // nohash, nowrite, prealloc, buf<KiB>; see delivery-worker.mjs; empty: as it is) and BENCH_FETCH_ONLY (stop after the hashing, fetch and prototype figures).
 import { execFileSync } from 'node:child_process';
+import http from 'node:http';
 import { createHash } from 'node:crypto';
 import { closeSync, cpSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, writeSync } from 'node:fs';
 import os, { tmpdir } from 'node:os';
@@ -62,8 +65,13 @@ if (failed) { console.log(`0 passed, ${failed} failed`); process.exit(1); }
 
 const tmp = mkdtempSync(join(tmpdir(), 'tritium-delivery-'));
 const children = [];
+const proxies = [];
 const cleanup = () => {
   for (const c of children) c.kill();
+  for (const p of proxies) {
+    p.closeAllConnections?.();
+    p.close();
+  }
   rmSync(tmp, { recursive: true, force: true });
 };
 
@@ -77,6 +85,41 @@ const files = Object.fromEntries(readdirSync(good).map((f) => [f, statSync(join(
 const shards = Object.keys(files).filter((f) => /^shard_\d+\.bin$/.test(f)).sort();
 const largestTensor = Math.max(...Object.values(JSON.parse(readFileSync(join(good, 'tensors.json'), 'utf8')))
   .map((t) => t.size));
+
+// A proxy on loopback in front of the model server at `target` that, for the first GET of
+// `file` without a Range header, passes on the headers and the first `cut` bytes of the body,
+// then sends nothing more (the client's abort ends it): a download is then certain to be in
+// the middle of that file when it is aborted, however fast its workers run. Resolves to the
+// proxy's base URL.
+async function stallingProxy(target, file, cut) {
+  const to = new URL(target);
+  let stalled = false;
+  const server = http.createServer((req, res) => {
+    const stall = !stalled && req.method === 'GET' && !req.headers.range && req.url.endsWith(`/${file}`);
+    if (stall) stalled = true;
+    const up = http.request({ host: to.hostname, port: to.port, path: req.url, method: req.method,
+      headers: { ...req.headers, host: to.host } }, (r) => {
+      res.writeHead(r.statusCode, r.headers);
+      if (!stall) {
+        r.pipe(res);
+        return;
+      }
+      let sent = 0;
+      r.on('data', (c) => {
+        const n = Math.min(c.length, cut - sent);
+        if (n > 0) res.write(c.subarray(0, n));
+        sent += n;
+        if (sent >= cut) r.pause();
+      });
+    });
+    up.on('error', () => res.destroy());
+    res.on('close', () => up.destroy());
+    req.pipe(up);
+  });
+  proxies.push(server);
+  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+  return `http://127.0.0.1:${server.address().port}${to.pathname}`;
+}
 
 // `tritium serve-model DIR --port 0`: the URL it serves (the server is killed at the end).
 async function serveModel(dir) {
@@ -155,10 +198,12 @@ try {
     const configs = (v) => (v ?? '').split(',').filter(Boolean).map((c) => c.split('x').map(Number));
     const fetchWorkers = configs(process.env.BENCH_FETCH_WORKERS);
     const protoWorkers = configs(process.env.BENCH_PROTO_WORKERS);
-    const r = await evaluate(([models, opts]) => window.api.bench(models, opts), [[{ url: goodUrl, algorithm: 'sha256' },
+    const r = await evaluate(([models, opts]) => window.api.bench(models, opts), [[
+      ...(process.env.BENCH_BLAKE3_ONLY ? [] : [{ url: goodUrl, algorithm: 'sha256' }]),
       ...(process.env.BENCH_SHA256_ONLY ? [] : [{ url: b3Url, algorithm: 'blake3' }])],
     { fetchOnly: Boolean(process.env.BENCH_FETCH_ONLY), fetchWorkers, protoWorkers,
-      protoVariants: (process.env.BENCH_PROTO_VARIANTS ?? '').split(',') }]);
+      protoVariants: (process.env.BENCH_PROTO_VARIANTS ?? '').split(','),
+      downloads: process.env.BENCH_DOWNLOADS ? process.env.BENCH_DOWNLOADS.split(',') : null }]);
     console.log(JSON.stringify(r, null, 1));
     if (r.error) check(false, 'bench', r.error.message);
     for (const where of ['main', 'worker']) {
@@ -312,16 +357,20 @@ try {
     const pb = partialBad.find((m) => m.name === 'smol-bad');
     check(pb && !(victim in pb.verified), '(d) it stays a partial download without the bad shard', JSON.stringify(pb));
 
-    // (f) Abort in the middle of the second shard, then resume: on the main thread (writable
-    // streams) and in a worker (sync access handles).
+    // (f) Abort in the middle of the second shard, then resume: on the main thread and in a
+    // worker (the shards fetched and written on the hash worker either way). The second shard's
+    // first request stalls after half of it (stallingProxy), so the abort, made once a third of
+    // it is in, lands inside it.
     for (const where of ['main', 'worker']) {
       const name = `smol-resume-${where}`;
+      const fUrl = await stallingProxy(goodUrl, shards[1], Math.floor(files[shards[1]] / 2));
+      const fOrigin = new URL(fUrl).origin;
       const run = (abortAt) => evaluate(({ url, name, where, abortAt }) => {
         const options = { name, parallel: 1, progressIntervalMs: 0 };
         return where === 'main'
           ? window.api.download(url, options, abortAt ? (e) => e.type === 'progress' && e.done >= abortAt : null)
           : window.api.downloadInWorker(url, options, abortAt);
-      }, { url: goodUrl, name, where, abortAt });
+      }, { url: fUrl, name, where, abortAt });
       requests.length = 0;
       const f1 = await run(files[shards[0]] + Math.floor(files[shards[1]] / 3));
       check(f1.error?.code === 'AbortError', `(f, ${where}) the download aborted`, JSON.stringify(f1.error));
@@ -334,7 +383,7 @@ try {
       requests.length = 0;
       const f2 = await run(null);
       check(!f2.error, `(f, ${where}) the resumed download completes`, JSON.stringify(f2.error));
-      const shardRequests = requestsTo(origin).filter((q) => shards.includes(shardOf(q.url)));
+      const shardRequests = requestsTo(fOrigin).filter((q) => shards.includes(shardOf(q.url)));
       check(!shardRequests.some((q) => shardOf(q.url) === shards[0]), `(f, ${where}) the verified shard was not fetched again`);
       const resumed = shardRequests.find((q) => shardOf(q.url) === shards[1]);
       check(resumed?.range === `bytes=${kept}-`, `(f, ${where}) the interrupted shard resumed with a Range request`,

@@ -5,6 +5,7 @@ use bytes::Bytes;
 
 use super::hashing::{HashKind, Hashing, WorkerPool};
 use super::http::{parse_content_range, HttpBody, HttpClient, HttpErrorKind, HttpResponse};
+use super::local::LocalPlan;
 use super::{DownloadError, DownloadEvent, DownloadOptions, RetryPolicy, Tracker};
 use crate::formats::rdrr::HashAlgorithm;
 use crate::storage::store::{ShardStore, ShardWriter};
@@ -27,6 +28,20 @@ pub(crate) trait StreamObserver {
     async fn bytes(&self, offset: u64, data: &Bytes) -> Result<(), DownloadError>;
     /// What was seen of this file is void (it starts over, or did not verify).
     fn void(&self);
+
+    /// For a browser worker fetching the file: the hash streams it may compute itself and the
+    /// byte ranges (offset, length) that must still come here; `None`: every byte comes here.
+    /// The streams are then this observer's to finish through [`local_done`](Self::local_done).
+    #[cfg_attr(not(all(target_arch = "wasm32", feature = "web")), allow(dead_code))]
+    fn take_local(&self) -> Option<LocalPlan> {
+        None
+    }
+
+    /// The digests the worker computed for [`take_local`](Self::take_local)'s streams.
+    #[cfg_attr(not(all(target_arch = "wasm32", feature = "web")), allow(dead_code))]
+    fn local_done(&self, digests: Vec<(usize, String)>) {
+        let _ = digests;
+    }
 }
 
 /// Observes nothing.

@@ -23,6 +23,7 @@ mod groups;
 mod hash_pool;
 mod hashing;
 mod http;
+mod local;
 #[cfg(not(target_arch = "wasm32"))]
 mod native;
 mod rdrr;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::local::LocalStream;
 use super::{DownloadError, DownloadEvent, RetryPolicy};
 use crate::formats::rdrr::HashAlgorithm;
 use crate::storage::store::StoreError;
@@ -31,6 +32,12 @@ pub(crate) struct JobSpec {
     pub read_chunk: usize,
     /// Send the bytes back as they stream (the download checks group hashes on them).
     pub observe: bool,
+    /// Group streams the worker hashes itself (see `local.rs`).
+    #[serde(default)]
+    pub local: Vec<LocalStream>,
+    /// With `observe`: only the bytes in these ranges (offset, length) go back; `None`: all.
+    #[serde(default)]
+    pub wanted: Option<Vec<(u64, u64)>>,
 }
 
 impl JobSpec {
@@ -54,6 +61,9 @@ impl JobSpec {
 pub(crate) struct JobDone {
     pub hash: String,
     pub len: u64,
+    /// The digests of the job's local streams: (stream, digest).
+    #[serde(default)]
+    pub local: Vec<(usize, String)>,
 }
 
 /// A worker's byte counts for its job so far: received over the network, and present and

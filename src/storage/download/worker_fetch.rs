@@ -8,12 +8,15 @@
 //! through a sync access handle), and [`fetch_file_on_worker`] here drives it: progress and
 //! events come back as messages, and, when the download checks group hashes, the shard's bytes
 //! too, in 1 MiB pieces acknowledged one by one (the worker waits when 4 MiB are unacknowledged),
-//! for the group checks, which hash them on the pool as before.
+//! for the group checks, which hash them on the pool as before; or rather only the bytes of the
+//! group streams that straddle shards: a stream whose bytes all lie in the shard (a whole group,
+//! a BLAKE3 group's 1 MiB block) the worker hashes itself and sends its digest (`local.rs`).
 //!
 //! The worker does not touch the download's state file: the download marks a shard verified
 //! once its job reports the expected hash, and forgets a stale mark before the job starts.
 
 use std::cell::{Cell, RefCell};
+use std::ops::Range;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -24,6 +27,7 @@ use wasm_bindgen_futures::JsFuture;
 use super::fetch::{fetch_file, Ctx, Fetched, FileJob, NoObserver, StreamObserver};
 use super::hash_pool::HashPool;
 use super::http::HttpClient;
+use super::local::{merge, within, LocalHashes};
 use super::relay::{Counts, JobDone, JobError, JobEvent, JobSpec};
 use super::{DownloadError, DownloadEvent, DownloadOptions, Tracker};
 use crate::storage::store::ShardStore;
@@ -58,11 +62,14 @@ fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
 
-/// Sends a job's bytes back to the download in pieces of [`PIECE`].
+/// Sends a job's bytes back to the download in pieces of [`PIECE`] (those in `wanted`, when
+/// given), after feeding its local group streams.
 struct LinkObserver<'a> {
     link: &'a JobLink,
     piece: RefCell<Vec<u8>>,
     start: Cell<u64>,
+    local: RefCell<LocalHashes>,
+    wanted: Option<Vec<Range<u64>>>,
 }
 
 impl LinkObserver<'_> {
@@ -79,10 +86,8 @@ impl LinkObserver<'_> {
             let _ = JsFuture::from(p.clone()).await;
         }
     }
-}
 
-impl StreamObserver for LinkObserver<'_> {
-    async fn bytes(&self, offset: u64, data: &Bytes) -> Result<(), DownloadError> {
+    async fn send(&self, offset: u64, data: &[u8]) {
         let follows = {
             let piece = self.piece.borrow();
             piece.is_empty() || self.start.get() + piece.len() as u64 == offset
@@ -101,11 +106,26 @@ impl StreamObserver for LinkObserver<'_> {
         if self.piece.borrow().len() >= PIECE {
             self.flush().await;
         }
+    }
+}
+
+impl StreamObserver for LinkObserver<'_> {
+    async fn bytes(&self, offset: u64, data: &Bytes) -> Result<(), DownloadError> {
+        self.local.borrow_mut().feed(offset, data);
+        match &self.wanted {
+            None => self.send(offset, data).await,
+            Some(spans) => {
+                for r in within(spans, offset, data.len()) {
+                    self.send(offset + r.start as u64, &data[r]).await;
+                }
+            }
+        }
         Ok(())
     }
 
     fn void(&self) {
         self.piece.borrow_mut().clear();
+        self.local.borrow_mut().reset();
         self.link.voided();
     }
 }
@@ -177,17 +197,21 @@ pub(crate) async fn run_job<S: ShardStore, C: HttpClient>(
         algorithm,
         expected: spec.expected.as_deref(),
     };
-    let fetched = if spec.observe {
+    let (fetched, local) = if spec.observe {
         let observer = LinkObserver {
             link,
             piece: RefCell::new(Vec::new()),
             start: Cell::new(0),
+            local: RefCell::new(
+                LocalHashes::new(spec.local.clone()).map_err(DownloadError::Worker)?,
+            ),
+            wanted: spec.wanted.clone().map(merge),
         };
         let fetched = fetch_file(&ctx, &job, &observer).await?;
         observer.flush().await;
-        fetched
+        (fetched, observer.local.into_inner().finish())
     } else {
-        fetch_file(&ctx, &job, &NoObserver).await?
+        (fetch_file(&ctx, &job, &NoObserver).await?, Vec::new())
     };
     let p = tracker.progress();
     send_counts(Counts {
@@ -197,6 +221,7 @@ pub(crate) async fn run_job<S: ShardStore, C: HttpClient>(
     Ok(JobDone {
         hash: fetched.hash,
         len: fetched.len,
+        local,
     })
 }
 
@@ -234,6 +259,10 @@ pub(crate) async fn fetch_file_on_worker<S: ShardStore, C: HttpClient, O: Stream
     observer: Option<&O>,
 ) -> Result<Fetched, DownloadError> {
     let options = ctx.options;
+    let (local, wanted) = match observer.and_then(StreamObserver::take_local) {
+        Some((local, wanted)) => (local, Some(wanted)),
+        None => (Vec::new(), None),
+    };
     let spec = JobSpec {
         model: ctx.model.to_string(),
         file: job.file.to_string(),
@@ -253,6 +282,8 @@ pub(crate) async fn fetch_file_on_worker<S: ShardStore, C: HttpClient, O: Stream
         retry_max_ms: options.retry.max_delay.as_millis() as u64,
         read_chunk: options.read_chunk,
         observe: observer.is_some(),
+        local,
+        wanted,
     };
     let (tx, mut rx) = futures_channel::mpsc::unbounded::<JsValue>();
     let on_message = Closure::<dyn FnMut(JsValue)>::new(move |m: JsValue| {
@@ -310,6 +341,9 @@ pub(crate) async fn fetch_file_on_worker<S: ShardStore, C: HttpClient, O: Stream
                 cancel.armed.set(false);
                 if field(&m, "ok").is_string() {
                     let done: JobDone = parse(&m, "ok")?;
+                    if let Some(o) = observer {
+                        o.local_done(done.local);
+                    }
                     return Ok(Fetched {
                         hash: done.hash,
                         len: done.len,

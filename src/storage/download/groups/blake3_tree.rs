@@ -24,6 +24,8 @@ pub(super) struct Tree {
     filled: Vec<u64>,
     /// Blocks not yet complete.
     pub(super) left: usize,
+    /// Per block: hashed by the worker fetching its shard (its bytes never come here).
+    pub(super) local: Vec<bool>,
 }
 
 impl Tree {
@@ -42,6 +44,7 @@ impl Tree {
             pending: vec![BTreeMap::new(); blocks],
             filled: vec![0; blocks],
             left: blocks,
+            local: vec![false; blocks],
         }
     }
 
@@ -51,6 +54,36 @@ impl Tree {
 
     fn block_len(&self, k: usize) -> u64 {
         (self.len - k as u64 * self.block).min(self.block)
+    }
+
+    /// Whether block `k` has had bytes.
+    #[cfg_attr(not(all(target_arch = "wasm32", feature = "web")), allow(dead_code))]
+    pub(super) fn started(&self, k: usize) -> bool {
+        self.filled[k] > 0
+    }
+
+    /// Where block `k`'s bytes are: (shard, offset, length), in the block's order.
+    #[cfg_attr(not(all(target_arch = "wasm32", feature = "web")), allow(dead_code))]
+    pub(super) fn block_spans(&self, k: usize, segments: &[TensorSpan]) -> Vec<(usize, u64, u64)> {
+        let (start, end) = (
+            k as u64 * self.block,
+            k as u64 * self.block + self.block_len(k),
+        );
+        let mut out = Vec::new();
+        for (seg, &s) in segments.iter().zip(&self.starts) {
+            let (from, to) = (start.max(s), end.min(s + seg.size));
+            if from < to {
+                out.push((seg.shard, seg.offset + (from - s), to - from));
+            }
+        }
+        out
+    }
+
+    /// Block `k` was hashed elsewhere (a worker): complete, and a repeat if any byte comes.
+    #[cfg_attr(not(all(target_arch = "wasm32", feature = "web")), allow(dead_code))]
+    pub(super) fn mark_complete(&mut self, k: usize) {
+        self.filled[k] = self.block_len(k);
+        self.left -= 1;
     }
 
     /// Bytes held in incomplete blocks.
@@ -81,6 +114,11 @@ impl Tree {
             let n = ((self.block - off) as usize).min(piece.len());
             let part = piece.split_to(n);
             let end = off + n as u64;
+            if self.local[k] {
+                // A worker hashes this block (its bytes are not expected here).
+                pos += n as u64;
+                continue;
+            }
             let block_len = self.block_len(k);
             let pending = &mut self.pending[k];
             let overlaps = self.filled[k] == block_len

@@ -38,6 +38,7 @@ use bytes::Bytes;
 
 use super::fetch::StreamObserver;
 use super::hashing::{Hashing, WorkerPool};
+use super::local::LocalPlan;
 use super::DownloadError;
 use crate::formats::rdrr::{blake3_subtree_root, HashAlgorithm, Manifest};
 use crate::storage::store::ShardStore;
@@ -69,6 +70,8 @@ pub(crate) struct GroupChecks {
     /// Groups read back, by index: claimed (None) or hashed (their digest).
     read: RefCell<BTreeMap<usize, Option<String>>>,
     read_bytes: std::cell::Cell<u64>,
+    /// Digests of streams the shards' workers hashed (see `local.rs`), by stream.
+    local: RefCell<BTreeMap<usize, String>>,
 }
 
 impl GroupChecks {
@@ -114,6 +117,7 @@ impl GroupChecks {
             pool: pool.cloned(),
             read: RefCell::new(BTreeMap::new()),
             read_bytes: std::cell::Cell::new(0),
+            local: RefCell::new(BTreeMap::new()),
         })
     }
 
@@ -142,7 +146,12 @@ impl GroupChecks {
                 .collect()
         };
         let late = self.read_back(&rest, manifest, store, model, chunk).await?;
-        let digests = self.hashing.finish().await?;
+        let mut digests = self.hashing.finish().await?;
+        for (stream, digest) in self.local.take() {
+            if let Some(d) = digests.get_mut(stream) {
+                *d = digest;
+            }
+        }
         let mut read = self.read.take();
         for (g, d) in rest.into_iter().zip(late) {
             read.insert(g, Some(d));
@@ -211,5 +220,21 @@ impl StreamObserver for ShardTap<'_> {
 
     fn void(&self) {
         self.checks.taps.borrow_mut().void(self.shard);
+    }
+
+    fn take_local(&self) -> Option<LocalPlan> {
+        let checks = self.checks;
+        Some(checks.taps.borrow_mut().take_local(self.shard, checks.alg))
+    }
+
+    fn local_done(&self, digests: Vec<(usize, String)>) {
+        let streams: Vec<usize> = digests.iter().map(|d| d.0).collect();
+        let counted = self.checks.taps.borrow_mut().local_done(&streams);
+        let mut local = self.checks.local.borrow_mut();
+        for (stream, digest) in digests {
+            if counted.contains(&stream) {
+                local.insert(stream, digest);
+            }
+        }
     }
 }

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use super::blake3_tree::Tree;
 use crate::formats::rdrr::{HashAlgorithm, Manifest, TensorSpan};
 use crate::storage::download::hashing::HashKind;
+use crate::storage::download::local::{LocalPlan, LocalStream};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum TapState {
@@ -38,6 +39,8 @@ pub(super) struct GroupTap {
     pub(super) tree: Option<Tree>,
     /// Its first hash stream: the group's own, or its tree's first block's.
     pub(super) stream: usize,
+    /// (Not a tree) hashed by the worker fetching its one shard.
+    pub(super) local: bool,
 }
 
 impl GroupTap {
@@ -132,6 +135,7 @@ impl GroupTaps {
                 sent: BTreeMap::new(),
                 tree,
                 stream,
+                local: false,
             };
             tap.settle();
             groups.push(tap);
@@ -191,6 +195,9 @@ impl GroupTaps {
             let TapState::Streaming { next, consumed } = self.groups[g].state else {
                 continue;
             };
+            if self.groups[g].local {
+                continue;
+            }
             let at = from - seg.offset;
             let piece = data.slice((from - offset) as usize..(to - offset) as usize);
             let stream = self.groups[g].stream;
@@ -257,6 +264,115 @@ impl GroupTaps {
             self.held -= n;
             out.push((tap.stream, piece));
         }
+    }
+
+    /// The streams of shard `shard`'s groups that the worker fetching it can hash itself (a
+    /// whole group, or a tree's block, whose bytes all lie in this shard in increasing order,
+    /// none seen yet), marked so: their bytes are no longer expected here, and
+    /// [`local_done`](GroupTaps::local_done) takes their digests. Also the byte ranges of the
+    /// shard the other streams still need (offset, length).
+    #[cfg_attr(not(all(target_arch = "wasm32", feature = "web")), allow(dead_code))]
+    pub(super) fn take_local(&mut self, shard: usize, alg: HashAlgorithm) -> LocalPlan {
+        let increasing = |spans: &[(usize, u64, u64)]| {
+            spans.iter().all(|s| s.0 == shard)
+                && spans.windows(2).all(|w| w[0].1 + w[0].2 <= w[1].1)
+        };
+        let mut local = Vec::new();
+        let mut wanted = Vec::new();
+        let mut groups: Vec<usize> = self
+            .by_shard
+            .get(shard)
+            .map_or(Vec::new(), |v| v.iter().map(|&(g, _)| g).collect());
+        groups.dedup();
+        for g in groups {
+            let tap = &mut self.groups[g];
+            if !matches!(tap.state, TapState::Streaming { .. }) {
+                continue;
+            }
+            match &mut tap.tree {
+                Some(tree) => {
+                    for k in 0..tree.blocks() {
+                        let spans = tree.block_spans(k, &tap.segments);
+                        if tree.local[k] || !spans.iter().any(|s| s.0 == shard) {
+                            continue;
+                        }
+                        if increasing(&spans) && !tree.started(k) {
+                            tree.local[k] = true;
+                            local.push(LocalStream::new(
+                                tap.stream + k,
+                                HashKind::Blake3Subtree(k as u64 * tree.block),
+                                spans.iter().map(|s| (s.1, s.2)).collect(),
+                            ));
+                        } else {
+                            wanted
+                                .extend(spans.iter().filter(|s| s.0 == shard).map(|s| (s.1, s.2)));
+                        }
+                    }
+                }
+                None => {
+                    let spans: Vec<(usize, u64, u64)> = (tap.segments.iter())
+                        .filter(|s| s.size > 0)
+                        .map(|s| (s.shard, s.offset, s.size))
+                        .collect();
+                    let fresh = tap.state
+                        == TapState::Streaming {
+                            next: 0,
+                            consumed: 0,
+                        }
+                        && tap.early.is_empty()
+                        && tap.sent.is_empty();
+                    if tap.local {
+                        continue;
+                    }
+                    if increasing(&spans) && fresh {
+                        tap.local = true;
+                        local.push(LocalStream::new(
+                            tap.stream,
+                            HashKind::Plain(alg),
+                            spans.iter().map(|s| (s.1, s.2)).collect(),
+                        ));
+                    } else {
+                        wanted.extend(spans.iter().filter(|s| s.0 == shard).map(|s| (s.1, s.2)));
+                    }
+                }
+            }
+        }
+        (local, wanted)
+    }
+
+    /// A worker hashed these local streams ([`take_local`](GroupTaps::take_local)): their
+    /// groups move on (a group read back meanwhile ignores them). Returns the streams that
+    /// count, whose digests the check uses.
+    #[cfg_attr(not(all(target_arch = "wasm32", feature = "web")), allow(dead_code))]
+    pub(super) fn local_done(&mut self, streams: &[usize]) -> Vec<usize> {
+        let mut counted = Vec::new();
+        for &stream in streams {
+            let g = self.groups.partition_point(|t| t.stream <= stream);
+            let Some(tap) = g.checked_sub(1).and_then(|g| self.groups.get_mut(g)) else {
+                continue;
+            };
+            if !matches!(tap.state, TapState::Streaming { .. }) {
+                continue;
+            }
+            match &mut tap.tree {
+                Some(tree) => {
+                    let k = stream - tap.stream;
+                    if k < tree.blocks() && tree.local[k] && !tree.started(k) {
+                        // Marked complete: never again local, never fed.
+                        tree.local[k] = false;
+                        tree.mark_complete(k);
+                        counted.push(stream);
+                    }
+                }
+                None if tap.local && stream == tap.stream => {
+                    tap.state = TapState::Done;
+                    counted.push(stream);
+                }
+                None => {}
+            }
+            tap.settle();
+        }
+        counted
     }
 
     /// Everything seen of shard `shard` is void: its groups are read back.

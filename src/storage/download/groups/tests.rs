@@ -329,3 +329,113 @@ fn in_order_streams_hash_every_group_and_out_of_order_reads_back() {
         pollster::block_on(orders(3, alg));
     }
 }
+
+/// A browser worker's side of a shard (see `local.rs`): the streams lying in the shard hashed
+/// there from the shard's bytes (possibly changed by `alter`), only the wanted bytes sent to
+/// the download, in odd-sized chunks; the bytes sent.
+async fn as_worker(
+    checks: &GroupChecks,
+    shard: usize,
+    bytes: &[u8],
+    alter: impl Fn(&mut Vec<u8>),
+) -> (usize, u64) {
+    use crate::storage::download::local::{merge, within, LocalHashes};
+    let tap = ShardTap { checks, shard };
+    let (local, wanted) = tap.take_local().unwrap();
+    let count = local.len();
+    let mut hashes = LocalHashes::new(local).unwrap();
+    let wanted = merge(wanted);
+    let mut hashed = bytes.to_vec();
+    alter(&mut hashed);
+    let mut sent = 0;
+    for (k, chunk) in hashed.chunks(777).enumerate() {
+        let off = k as u64 * 777;
+        hashes.feed(off, chunk);
+        for r in within(&wanted, off, chunk.len()) {
+            sent += r.len() as u64;
+            tap.bytes(off + r.start as u64, &Bytes::copy_from_slice(&chunk[r]))
+                .await
+                .unwrap();
+        }
+    }
+    tap.local_done(hashes.finish());
+    (count, sent)
+}
+
+async fn workers(alg: HashAlgorithm, threads: usize) {
+    let (manifest, files) = model(alg);
+    let store = store_with(&manifest, &files).await;
+    let n = manifest.groups.len();
+    let total: u64 = manifest.shards.iter().map(|s| s.size).sum();
+    let shard_bytes = |i: usize| files.files[&manifest.shards[i].filename].clone();
+    let count = manifest.shards.len();
+    // In order and last shard first: the streams inside a shard hashed by its worker, the
+    // rest sent; every group verifies, none read back, and fewer bytes come back than the
+    // shards hold.
+    for order in [(0..count).collect::<Vec<_>>(), (0..count).rev().collect()] {
+        let checks = new_checks(&manifest, threads, total);
+        let (mut local, mut sent) = (0, 0);
+        for &i in &order {
+            let (l, s) = as_worker(&checks, i, &shard_bytes(i), |_| {}).await;
+            local += l;
+            sent += s;
+        }
+        assert!(local >= 2, "{alg:?}: {local} local streams");
+        assert!(
+            sent < total * 3 / 4,
+            "{alg:?}: {sent} of {total} bytes sent"
+        );
+        let got = checks.check(&manifest, &store, "m", 4096).await.unwrap();
+        assert_eq!(got, (n, 0, 0), "{alg:?} {order:?}");
+    }
+
+    // A wrong byte hashed by a worker (the first tensor, layer.0's, local in every layout
+    // here): that group fails.
+    let checks = new_checks(&manifest, threads, total);
+    for i in 0..count {
+        as_worker(&checks, i, &shard_bytes(i), |b| {
+            if i == 0 {
+                b[10] ^= 1;
+            }
+        })
+        .await;
+    }
+    match checks.check(&manifest, &store, "m", 4096).await {
+        Err(DownloadError::GroupMismatch { group, .. }) => assert_eq!(group, "layer.0"),
+        other => panic!("{alg:?}: {other:?}"),
+    }
+
+    // Shard 0 starts over after some bytes (the worker voids what it sent and its local
+    // streams): its groups are read back, and everything verifies.
+    let checks = new_checks(&manifest, threads, total);
+    {
+        let tap = ShardTap {
+            checks: &checks,
+            shard: 0,
+        };
+        let (local, wanted) = tap.take_local().unwrap();
+        assert!(!local.is_empty());
+        let wanted = crate::storage::download::local::merge(wanted);
+        let b = shard_bytes(0);
+        for r in crate::storage::download::local::within(&wanted, 0, 5000) {
+            tap.bytes(r.start as u64, &Bytes::copy_from_slice(&b[r]))
+                .await
+                .unwrap();
+        }
+        tap.void();
+    }
+    for i in 1..count {
+        as_worker(&checks, i, &shard_bytes(i), |_| {}).await;
+    }
+    let (streamed, read_back, bytes) = checks.check(&manifest, &store, "m", 4096).await.unwrap();
+    assert_eq!(streamed + read_back, n);
+    assert!(read_back >= 1 && bytes > 0, "{alg:?}: {read_back} {bytes}");
+}
+
+#[test]
+fn workers_hash_the_streams_inside_their_shard() {
+    for alg in [HashAlgorithm::Sha256, HashAlgorithm::Blake3] {
+        pollster::block_on(workers(alg, 0));
+        pollster::block_on(workers(alg, 3));
+    }
+}

@@ -212,7 +212,7 @@ export class HashPool {
     for (const waits of this.#waits) for (const resolve of waits.splice(0)) resolve();
     for (const f of this.#finishes.values()) f.reject(new Error(this.#failure));
     this.#finishes.clear();
-    const err = JSON.stringify({ kind: 'Other', message: `hash worker: ${this.#failure}` });
+    const err = JSON.stringify({ Other: { message: `hash worker: ${this.#failure}` } });
     for (const [id, job] of [...this.#jobs]) {
       this.#endJob(id);
       job.onMessage?.({ t: 'end', err });

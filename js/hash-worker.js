@@ -56,7 +56,7 @@ function startFetch(id, spec) {
     postMessage({ fetch: id, t: 'end', ...r });
   };
   download_fetch_job(spec, link, job.ctl.signal).then((ok) => end({ ok }), (err) => end({
-    err: typeof err === 'string' ? err : JSON.stringify({ kind: 'Other', message: String(err?.message ?? err) }),
+    err: typeof err === 'string' ? err : JSON.stringify({ Other: { message: String(err?.message ?? err) } }),
   }));
 }
 let queue = [];

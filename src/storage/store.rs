@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 /// Errors of a model store. Each names the model, file or folder it concerns.
-#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// A model name that could be used to reach outside the store.
     #[error("{name:?} is not a usable model name: {why}")]

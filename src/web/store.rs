@@ -500,7 +500,7 @@ pub async fn opfs_usage() -> Result<JsValue, JsValue> {
 /// partial folder in OPFS (through a sync access handle), hashed here, reporting to the
 /// download through `link`; see `storage::download::worker_fetch`. `spec` is the job as JSON;
 /// resolves to `{"hash","len"}` as JSON, rejects with the failure as JSON (so the download
-/// reports it as its own), or with `{"kind":"Other","message":"aborted"}` once `signal` fires
+/// reports it as its own), or with `{"Other":{"message":"aborted"}}` once `signal` fires
 /// and the shard's file is closed.
 #[wasm_bindgen]
 pub async fn download_fetch_job(

@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 
+use super::groups::ShardTap;
 use super::hashing::{HashKind, Hashing, WorkerPool};
 use super::http::{parse_content_range, HttpBody, HttpClient, HttpErrorKind, HttpResponse};
 use super::local::LocalPlan;
@@ -44,14 +45,48 @@ pub(crate) trait StreamObserver {
     }
 }
 
-/// Observes nothing.
-pub(crate) struct NoObserver;
+/// What sees a file's bytes as they stream: nothing, the group checks, or (on a browser
+/// worker fetching a download's shard) the link back to the download. One type rather than a
+/// type parameter, so that the fetch loop is compiled once: each observer type cost the wasm
+/// package a copy of it.
+pub(crate) enum Observer<'a> {
+    None,
+    Groups(ShardTap<'a>),
+    #[cfg(all(target_arch = "wasm32", feature = "web"))]
+    Worker(&'a super::worker_fetch::LinkObserver<'a>),
+}
 
-impl StreamObserver for NoObserver {
-    async fn bytes(&self, _: u64, _: &Bytes) -> Result<(), DownloadError> {
-        Ok(())
+impl StreamObserver for Observer<'_> {
+    async fn bytes(&self, offset: u64, data: &Bytes) -> Result<(), DownloadError> {
+        match self {
+            Observer::None => Ok(()),
+            Observer::Groups(t) => t.bytes(offset, data).await,
+            #[cfg(all(target_arch = "wasm32", feature = "web"))]
+            Observer::Worker(l) => l.bytes(offset, data).await,
+        }
     }
-    fn void(&self) {}
+
+    fn void(&self) {
+        match self {
+            Observer::None => {}
+            Observer::Groups(t) => t.void(),
+            #[cfg(all(target_arch = "wasm32", feature = "web"))]
+            Observer::Worker(l) => l.void(),
+        }
+    }
+
+    fn take_local(&self) -> Option<LocalPlan> {
+        match self {
+            Observer::Groups(t) => t.take_local(),
+            _ => None,
+        }
+    }
+
+    fn local_done(&self, digests: Vec<(usize, String)>) {
+        if let Observer::Groups(t) = self {
+            t.local_done(digests);
+        }
+    }
 }
 
 /// One file to fetch.
@@ -181,14 +216,14 @@ async fn read_body<B: HttpBody>(
 
 /// Hash the `len` bytes of `file` already in the store, showing them to `observer` as if they
 /// streamed (the file's hash, checked at the end, covers them like the rest).
-async fn hash_stored<S: ShardStore, O: StreamObserver>(
+async fn hash_stored<S: ShardStore>(
     store: &S,
     model: &str,
     file: &str,
     len: u64,
     chunk: usize,
     hasher: &Hashing,
-    observer: &O,
+    observer: &Observer<'_>,
 ) -> Result<(), DownloadError> {
     let chunk = chunk.clamp(4096, 64 << 20) as u64;
     let mut pos = 0u64;
@@ -207,10 +242,10 @@ async fn hash_stored<S: ShardStore, O: StreamObserver>(
 /// Fetch `job` into the store, resuming what an earlier attempt left, and check its hash. A
 /// file whose hash does not match is deleted and fetched once more (from the next URL, when
 /// there are several); a second mismatch is an error naming both hashes.
-pub(crate) async fn fetch_file<S: ShardStore, C: HttpClient, O: StreamObserver>(
+pub(crate) async fn fetch_file<S: ShardStore, C: HttpClient>(
     ctx: &Ctx<'_, S, C>,
     job: &FileJob<'_>,
-    observer: &O,
+    observer: &Observer<'_>,
 ) -> Result<Fetched, DownloadError> {
     let mut mirror = 0usize;
     let mut downloads = 0u32;
@@ -253,10 +288,10 @@ pub(crate) async fn fetch_file<S: ShardStore, C: HttpClient, O: StreamObserver>(
 
 /// One download of the file to its end (resuming what is stored), retrying network errors.
 /// Returns the hash of what is stored, not yet compared.
-async fn fetch_once<S: ShardStore, C: HttpClient, O: StreamObserver>(
+async fn fetch_once<S: ShardStore, C: HttpClient>(
     ctx: &Ctx<'_, S, C>,
     job: &FileJob<'_>,
-    observer: &O,
+    observer: &Observer<'_>,
     mirror: &mut usize,
 ) -> Result<Fetched, DownloadError> {
     let Ctx {

@@ -1,7 +1,7 @@
 //! Downloading one GGUF file: streamed to the store in chunks (never held whole in memory),
 //! resumed with `Range`, hashed with SHA-256 as it arrives and checked when a hash is given.
 
-use super::fetch::{fetch_file, Ctx, FileJob, NoObserver};
+use super::fetch::{fetch_file, Ctx, FileJob, Observer};
 use super::hashing::{pool_size, start_workers};
 use super::http::HttpClient;
 use super::{DownloadError, DownloadEvent, DownloadOptions, DownloadSummary, Tracker};
@@ -75,7 +75,7 @@ pub async fn download_gguf<S: ShardStore, C: HttpClient>(
                 algorithm: HashAlgorithm::Sha256,
                 expected: sha256,
             };
-            let fetched = fetch_file(&ctx, &job, &NoObserver).await?;
+            let fetched = fetch_file(&ctx, &job, &Observer::None).await?;
             let mut magic = [0u8; 4];
             if fetched.len < 4
                 || store

@@ -413,6 +413,9 @@ impl<'a> Tracker<'a> {
     /// `done` changed by that much (negative when it discarded bytes).
     #[cfg_attr(not(all(target_arch = "wasm32", feature = "web")), allow(dead_code))]
     pub(crate) fn adjust(&self, fetched: u64, done: i64) {
+        if fetched == 0 && done == 0 {
+            return;
+        }
         self.fetched.set(self.fetched.get() + fetched);
         self.done.set(self.done.get().saturating_add_signed(done));
         self.emit(DownloadEvent::Progress(self.progress()));

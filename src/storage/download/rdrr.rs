@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use futures_util::stream::{self, StreamExt};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
-use super::fetch::{fetch_file, fetch_small, Ctx, Fetched, FileJob, NoObserver, StreamObserver};
+use super::fetch::{fetch_file, fetch_small, Ctx, Fetched, FileJob, Observer};
 use super::groups::{GroupChecks, ShardTap};
 use super::hashing::{pool_size, start_workers};
 use super::http::HttpClient;
@@ -370,16 +370,14 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
                 algorithm: shard.hash_algorithm,
                 expected: shard.hash.as_deref(),
             };
-            let result = match taps {
-                Some(t) => {
-                    let tap = ShardTap {
-                        checks: t,
-                        shard: shard.index,
-                    };
-                    fetch_shard(ctx, &job, Some(&tap)).await
-                }
-                None => fetch_shard::<_, _, ShardTap>(ctx, &job, None).await,
+            let observer = match taps {
+                Some(t) => Observer::Groups(ShardTap {
+                    checks: t,
+                    shard: shard.index,
+                }),
+                None => Observer::None,
             };
+            let result = fetch_shard(ctx, &job, &observer).await;
             let result = match result {
                 Ok(fetched) => ctx
                     .store
@@ -455,19 +453,16 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
 
 /// Fetch one shard: on one of the browser's hash workers when they run (and the options do
 /// not say otherwise), else in this thread.
-async fn fetch_shard<S: ShardStore, C: HttpClient, O: StreamObserver>(
+async fn fetch_shard<S: ShardStore, C: HttpClient>(
     ctx: &Ctx<'_, S, C>,
     job: &FileJob<'_>,
-    observer: Option<&O>,
+    observer: &Observer<'_>,
 ) -> Result<Fetched, DownloadError> {
     #[cfg(all(target_arch = "wasm32", feature = "web"))]
     if let (Some(pool), true) = (ctx.pool, ctx.options.fetch_on_workers) {
         return super::worker_fetch::fetch_file_on_worker(ctx, pool, job, observer).await;
     }
-    match observer {
-        Some(o) => fetch_file(ctx, job, o).await,
-        None => fetch_file(ctx, job, &NoObserver).await,
-    }
+    fetch_file(ctx, job, observer).await
 }
 
 /// Threads for the group hashes: the groups of the shards in flight stream at the same time

@@ -76,7 +76,6 @@ pub(crate) struct Counts {
 
 /// The events of a job the download passes on (progress goes as [`Counts`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type")]
 pub(crate) enum JobEvent {
     FileStarted {
         file: String,
@@ -161,8 +160,9 @@ impl JobEvent {
 
 /// A job's failure, as the download reports it (so a worker's hash mismatch is the same error,
 /// with the same fields, as one found in the download's own thread).
+/// Externally tagged (`{"Status":{...}}`): an internally tagged enum costs the wasm package far
+/// more code to read.
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "kind")]
 pub(crate) enum JobError {
     Network {
         url: String,
@@ -193,8 +193,11 @@ pub(crate) enum JobError {
         needed: u64,
         available: u64,
     },
+    /// A [`StoreError`]: its variant's name and its two fields (one for `NoRoot`).
     Store {
-        error: StoreError,
+        variant: String,
+        a: String,
+        b: String,
     },
     /// Anything else, by its message.
     Other {
@@ -233,7 +236,20 @@ impl From<DownloadError> for JobError {
             },
             DownloadError::TooLarge { url, max } => JobError::TooLarge { url, max },
             DownloadError::Quota { needed, available } => JobError::Quota { needed, available },
-            DownloadError::Store(error) => JobError::Store { error },
+            DownloadError::Store(error) => {
+                let (variant, a, b) = match error {
+                    StoreError::BadName { name, why } => ("BadName", name, why),
+                    StoreError::NotFound { name, why } => ("NotFound", name, why),
+                    StoreError::Io { path, message } => ("Io", path, message),
+                    StoreError::Corrupt { path, message } => ("Corrupt", path, message),
+                    StoreError::NoRoot(why) => ("NoRoot", why, String::new()),
+                };
+                JobError::Store {
+                    variant: variant.to_string(),
+                    a,
+                    b,
+                }
+            }
             e => JobError::Other {
                 message: e.to_string(),
             },
@@ -273,7 +289,19 @@ impl From<JobError> for DownloadError {
             },
             JobError::TooLarge { url, max } => DownloadError::TooLarge { url, max },
             JobError::Quota { needed, available } => DownloadError::Quota { needed, available },
-            JobError::Store { error } => DownloadError::Store(error),
+            JobError::Store { variant, a, b } => DownloadError::Store(match variant.as_str() {
+                "BadName" => StoreError::BadName { name: a, why: b },
+                "NotFound" => StoreError::NotFound { name: a, why: b },
+                "Corrupt" => StoreError::Corrupt {
+                    path: a,
+                    message: b,
+                },
+                "NoRoot" => StoreError::NoRoot(a),
+                _ => StoreError::Io {
+                    path: a,
+                    message: b,
+                },
+            }),
             JobError::Other { message } => DownloadError::Worker(message),
         }
     }

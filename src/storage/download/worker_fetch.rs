@@ -24,7 +24,7 @@ use js_sys::{Promise, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-use super::fetch::{fetch_file, Ctx, Fetched, FileJob, NoObserver, StreamObserver};
+use super::fetch::{fetch_file, Ctx, Fetched, FileJob, Observer, StreamObserver};
 use super::hash_pool::HashPool;
 use super::http::HttpClient;
 use super::local::{merge, within, LocalHashes};
@@ -43,8 +43,8 @@ extern "C" {
     #[derive(Debug, Clone)]
     pub type JobLink;
 
-    /// A JSON message: `{"t":"counts",...}` or `{"t":"event",...}` (the download gets it as
-    /// `{ t: 'json', json }`).
+    /// A message: `c` and the progress counts as JSON, or `e` and an event (the download gets
+    /// it as `{ t: 'json', json }`).
     #[wasm_bindgen(method)]
     fn send(this: &JobLink, json: &str);
 
@@ -64,7 +64,7 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 
 /// Sends a job's bytes back to the download in pieces of [`PIECE`] (those in `wanted`, when
 /// given), after feeding its local group streams.
-struct LinkObserver<'a> {
+pub(crate) struct LinkObserver<'a> {
     link: &'a JobLink,
     piece: RefCell<Vec<u8>>,
     start: Cell<u64>,
@@ -152,7 +152,7 @@ pub(crate) async fn run_job<S: ShardStore, C: HttpClient>(
     let send_counts = |c: Counts| {
         sent.set(c);
         link.send(&format!(
-            "{{\"t\":\"counts\",\"fetched\":{},\"done\":{}}}",
+            "c{{\"fetched\":{},\"done\":{}}}",
             c.fetched, c.done
         ));
     };
@@ -170,12 +170,11 @@ pub(crate) async fn run_job<S: ShardStore, C: HttpClient>(
                 send_counts(c);
             }
         } else if let Some(e) = JobEvent::from_event(e) {
-            send_counts(latest.get());
-            let mut v = serde_json::to_value(&e).unwrap_or_default();
-            if let Some(o) = v.as_object_mut() {
-                o.insert("t".into(), "event".into());
+            // The counts first, when they moved, so that progress and events keep their order.
+            if latest.get() != sent.get() {
+                send_counts(latest.get());
             }
-            link.send(&v.to_string());
+            link.send(&format!("e{}", json(&e)));
         }
     };
     let tracker = Tracker::new(&on_event);
@@ -207,11 +206,11 @@ pub(crate) async fn run_job<S: ShardStore, C: HttpClient>(
             ),
             wanted: spec.wanted.clone().map(merge),
         };
-        let fetched = fetch_file(&ctx, &job, &observer).await?;
+        let fetched = fetch_file(&ctx, &job, &Observer::Worker(&observer)).await?;
         observer.flush().await;
         (fetched, observer.local.into_inner().finish())
     } else {
-        (fetch_file(&ctx, &job, &NoObserver).await?, Vec::new())
+        (fetch_file(&ctx, &job, &Observer::None).await?, Vec::new())
     };
     let p = tracker.progress();
     send_counts(Counts {
@@ -252,14 +251,15 @@ fn parse<T: serde::de::DeserializeOwned>(m: &JsValue, key: &str) -> Result<T, Do
 
 /// The download's side: `job` fetched on one of `pool`'s workers, its bytes shown to
 /// `observer` (when there is one) as they arrive, its progress and events passed on.
-pub(crate) async fn fetch_file_on_worker<S: ShardStore, C: HttpClient, O: StreamObserver>(
+pub(crate) async fn fetch_file_on_worker<S: ShardStore, C: HttpClient>(
     ctx: &Ctx<'_, S, C>,
     pool: &HashPool,
     job: &FileJob<'_>,
-    observer: Option<&O>,
+    observer: &Observer<'_>,
 ) -> Result<Fetched, DownloadError> {
+    let observes = !matches!(observer, Observer::None);
     let options = ctx.options;
-    let (local, wanted) = match observer.and_then(StreamObserver::take_local) {
+    let (local, wanted) = match observer.take_local() {
         Some((local, wanted)) => (local, Some(wanted)),
         None => (Vec::new(), None),
     };
@@ -281,7 +281,7 @@ pub(crate) async fn fetch_file_on_worker<S: ShardStore, C: HttpClient, O: Stream
         retry_initial_ms: options.retry.initial_delay.as_millis() as u64,
         retry_max_ms: options.retry.max_delay.as_millis() as u64,
         read_chunk: options.read_chunk,
-        observe: observer.is_some(),
+        observe: observes,
         local,
         wanted,
     };
@@ -304,34 +304,27 @@ pub(crate) async fn fetch_file_on_worker<S: ShardStore, C: HttpClient, O: Stream
                 let offset = field(&m, "offset").as_f64().unwrap_or(0.0) as u64;
                 let data: Uint8Array = field(&m, "data").unchecked_into();
                 let bytes = Bytes::from(data.to_vec());
-                if let Some(o) = observer {
-                    o.bytes(offset, &bytes).await?;
-                }
+                observer.bytes(offset, &bytes).await?;
                 pool.fetch_ack(id, bytes.len() as f64);
             }
-            Some("void") => {
-                if let Some(o) = observer {
-                    o.void();
-                }
-            }
+            Some("void") => observer.void(),
             Some("json") => {
+                // `c` and the progress counts, or `e` and an event, as JSON.
                 let text = field(&m, "json").as_string().unwrap_or_default();
-                let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                let unreadable = |e: serde_json::Error| {
                     DownloadError::Worker(format!("an unreadable message ({e}): {text}"))
-                })?;
-                match v.get("t").and_then(|t| t.as_str()) {
-                    Some("counts") => {
-                        let c: Counts = serde_json::from_value(v).unwrap_or(last);
+                };
+                match text.split_at_checked(1) {
+                    Some(("c", body)) => {
+                        let c: Counts = serde_json::from_str(body).map_err(unreadable)?;
                         ctx.tracker.adjust(
                             c.fetched.saturating_sub(last.fetched),
                             c.done as i64 - last.done as i64,
                         );
                         last = c;
                     }
-                    Some("event") => {
-                        let e: JobEvent = serde_json::from_value(v).map_err(|e| {
-                            DownloadError::Worker(format!("an unreadable event ({e}): {text}"))
-                        })?;
+                    Some(("e", body)) => {
+                        let e: JobEvent = serde_json::from_str(body).map_err(unreadable)?;
                         ctx.tracker.emit(e.into_event());
                     }
                     _ => {}
@@ -341,9 +334,7 @@ pub(crate) async fn fetch_file_on_worker<S: ShardStore, C: HttpClient, O: Stream
                 cancel.armed.set(false);
                 if field(&m, "ok").is_string() {
                     let done: JobDone = parse(&m, "ok")?;
-                    if let Some(o) = observer {
-                        o.local_done(done.local);
-                    }
+                    observer.local_done(done.local);
                     return Ok(Fetched {
                         hash: done.hash,
                         len: done.len,

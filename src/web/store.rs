@@ -323,7 +323,8 @@ struct DownloadReport {
     summary: DownloadSummary,
     /// What `navigator.storage.persist()` answered (`null` in a worker).
     persisted: Option<bool>,
-    /// How files were written: `sync` (sync access handles) or `stream` (writable streams).
+    /// How the model's files were written: `sync` (sync access handles: in a dedicated worker,
+    /// or an RDRR model's shards on the hash workers) or `stream` (writable streams).
     writer: &'static str,
 }
 
@@ -429,15 +430,19 @@ pub async fn opfs_download(url: String, options: JsValue) -> Result<JsValue, JsV
             Err(aborted().into())
         }
         Ok(Err(e)) => Err(WebError::from(e).into()),
-        Ok(Ok(summary)) => to_js(&DownloadReport {
-            summary,
-            persisted,
-            writer: if store.writes_with_sync_handles() {
-                "sync"
-            } else {
-                "stream"
-            },
-        }),
+        Ok(Ok(summary)) => {
+            // An RDRR model's shards were written on the hash workers when they ran.
+            let on_workers = !gguf && summary.hash_workers > 0 && o.download.fetch_on_workers;
+            to_js(&DownloadReport {
+                summary,
+                persisted,
+                writer: if on_workers || store.writes_with_sync_handles() {
+                    "sync"
+                } else {
+                    "stream"
+                },
+            })
+        }
     }
 }
 

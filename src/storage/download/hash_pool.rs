@@ -16,7 +16,6 @@ use wasm_bindgen_futures::JsFuture;
 
 use super::hashing::HashKind;
 use super::DownloadError;
-use crate::formats::rdrr::HashAlgorithm;
 
 #[wasm_bindgen]
 extern "C" {
@@ -165,11 +164,7 @@ impl Workers {
         let stream = match ids[id] {
             Some(s) => s,
             None => {
-                let (name, offset) = match kind {
-                    HashKind::Plain(HashAlgorithm::Sha256) => ("sha256", 0),
-                    HashKind::Plain(HashAlgorithm::Blake3) => ("blake3", 0),
-                    HashKind::Blake3Subtree(offset) => ("blake3-subtree", offset),
-                };
+                let (name, offset) = kind.stream_name();
                 let s = self
                     .pool
                     .stream(name, offset as f64)

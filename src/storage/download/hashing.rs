@@ -28,6 +28,17 @@ impl HashKind {
         }
     }
 
+    /// How the browser's hash workers and a shard's worker name it (`sha256`, `blake3`,
+    /// `blake3-subtree`), and the subtree's offset (0 for a plain hash).
+    #[cfg_attr(not(all(target_arch = "wasm32", feature = "web")), allow(dead_code))]
+    pub(crate) fn stream_name(self) -> (&'static str, u64) {
+        match self {
+            HashKind::Plain(HashAlgorithm::Sha256) => ("sha256", 0),
+            HashKind::Plain(HashAlgorithm::Blake3) => ("blake3", 0),
+            HashKind::Blake3Subtree(offset) => ("blake3-subtree", offset),
+        }
+    }
+
     /// The digest of a stream that never had bytes.
     pub(crate) fn empty_digest(self) -> String {
         self.hasher().finalize_hex()

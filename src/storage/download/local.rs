@@ -27,11 +27,7 @@ pub(crate) struct LocalStream {
 
 impl LocalStream {
     pub(crate) fn new(stream: usize, kind: HashKind, ranges: Vec<(u64, u64)>) -> LocalStream {
-        let (kind, offset) = match kind {
-            HashKind::Plain(HashAlgorithm::Sha256) => ("sha256", 0),
-            HashKind::Plain(HashAlgorithm::Blake3) => ("blake3", 0),
-            HashKind::Blake3Subtree(offset) => ("blake3-subtree", offset),
-        };
+        let (kind, offset) = kind.stream_name();
         LocalStream {
             stream,
             kind: kind.to_string(),

@@ -26,6 +26,7 @@ use wasm_bindgen_futures::JsFuture;
 
 use super::fetch::{fetch_file, Ctx, Fetched, FileJob, Observer, StreamObserver};
 use super::hash_pool::HashPool;
+use super::hashing::HashKind;
 use super::http::HttpClient;
 use super::local::{merge, within, LocalHashes};
 use super::relay::{Counts, JobDone, JobError, JobEvent, JobSpec};
@@ -271,11 +272,7 @@ pub(crate) async fn fetch_file_on_worker<S: ShardStore, C: HttpClient>(
         count: job.count,
         urls: job.urls.clone(),
         size: job.size,
-        algorithm: match job.algorithm {
-            crate::formats::rdrr::HashAlgorithm::Sha256 => "sha256",
-            crate::formats::rdrr::HashAlgorithm::Blake3 => "blake3",
-        }
-        .to_string(),
+        algorithm: HashKind::Plain(job.algorithm).stream_name().0.to_string(),
         expected: job.expected.map(str::to_string),
         retry_attempts: options.retry.attempts,
         retry_initial_ms: options.retry.initial_delay.as_millis() as u64,

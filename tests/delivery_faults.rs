@@ -696,3 +696,76 @@ async fn a_gguf_larger_than_the_room_left_is_refused_before_its_body_is_stored()
         .unwrap();
     assert_eq!(store.bytes_used().await.unwrap(), bytes.len() as u64);
 }
+
+/// Files listed in `extraFiles` (the GGUF metadata and tokenizer that `tritium convert` writes)
+/// are fetched with tensors.json before any shard, each once, and checked: one whose bytes
+/// differ from its listed hash fails the download before any shard is requested.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_files_are_fetched_once_and_checked_before_the_shards() {
+    let f = fixture(4).await;
+    let meta = br#"{"general.architecture":"llama"}"#.to_vec();
+    let tokenizer = f.files["tokenizer.json"].clone();
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&f.files["manifest.json"]).unwrap();
+    let entry = |name: &str, bytes: &[u8]| {
+        serde_json::json!({
+            "fileName": name,
+            "size": bytes.len(),
+            "hash": hash_hex(HashAlgorithm::Sha256, bytes),
+            "hashAlgorithm": "sha256",
+        })
+    };
+    manifest["extraFiles"] = serde_json::json!([
+        entry("meta.json", &meta),
+        entry("tokenizer.json", &tokenizer)
+    ]);
+    let manifest = serde_json::to_vec(&manifest).unwrap();
+    f.server.set_file("manifest.json", manifest.clone());
+
+    // Bytes that differ from the listed hash: a clear error, no shard requested.
+    let mut wrong = meta.clone();
+    wrong[3] ^= 1;
+    f.server.set_file("meta.json", wrong);
+    let err = pull(&f.store, &f.server.url()).await.unwrap_err();
+    assert!(
+        matches!(&err, DownloadError::Protocol { message, .. }
+            if message.contains("meta.json") && message.contains("the manifest says")),
+        "{err:?}"
+    );
+    assert_eq!(f.shard_requests(), 0);
+    assert!(f.store.list().await.unwrap().is_empty());
+
+    // Right bytes: complete, with both files, the tokenizer fetched once.
+    f.server.set_file("meta.json", meta.clone());
+    f.server.clear_log();
+    pull(&f.store, &f.server.url()).await.unwrap();
+    let tokenizer_requests = f
+        .server
+        .log()
+        .iter()
+        .filter(|r| r.file == "tokenizer.json")
+        .count();
+    assert_eq!(tokenizer_requests, 1);
+    let path = resolve_model("m", Some(f.dir.path())).unwrap();
+    assert_eq!(std::fs::read(path.join("meta.json")).unwrap(), meta);
+    assert_eq!(std::fs::read(path.join("tokenizer.json")).unwrap(), tokenizer);
+    assert_eq!(std::fs::read(path.join("manifest.json")).unwrap(), manifest);
+}
+
+/// The small files (manifest, tensors.json, the tokenizer) are written while the shards
+/// stream: one that cannot be written fails the download, which is not complete, and the
+/// shards verified meanwhile stay verified for the next run, which completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_file_that_cannot_be_written_fails_the_download_and_keeps_the_shards() {
+    let f = fixture(4).await;
+    // A folder where tensors.json goes: writing the file fails.
+    let blocker = f.dir.path().join("partial/m/tensors.json");
+    std::fs::create_dir_all(blocker.join("x")).unwrap();
+    let err = pull(&f.store, &f.server.url()).await.unwrap_err();
+    assert!(err.to_string().contains("tensors.json"), "{err}");
+    f.assert_incomplete().await;
+    std::fs::remove_dir_all(&blocker).unwrap();
+    f.server.clear_log();
+    pull(&f.store, &f.server.url()).await.unwrap();
+    f.assert_complete().await;
+}

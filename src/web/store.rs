@@ -348,8 +348,9 @@ struct DownloadReport {
 /// Before anything is written, the room left (`navigator.storage.estimate()`) is compared
 /// with what the download needs (`QuotaExceeded` otherwise), and `navigator.storage.persist()`
 /// is asked. Resolves to the download summary (`name`, `bytes`, `fetched_bytes`,
-/// `fetched_files`, `reused_files`, `seconds`, `already_present`, `persisted`, `writer`,
-/// `hash_workers`, `warnings`, ...).
+/// `fetched_files`, `reused_files`, `seconds` (of which `setup_seconds` before the first shard
+/// started and `finish_seconds` after the last was verified), `already_present`, `persisted`,
+/// `writer`, `hash_workers`, `warnings`, ...).
 #[wasm_bindgen]
 pub async fn opfs_download(url: String, options: JsValue) -> Result<JsValue, JsValue> {
     install_panic_hook();

@@ -106,6 +106,6 @@ pub async fn download_gguf<S: ShardStore, C: HttpClient>(
     summary.bytes = len;
     summary.sha256 = Some(hash);
     summary.fetched_bytes = tracker.fetched();
-    summary.seconds = tracker.elapsed().as_secs_f64();
+    tracker.time(&mut summary);
     Ok(summary)
 }

@@ -225,6 +225,11 @@ pub struct DownloadSummary {
     /// Bytes read back from the store to check groups (0 when all were hashed while streaming).
     pub group_read_back_bytes: u64,
     pub seconds: f64,
+    /// Of `seconds`: from the start to the first file's first request (manifest, checks, the
+    /// hash workers' start), and from the last file verified to the end (group checks, commit);
+    /// the rest is the transfer.
+    pub setup_seconds: f64,
+    pub finish_seconds: f64,
     /// True when the model was in the store already and nothing was fetched.
     pub already_present: bool,
     /// The SHA-256 of a GGUF file.
@@ -249,6 +254,8 @@ impl DownloadSummary {
             groups_checked: 0,
             group_read_back_bytes: 0,
             seconds: 0.0,
+            setup_seconds: 0.0,
+            finish_seconds: 0.0,
             already_present: false,
             sha256: None,
             warnings: Vec::new(),
@@ -352,6 +359,9 @@ pub(crate) struct Tracker<'a> {
     files_done: Cell<usize>,
     files_total: Cell<usize>,
     fetched: Cell<u64>,
+    /// When the first file started and the last one was verified.
+    first_started: Cell<Option<Duration>>,
+    last_verified: Cell<Option<Duration>>,
 }
 
 impl<'a> Tracker<'a> {
@@ -364,11 +374,31 @@ impl<'a> Tracker<'a> {
             files_done: Cell::new(0),
             files_total: Cell::new(0),
             fetched: Cell::new(0),
+            first_started: Cell::new(None),
+            last_verified: Cell::new(None),
         }
     }
 
     pub(crate) fn emit(&self, event: DownloadEvent) {
+        match event {
+            DownloadEvent::FileStarted { .. } if self.first_started.get().is_none() => {
+                self.first_started.set(Some(self.elapsed()));
+            }
+            DownloadEvent::FileVerified { .. } => self.last_verified.set(Some(self.elapsed())),
+            _ => {}
+        }
         (self.events)(&event);
+    }
+
+    /// The summary's times: the whole, and its setup and finish (see `DownloadSummary`).
+    pub(crate) fn time(&self, summary: &mut DownloadSummary) {
+        let whole = self.elapsed();
+        summary.seconds = whole.as_secs_f64();
+        summary.setup_seconds = self.first_started.get().unwrap_or(whole).as_secs_f64();
+        summary.finish_seconds = self
+            .last_verified
+            .get()
+            .map_or(0.0, |t| whole.saturating_sub(t).as_secs_f64());
     }
 
     pub(crate) fn plan(&self, total: u64, files: usize) {

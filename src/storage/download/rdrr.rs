@@ -4,6 +4,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 
+use futures_util::future::{join, join3, try_join_all};
 use futures_util::stream::{self, StreamExt};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
@@ -13,8 +14,8 @@ use super::hashing::{pool_size, start_workers};
 use super::http::HttpClient;
 use super::{DownloadError, DownloadEvent, DownloadOptions, DownloadSummary, Tracker};
 use crate::formats::rdrr::{
-    hash_hex, validate_manifest, HashAlgorithm, IssueKind, Manifest, RdrrError, MANIFEST_FILE,
-    MAX_JSON_BYTES, TOKENIZER_FILE,
+    hash_hex, validate_manifest, ExtraFile, HashAlgorithm, IssueKind, Manifest, RdrrError,
+    MANIFEST_FILE, MAX_JSON_BYTES, TOKENIZER_FILE,
 };
 use crate::storage::store::{ModelKind, ShardStore};
 
@@ -134,12 +135,33 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
         .map_err(|e| manifest_error(&manifest_url, e))?;
     check_names(&early, &manifest_url)?;
 
-    let tensors_bytes = match &tensors_file {
-        Some(file) => {
-            let url = join_url(&base, file);
-            let bytes = fetch_small(client, &tracker, retry, &url, MAX_JSON_BYTES, false).await?;
-            Some((file.clone(), url, bytes.unwrap_or_default()))
+    // Then, all at once, the rest of what the manifest names: tensors.json, the tokenizer
+    // files (optional, small, unhashed) and the files `extraFiles` lists with their size and
+    // hash (required, checked: the GGUF metadata and tokenizer that `tritium convert` writes);
+    // the browser's hash workers start meanwhile.
+    let mut tokenizer_names = vec![TOKENIZER_FILE.to_string()];
+    if let Some(f) = early.tokenizer.as_ref().and_then(|t| t.file.clone()) {
+        if !tokenizer_names.contains(&f) {
+            tokenizer_names.push(f);
         }
+    }
+    // A tokenizer listed as an extra file comes once, checked.
+    tokenizer_names.retain(|t| !early.extra_files.iter().any(|e| &e.file_name == t));
+    let mut wanted: Vec<Small> = tensors_file.iter().map(Small::Tensors).collect();
+    wanted.extend(tokenizer_names.iter().map(Small::Tokenizer));
+    wanted.extend(early.extra_files.iter().map(Small::Extra));
+    let fetches = try_join_all(
+        wanted
+            .iter()
+            .map(|w| fetch_small_file(client, &tracker, retry, &base, w, early.hash_algorithm)),
+    );
+    let mut pool_warnings = Vec::new();
+    let (pool, fetched) = join(start_workers(options, &mut pool_warnings), fetches).await;
+    let mut fetched = fetched?.into_iter().flatten();
+    let tensors_bytes = match &tensors_file {
+        Some(file) => fetched
+            .next()
+            .map(|(_, bytes)| (file.clone(), join_url(&base, file), bytes)),
         None => None,
     };
     let manifest = Manifest::parse(
@@ -169,65 +191,12 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
         });
     }
     summary.warnings = other.iter().map(ToString::to_string).collect();
-    // The tokenizer files: optional, small, unhashed.
+    summary.warnings.extend(pool_warnings);
     let mut small_files: Vec<(String, Vec<u8>)> = vec![(MANIFEST_FILE.to_string(), manifest_bytes)];
     if let Some((file, _, bytes)) = tensors_bytes {
         small_files.push((file, bytes));
     }
-    let mut tokenizer_names = vec![TOKENIZER_FILE.to_string()];
-    if let Some(f) = manifest.tokenizer.as_ref().and_then(|t| t.file.clone()) {
-        if !tokenizer_names.contains(&f) {
-            tokenizer_names.push(f);
-        }
-    }
-    for file in tokenizer_names {
-        let url = join_url(&base, &file);
-        if let Some(bytes) =
-            fetch_small(client, &tracker, retry, &url, MAX_JSON_BYTES, true).await?
-        {
-            small_files.push((file, bytes));
-        }
-    }
-
-    // Files the manifest lists with their size and hash (`extraFiles`: the GGUF metadata and
-    // tokenizer that `tritium convert` writes): required, and checked.
-    for extra in &manifest.extra_files {
-        let file = &extra.file_name;
-        let url = join_url(&base, file);
-        let bytes = fetch_small(client, &tracker, retry, &url, extra.size, false)
-            .await?
-            .ok_or_else(|| DownloadError::Status {
-                url: url.clone(),
-                status: 404,
-            })?;
-        if bytes.len() as u64 != extra.size {
-            return Err(DownloadError::Protocol {
-                url,
-                message: format!(
-                    "{file}: {} bytes, the manifest says {}",
-                    bytes.len(),
-                    extra.size
-                ),
-            });
-        }
-        if let Some(want) = &extra.hash {
-            let alg = extra
-                .hash_algorithm
-                .as_deref()
-                .and_then(HashAlgorithm::parse)
-                .or(manifest.hash_algorithm)
-                .unwrap_or(HashAlgorithm::Sha256);
-            let got = hash_hex(alg, &bytes);
-            if !got.eq_ignore_ascii_case(want) {
-                return Err(DownloadError::Protocol {
-                    url,
-                    message: format!("{file}: {alg:?} {got}, the manifest says {want}"),
-                });
-            }
-        }
-        small_files.retain(|(f, _)| f != file);
-        small_files.push((file.clone(), bytes));
-    }
+    small_files.extend(fetched);
 
     // What an earlier run left, and whether the rest fits.
     let partial = store.begin(name, &base).await?;
@@ -267,8 +236,6 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
             return Err(DownloadError::Quota { needed, available });
         }
     }
-    // The hash workers start only for a download that goes ahead (not one refused here).
-    let pool = start_workers(options, &mut summary.warnings).await;
     // Shards fetched on workers leave the state file to this thread, which marks them verified
     // when their jobs end; a mark left on a shard to fetch (its file of another length or
     // version) goes first, with the file.
@@ -305,9 +272,6 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
         for &shard in &reused {
             t.void_shard(shard);
         }
-    }
-    for (file, bytes) in &small_files {
-        store.write_partial_file(name, file, bytes).await?;
     }
     tracker.plan(shard_bytes, manifest.shards.len());
     let verified_bytes = shard_bytes.saturating_sub(pending.iter().map(|s| s.size).sum::<u64>());
@@ -417,7 +381,17 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
         }
         Ok::<(), DownloadError>(())
     };
-    let (results, read_back) = futures_util::future::join(shards, read_back).await;
+    // The small files are written while the shards stream (they are needed only to commit).
+    let small_writes = async {
+        for (file, bytes) in &small_files {
+            if let Err(e) = store.write_partial_file(name, file, bytes).await {
+                failed.set(true);
+                return Err(DownloadError::from(e));
+            }
+        }
+        Ok(())
+    };
+    let (results, read_back, small_written) = join3(shards, read_back, small_writes).await;
     let mut first_error = None;
     for result in results.into_iter().flatten() {
         match result {
@@ -430,6 +404,7 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     if let Some(e) = first_error {
         return Err(e);
     }
+    small_written?;
     read_back?;
 
     if let Some(taps) = taps {
@@ -447,8 +422,67 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     store.commit(name, ModelKind::Rdrr, "").await?;
     summary.bytes = total;
     summary.fetched_bytes = tracker.fetched();
-    summary.seconds = tracker.elapsed().as_secs_f64();
+    tracker.time(&mut summary);
     Ok(summary)
+}
+
+/// A small file the manifest names.
+enum Small<'m> {
+    /// tensors.json: required.
+    Tensors(&'m String),
+    /// A tokenizer file: optional (`None` when the server has none), unhashed.
+    Tokenizer(&'m String),
+    /// An `extraFiles` entry: required, its size and (when given) hash checked.
+    Extra(&'m ExtraFile),
+}
+
+/// Fetch a small file whole: its name and bytes.
+async fn fetch_small_file<C: HttpClient>(
+    client: &C,
+    tracker: &Tracker<'_>,
+    retry: &super::RetryPolicy,
+    base: &str,
+    small: &Small<'_>,
+    manifest_alg: Option<HashAlgorithm>,
+) -> Result<Option<(String, Vec<u8>)>, DownloadError> {
+    let (file, max, optional) = match small {
+        Small::Tensors(f) => (*f, MAX_JSON_BYTES, false),
+        Small::Tokenizer(f) => (*f, MAX_JSON_BYTES, true),
+        Small::Extra(e) => (&e.file_name, e.size, false),
+    };
+    let url = join_url(base, file);
+    let Some(bytes) = fetch_small(client, tracker, retry, &url, max, optional).await? else {
+        return Ok(None);
+    };
+    let Small::Extra(extra) = small else {
+        return Ok(Some((file.clone(), bytes)));
+    };
+    if bytes.len() as u64 != extra.size {
+        return Err(DownloadError::Protocol {
+            url,
+            message: format!(
+                "{file}: {} bytes, the manifest says {}",
+                bytes.len(),
+                extra.size
+            ),
+        });
+    }
+    if let Some(want) = &extra.hash {
+        let alg = extra
+            .hash_algorithm
+            .as_deref()
+            .and_then(HashAlgorithm::parse)
+            .or(manifest_alg)
+            .unwrap_or(HashAlgorithm::Sha256);
+        let got = hash_hex(alg, &bytes);
+        if !got.eq_ignore_ascii_case(want) {
+            return Err(DownloadError::Protocol {
+                url,
+                message: format!("{file}: {alg:?} {got}, the manifest says {want}"),
+            });
+        }
+    }
+    Ok(Some((file.clone(), bytes)))
 }
 
 /// Fetch one shard: on one of the browser's hash workers when they run (and the options do

@@ -155,6 +155,9 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
             .iter()
             .map(|w| fetch_small_file(client, &tracker, retry, &base, w, early.hash_algorithm)),
     );
+    // `join`, not a race: a download that fails here returns only once its workers' start
+    // has settled, never leaving workers half made (a worker ended with children still being
+    // created could hang Chromium's tooling: d910474).
     let mut pool_warnings = Vec::new();
     let (pool, fetched) = join(start_workers(options, &mut pool_warnings), fetches).await;
     let mut fetched = fetched?.into_iter().flatten();

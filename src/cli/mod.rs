@@ -243,6 +243,15 @@ enum BenchCommand {
         /// takes the disk out of the measurement).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Serve this RDRR folder (`tritium convert`'s output) from memory instead of the
+        /// synthetic model (its manifest's hash is measured; --mib, --shard-mib and --hash
+        /// do not apply).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Downloads of each kind (with and without group checks, alternating); the median is
+        /// reported.
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
         #[arg(long)]
         json: bool,
     },
@@ -343,6 +352,8 @@ pub fn main() -> ExitCode {
                     parallel,
                     hash,
                     dir,
+                    model,
+                    rounds,
                     json,
                 },
         } => store_bench::fetch(&store_bench::FetchBenchArgs {
@@ -351,6 +362,8 @@ pub fn main() -> ExitCode {
             parallel,
             hash,
             dir,
+            model,
+            rounds,
             json,
         }),
         #[cfg(feature = "gpu")]

@@ -26,6 +26,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt as _;
 use axum::Router;
 use clap::Args;
 use sha2::{Digest, Sha256};
@@ -279,6 +280,13 @@ pub fn run(args: &ServeModelArgs) -> Result<ExitCode, Error> {
         );
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
+        // TCP_NODELAY: a response's head and body go out in separate writes, and with
+        // Nagle's algorithm the body of a small file waits for the head's acknowledgement,
+        // which a client on a kept-alive connection delays by up to 40 ms (`tritium pull`
+        // spent 45-50 ms of a 0.19 s download on its four small files that way).
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         axum::serve(listener, router(root.clone()))
             .with_graceful_shutdown(async {
                 let _ = tokio::signal::ctrl_c().await;

@@ -15,6 +15,17 @@ import { HashPool } from './js/hash-pool.js';
 const ready = init();
 let ctl = null;
 let hashPool = null;
+let kept = null;
+// The pool's `startMs` (from the download asking for its workers to them being ready: the
+// bench's figure), without starting it any earlier than the download does.
+function timed(pool) {
+  const ready = pool.ready.bind(pool);
+  pool.ready = () => {
+    const asked = performance.now();
+    return ready().then((ok) => { pool.startMs ??= performance.now() - asked; return ok; });
+  };
+  return pool;
+}
 const plain = (e) => {
   const out = { code: e?.code ?? 'worker', message: String(e?.message ?? e) };
   for (const k of ['needed', 'available', 'file', 'algorithm', 'expected', 'actual', 'url', 'status', 'model', 'value', 'group']) {
@@ -121,10 +132,19 @@ onmessage = async (e) => {
       ctl = new AbortController();
       const signal = ctl.signal;
       // The package's hash workers, as delivery.html makes them (default 1; 0: none).
-      const { hashWorkers = 1, hashWorkerUrl, hashStallMs, ...options } = m.options ?? {};
-      hashPool = hashWorkers
-        ? new HashPool(hashWorkers, wasm.wasm_module(), { workerUrl: hashWorkerUrl, stallMs: hashStallMs })
-        : null;
+      // `keepPool` (the bench): the pool stays for the next download that asks for one of
+      // the same size, as the package's worker keeps its pool.
+      const { hashWorkers = 1, hashWorkerUrl, hashStallMs, keepPool = false, ...options } = m.options ?? {};
+      if (keepPool && kept?.size === hashWorkers && !kept.failure) {
+        hashPool = kept;
+      } else {
+        kept?.close();
+        hashPool = hashWorkers
+          ? timed(new HashPool(hashWorkers, wasm.wasm_module(), { workerUrl: hashWorkerUrl, stallMs: hashStallMs }))
+          : null;
+        kept = keepPool ? hashPool : null;
+      }
+      if (hashPool) hashPool.startMs = kept === hashPool && hashPool.startMs != null ? 0 : null;
       result = await wasm.opfs_download(m.url, {
         ...options,
         hashPool,
@@ -135,6 +155,7 @@ onmessage = async (e) => {
           if (m.abortAt && event.type === 'progress' && event.done >= m.abortAt) ctl.abort();
         },
       });
+      result.pool_start_ms = hashPool?.startMs ?? null;
     } else if (m.op === 'generate') {
       result = await wasm.opfs_generate_greedy(m.name, m.prompt, m.n, m.ctx);
     } else if (m.op === 'fetch_only') {
@@ -152,6 +173,6 @@ onmessage = async (e) => {
   } catch (err) {
     postMessage({ id: m.id, error: plain(err) });
   } finally {
-    if (m.op === 'download') hashPool?.close();
+    if (m.op === 'download' && hashPool !== kept) hashPool?.close();
   }
 };

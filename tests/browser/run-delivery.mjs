@@ -208,9 +208,11 @@ try {
     if (r.error) check(false, 'bench', r.error.message);
     for (const where of ['main', 'worker']) {
       for (const alg of ['sha256', 'blake3']) {
-        if (r.hash) console.log(`hash ${alg} (${where}): ${r.hash[where][alg].mb_per_s.toFixed(0)} MB/s`);
+        if (r.hash) console.log(`hash ${alg} (${where}): ${r.hash[where][alg].mb_per_s.toFixed(0)} MB/s at the start, ` +
+          `${r.hash_end[where][alg].mb_per_s.toFixed(0)} at the end`);
       }
     }
+    if (r.hashing) console.log(`plain hashing, the fastest of those: SHA-256 ${r.hashing.sha256.toFixed(0)} MB/s, BLAKE3 ${r.hashing.blake3.toFixed(0)} MB/s (100%)`);
     const busy = (c) => (c ? `; CPU ${c.machine_busy.toFixed(2)} of ${c.cores} cores busy (model server ` +
       `${c.server.toFixed(2)}, browser ${c.browser.toFixed(2)})` : '');
     if (r.fetch_only) console.log(`fetch only (worker, JS reader, nothing hashed or stored): ${r.fetch_only.mb_per_s.toFixed(0)} MB/s${busy(r.fetch_only.cpu)}`);
@@ -227,7 +229,9 @@ try {
         `${d.hashWorkers} hash workers): ` +
         `${d.mb_per_s.toFixed(0)} MB/s end to end = ${pct(d.fraction_of_hashing)} of plain hashing, ` +
         `${pct(d.fraction_of_fetch_only)} of fetch alone; streaming phase ${d.streaming_mb_per_s.toFixed(0)} MB/s = ` +
-        `${pct(d.streaming_fraction_of_hashing)} of plain hashing${busy(d.cpu)}`);
+        `${pct(d.streaming_fraction_of_hashing)} of plain hashing; setup ${(1e3 * d.setup_s).toFixed(0)} ms ` +
+        `(hash workers' start ${d.pool_start_ms == null ? '-' : d.pool_start_ms.toFixed(0)} ms), ` +
+        `finish ${(1e3 * d.finish_s).toFixed(0)} ms of ${(1e3 * d.seconds).toFixed(0)}${busy(d.cpu)}`);
     }
   } else {
     const native = JSON.parse(execFileSync(bin, ['run', good, '-p', prompt, '--temperature', '0',

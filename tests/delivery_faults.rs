@@ -748,7 +748,10 @@ async fn extra_files_are_fetched_once_and_checked_before_the_shards() {
     assert_eq!(tokenizer_requests, 1);
     let path = resolve_model("m", Some(f.dir.path())).unwrap();
     assert_eq!(std::fs::read(path.join("meta.json")).unwrap(), meta);
-    assert_eq!(std::fs::read(path.join("tokenizer.json")).unwrap(), tokenizer);
+    assert_eq!(
+        std::fs::read(path.join("tokenizer.json")).unwrap(),
+        tokenizer
+    );
     assert_eq!(std::fs::read(path.join("manifest.json")).unwrap(), manifest);
 }
 

@@ -67,8 +67,12 @@ async function protoShards(url, parallel, part, parts, folder, variant = '') {
   // whole: `nohash` (no hashing), `nowrite` (nothing stored), `prealloc` (the file sized to the
   // shard before the first write, so the writes ask for no more capacity), `noflush` (no
   // flush() before the handle closes), `buf<KiB>` (the
-  // network's chunks gathered into writes and hash updates of that many KiB).
+  // network's chunks gathered into writes and hash updates of that many KiB), `hash2` (every
+  // byte hashed a second time here, as a group hash over the same bytes is), `hash2off` (that
+  // second hash on a helper worker of this one's, each chunk transferred to it once written and
+  // hashed).
   const flags = new Set(variant.split('+').filter(Boolean));
+  const helper = flags.has('hash2off') ? sinkWorker() : null;
   const bufKib = Number([...flags].find((f) => f.startsWith('buf'))?.slice(3) ?? 0);
   const manifest = await (await fetch(new URL('manifest.json', url), { cache: 'no-store' })).json();
   const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle(folder, { create: true });
@@ -81,8 +85,10 @@ async function protoShards(url, parallel, part, parts, folder, variant = '') {
       const name = shard.filename ?? shard.fileName;
       const handle = flags.has('nowrite') ? null
         : await (await dir.getFileHandle(name, { create: true })).createSyncAccessHandle();
-      const hash = flags.has('nohash') ? null
-        : new wasm.HashStream(shard.hashAlgorithm ?? manifest.hashAlgorithm ?? 'sha256');
+      const alg = shard.hashAlgorithm ?? manifest.hashAlgorithm ?? 'sha256';
+      const hash = flags.has('nohash') ? null : new wasm.HashStream(alg);
+      const hash2 = flags.has('hash2') ? new wasm.HashStream(alg) : null;
+      const sink = helper?.open(alg);
       try {
         handle?.truncate(flags.has('prealloc') ? shard.size : 0);
         const reader = (await fetch(new URL(name, url), { cache: 'no-store' })).body.getReader();
@@ -91,12 +97,13 @@ async function protoShards(url, parallel, part, parts, folder, variant = '') {
         const put = (bytes) => {
           handle?.write(bytes, { at });
           hash?.update(bytes);
+          hash2?.update(bytes);
           at += bytes.length;
         };
         for (;;) {
           const { done, value } = await reader.read();
           if (done) break;
-          if (!buf) { put(value); continue; }
+          if (!buf) { put(value); sink?.update(value); continue; }
           for (let off = 0; off < value.length;) {
             const n = Math.min(buf.length - held, value.length - off);
             buf.set(value.subarray(off, off + n), held);
@@ -107,6 +114,8 @@ async function protoShards(url, parallel, part, parts, folder, variant = '') {
         }
         if (held) put(buf.subarray(0, held));
         if (!flags.has('noflush')) handle?.flush();
+        hash2?.finish();
+        await sink?.finish();
         bytes += at;
       } finally {
         handle?.close();
@@ -119,11 +128,52 @@ async function protoShards(url, parallel, part, parts, folder, variant = '') {
     }
   }));
   const seconds = (performance.now() - started) / 1000;
+  helper?.terminate();
   return { bytes, seconds, mb_per_s: bytes / seconds / 1e6 };
+}
+
+// protoShards' helper for `hash2off`: a nested worker (this script) that hashes what it is sent.
+function sinkWorker() {
+  const w = new Worker(new URL(import.meta.url), { type: 'module' });
+  const waiting = new Map();
+  let next = 0;
+  w.onmessage = (e) => { waiting.get(e.data.id)?.(e.data.result); waiting.delete(e.data.id); };
+  return {
+    open(algorithm) {
+      const sink = next++;
+      w.postMessage({ op: 'sink_open', sink, algorithm });
+      return {
+        update(chunk) {
+          // Transferred whole when the chunk is its buffer (the reader's are), else copied once.
+          const own = chunk.byteOffset === 0 && chunk.byteLength === chunk.buffer.byteLength ? chunk : chunk.slice();
+          w.postMessage({ op: 'sink_update', sink, data: own.buffer }, [own.buffer]);
+        },
+        finish() {
+          const id = next++;
+          return new Promise((resolve) => { waiting.set(id, resolve); w.postMessage({ op: 'sink_finish', sink, id }); });
+        },
+      };
+    },
+    terminate: () => w.terminate(),
+  };
+}
+const sinks = new Map();
+let sinkChain = Promise.resolve();
+function sinkOp(m) {
+  sinkChain = sinkChain.then(async () => {
+    await ready;
+    if (m.op === 'sink_open') sinks.set(m.sink, new wasm.HashStream(m.algorithm));
+    else if (m.op === 'sink_update') sinks.get(m.sink).update(new Uint8Array(m.data));
+    else if (m.op === 'sink_finish') {
+      postMessage({ id: m.id, result: sinks.get(m.sink).finish() });
+      sinks.delete(m.sink);
+    }
+  });
 }
 
 onmessage = async (e) => {
   const m = e.data;
+  if (m.op?.startsWith('sink_')) { sinkOp(m); return; }
   if (m.op === 'abort') { ctl?.abort(); return; }
   try {
     await ready;

@@ -11,21 +11,12 @@
 // { id, error: { code, message, ... } }.
 import init, * as wasm from './pkg/tritium.js';
 import { HashPool } from './js/hash-pool.js';
+import { timed } from './timed-pool.mjs';
 
 const ready = init();
 let ctl = null;
 let hashPool = null;
 let kept = null;
-// The pool's `startMs` (from the download asking for its workers to them being ready: the
-// bench's figure), without starting it any earlier than the download does.
-function timed(pool) {
-  const ready = pool.ready.bind(pool);
-  pool.ready = () => {
-    const asked = performance.now();
-    return ready().then((ok) => { pool.startMs ??= performance.now() - asked; return ok; });
-  };
-  return pool;
-}
 const plain = (e) => {
   const out = { code: e?.code ?? 'worker', message: String(e?.message ?? e) };
   for (const k of ['needed', 'available', 'file', 'algorithm', 'expected', 'actual', 'url', 'status', 'model', 'value', 'group']) {

@@ -117,21 +117,8 @@ fn read_model(dir: &Path) -> Result<(MemoryFiles, HashAlgorithm), Error> {
             files.insert(name, std::fs::read(entry.path()).map_err(io)?);
         }
     }
-    let manifest = files
-        .files
-        .get(crate::formats::rdrr::MANIFEST_FILE)
-        .ok_or_else(|| {
-            Error::Usage(format!(
-                "{}: no manifest.json (an RDRR folder?)",
-                dir.display()
-            ))
-        })?;
-    let tensors = serde_json::from_slice::<serde_json::Value>(manifest)
-        .ok()
-        .and_then(|v| v.get("tensorsFile")?.as_str().map(str::to_string))
-        .and_then(|f| files.files.get(&f).cloned());
-    let parsed = crate::formats::rdrr::Manifest::parse(manifest, tensors.as_deref())
-        .map_err(|e| Error::Usage(format!("{}: {e}", dir.display())))?;
+    let parsed = crate::formats::rdrr::Manifest::load(&files)
+        .map_err(|e| Error::Usage(format!("{} (an RDRR folder?): {e}", dir.display())))?;
     Ok((
         files,
         parsed.hash_algorithm.unwrap_or(HashAlgorithm::Sha256),

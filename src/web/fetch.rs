@@ -1,17 +1,19 @@
 //! The browser's [`HttpClient`]: `fetch`, one `AbortController` per request, the body read
-//! chunk by chunk through `response.body.getReader()` (so a shard is hashed and written as it
-//! streams, and never held whole), and `setTimeout` for the backoff between retries.
+//! chunk by chunk (so a shard is hashed and written as it streams, and never held whole), and
+//! `setTimeout` for the backoff between retries. The body is read with a BYOB reader into one
+//! buffer that each read hands back, where the browser's fetch bodies are byte streams
+//! (Chromium, Firefox), else with the default reader, which makes a new buffer for every chunk.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::{select, Either};
-use js_sys::{Function, Promise, Reflect, Uint8Array};
+use js_sys::{Array, ArrayBuffer, Function, Object, Promise, Reflect, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{
-    AbortController, Headers, ReadableStreamDefaultReader, Request, RequestCache, RequestInit,
-    Response,
+    AbortController, Headers, ReadableStream, ReadableStreamByobReader,
+    ReadableStreamDefaultReader, Request, RequestCache, RequestInit, Response,
 };
 
 use crate::storage::download::{
@@ -124,9 +126,56 @@ fn global_fetch(request: &Request) -> Result<Promise, JsValue> {
     fetch.call1(&global, request)?.dyn_into()
 }
 
+/// Bytes a BYOB read asks for at most (each read hands back what has arrived, up to this).
+const READ_BUFFER: u32 = 1 << 20;
+
+/// How a body is read.
+enum Reader {
+    /// Into `buffer`, which each read takes and hands back (`None` while a read holds it).
+    Byob {
+        reader: ReadableStreamByobReader,
+        buffer: Option<ArrayBuffer>,
+    },
+    Default(ReadableStreamDefaultReader),
+}
+
+impl Reader {
+    /// A BYOB reader where `stream` is a byte stream, else the default reader. `getReader` is
+    /// called through `Reflect::apply` so that a browser whose bodies are not byte streams
+    /// (its TypeError) falls back instead of throwing through wasm.
+    fn new(stream: &ReadableStream) -> Result<Reader, HttpError> {
+        let byob = (|| {
+            let get_reader: Function = Reflect::get(stream, &"getReader".into())?.dyn_into()?;
+            let options = Object::new();
+            Reflect::set(&options, &"mode".into(), &"byob".into())?;
+            Reflect::apply(&get_reader, stream, &Array::of1(&options))?
+                .dyn_into::<ReadableStreamByobReader>()
+        })();
+        Ok(match byob {
+            Ok(reader) => Reader::Byob {
+                reader,
+                buffer: Some(ArrayBuffer::new(READ_BUFFER)),
+            },
+            Err(_) => Reader::Default(
+                stream
+                    .get_reader()
+                    .dyn_into::<ReadableStreamDefaultReader>()
+                    .map_err(|_| HttpError::network("the response body has no reader"))?,
+            ),
+        })
+    }
+
+    fn cancel(&self) -> Promise {
+        match self {
+            Reader::Byob { reader, .. } => reader.cancel(),
+            Reader::Default(reader) => reader.cancel(),
+        }
+    }
+}
+
 /// A `fetch` response body. Dropping it cancels the reader and aborts the request.
 pub struct FetchBody {
-    reader: Option<ReadableStreamDefaultReader>,
+    reader: Option<Reader>,
     /// Held for its `Drop`: aborts the request with the body.
     _abort: AbortOnDrop,
     read_timeout: Duration,
@@ -134,19 +183,31 @@ pub struct FetchBody {
 
 impl HttpBody for FetchBody {
     async fn next_chunk(&mut self) -> Result<Option<Bytes>, HttpError> {
-        let Some(reader) = &self.reader else {
-            return Ok(None);
+        let promise = match &mut self.reader {
+            None => return Ok(None),
+            Some(Reader::Default(reader)) => reader.read(),
+            Some(Reader::Byob { reader, buffer }) => {
+                let Some(into) = buffer.take() else {
+                    return Err(HttpError::network(
+                        "the read buffer was not handed back by the last read",
+                    ));
+                };
+                reader.read_with_array_buffer_view(&Uint8Array::new(&into))
+            }
         };
-        let result = within(JsFuture::from(reader.read()), self.read_timeout, "data").await?;
+        let result = within(JsFuture::from(promise), self.read_timeout, "data").await?;
+        let value = Reflect::get(&result, &"value".into())
+            .map_err(|e| HttpError::network(error_text(&e)))?;
         if Reflect::get(&result, &"done".into()).is_ok_and(|d| d.is_truthy()) {
             self.reader = None;
             return Ok(None);
         }
-        let value = Reflect::get(&result, &"value".into())
-            .map_err(|e| HttpError::network(error_text(&e)))?;
         let chunk: Uint8Array = value
             .dyn_into()
             .map_err(|_| HttpError::network("the response body gave something other than bytes"))?;
+        if let Some(Reader::Byob { buffer, .. }) = &mut self.reader {
+            *buffer = Some(chunk.buffer());
+        }
         // The one copy: from the browser's buffer into wasm memory.
         Ok(Some(Bytes::from(chunk.to_vec())))
     }
@@ -203,12 +264,7 @@ impl HttpClient for FetchClient {
             etag: header("etag"),
         };
         let reader = match response.body() {
-            Some(stream) => Some(
-                stream
-                    .get_reader()
-                    .dyn_into::<ReadableStreamDefaultReader>()
-                    .map_err(|_| HttpError::network("the response body has no default reader"))?,
-            ),
+            Some(stream) => Some(Reader::new(&stream)?),
             None => None,
         };
         Ok(HttpResponse {

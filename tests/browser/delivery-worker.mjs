@@ -61,10 +61,13 @@ async function protoShards(url, parallel, part, parts, folder, variant = '') {
   // network's chunks gathered into writes and hash updates of that many KiB), `hash2` (every
   // byte hashed a second time here, as a group hash over the same bytes is), `hash2off` (that
   // second hash on a helper worker of this one's, each chunk transferred to it once written and
-  // hashed).
+  // hashed), `byob<KiB>` (the body read with a BYOB reader into one reused buffer of that many
+  // KiB, 1024 when not given, instead of a new buffer for each chunk).
   const flags = new Set(variant.split('+').filter(Boolean));
   const helper = flags.has('hash2off') ? sinkWorker() : null;
   const bufKib = Number([...flags].find((f) => f.startsWith('buf'))?.slice(3) ?? 0);
+  const byob = [...flags].find((f) => f.startsWith('byob'));
+  const byobKib = byob === undefined ? 0 : Number(byob.slice(4) || 1024);
   const manifest = await (await fetch(new URL('manifest.json', url), { cache: 'no-store' })).json();
   const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle(folder, { create: true });
   const queue = manifest.shards.filter((_, i) => i % parts === part);
@@ -82,7 +85,9 @@ async function protoShards(url, parallel, part, parts, folder, variant = '') {
       const sink = helper?.open(alg);
       try {
         handle?.truncate(flags.has('prealloc') ? shard.size : 0);
-        const reader = (await fetch(new URL(name, url), { cache: 'no-store' })).body.getReader();
+        const body = (await fetch(new URL(name, url), { cache: 'no-store' })).body;
+        const reader = byobKib ? body.getReader({ mode: 'byob' }) : body.getReader();
+        let into = byobKib ? new ArrayBuffer(byobKib * 1024) : null;
         let at = 0;
         let held = 0;
         const put = (bytes) => {
@@ -92,8 +97,9 @@ async function protoShards(url, parallel, part, parts, folder, variant = '') {
           at += bytes.length;
         };
         for (;;) {
-          const { done, value } = await reader.read();
+          const { done, value } = await (into ? reader.read(new Uint8Array(into)) : reader.read());
           if (done) break;
+          if (into) into = value.buffer;
           if (!buf) { put(value); sink?.update(value); continue; }
           for (let off = 0; off < value.length;) {
             const n = Math.min(buf.length - held, value.length - off);

@@ -431,6 +431,57 @@ try {
       '(i) the next download completes without fetching the verified shards again', JSON.stringify(i2.error ?? i2.summary));
     await evaluate((name) => window.api.wasm.opfs_delete(name), 'smol-i');
 
+    // (k) How bodies are read: with a BYOB reader into one buffer where fetch bodies are byte
+    // streams (Chromium's are), else with the default reader. Two downloads on the main
+    // thread, hashed there (so that every request goes through the page's fetch), with
+    // ReadableStream.prototype.getReader watched: one as the browser answers, one through a
+    // fetch wrapped to answer with bodies that are not byte streams (as in browsers without
+    // BYOB readers for fetch). Both complete.
+    const k = await evaluate(async (url) => {
+      const realFetch = window.fetch;
+      const realGetReader = ReadableStream.prototype.getReader;
+      const modes = [];
+      ReadableStream.prototype.getReader = function (options) {
+        const reader = realGetReader.call(this, options);
+        modes.push(options?.mode ?? 'default');
+        return reader;
+      };
+      try {
+        const native = await window.api.download(url, { name: 'smol-k', hashWorkers: 0 });
+        const nativeModes = modes.splice(0);
+        await window.api.wasm.opfs_delete('smol-k');
+        let wrapped = 0;
+        window.fetch = async (...args) => {
+          const r = await realFetch(...args);
+          if (!r.body) return r;
+          const inner = realGetReader.call(r.body);
+          wrapped += 1;
+          const body = new ReadableStream({
+            async pull(c) {
+              const { done, value } = await inner.read();
+              if (done) c.close();
+              else c.enqueue(value);
+            },
+            cancel: (why) => inner.cancel(why),
+          });
+          return new Response(body, { status: r.status, statusText: r.statusText, headers: r.headers });
+        };
+        const fallback = await window.api.download(url, { name: 'smol-k', hashWorkers: 0 });
+        const listed = (await window.api.wasm.opfs_list()).some((m) => m.name === 'smol-k');
+        return { native: native.error ?? null, nativeModes, fallback: fallback.error ?? null, wrapped,
+          fallbackModes: modes, listed };
+      } finally {
+        window.fetch = realFetch;
+        ReadableStream.prototype.getReader = realGetReader;
+      }
+    }, goodUrl);
+    check(!k.native && k.nativeModes.length >= shards.length && k.nativeModes.every((m) => m === 'byob'),
+      '(k) fetch bodies are read with a BYOB reader', JSON.stringify(k));
+    check(!k.fallback && k.listed && k.wrapped >= shards.length && k.fallbackModes.includes('default'),
+      '(k) bodies that are not byte streams are read with the default reader, and the download completes',
+      JSON.stringify(k));
+    await evaluate((name) => window.api.wasm.opfs_delete(name), 'smol-k');
+
     // (g) One GGUF file (from the page's own server, no Range needed), checked against its
     // SHA-256, then loaded from OPFS in a worker: the first greedy token equals native.
     const ggufSha = createHash('sha256').update(readFileSync(gguf)).digest('hex');

@@ -109,6 +109,15 @@ pub trait ShardStore {
     /// from another source is discarded first.
     async fn begin(&self, model: &str, source: &str) -> Result<PartialModel, StoreError>;
 
+    /// Make the partial download `model`'s place in the store now (after
+    /// [`begin`](Self::begin), which writes nothing, and the quota check), so that stores on
+    /// other threads can write its files: the browser's hash workers fetch shards into their own
+    /// handle on OPFS, which knows nothing of `begin`. Default: nothing (a store whose writers
+    /// all share it makes the place with the first file).
+    async fn prepare(&self, _model: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// The partial files of `model` (names, sorted).
     async fn partial_files(&self, model: &str) -> Result<Vec<String>, StoreError>;
 

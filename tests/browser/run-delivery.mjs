@@ -431,6 +431,24 @@ try {
       '(i) the next download completes without fetching the verified shards again', JSON.stringify(i2.error ?? i2.summary));
     await evaluate((name) => window.api.wasm.opfs_delete(name), 'smol-i');
 
+    // (j) A busy page: a download on the main thread while the page keeps that thread busy
+    // 45 ms of every 50 (as a page laying out or running its own code may). Its shards are
+    // fetched and written on the hash workers, which run at full speed meanwhile: they must
+    // find the model's folder in OPFS however far the main thread is behind (it is made before
+    // the first shard is handed out), and the download completes.
+    const j = await evaluate((url) => {
+      const jank = setInterval(() => {
+        const until = performance.now() + 45;
+        while (performance.now() < until);
+      }, 50);
+      return window.api.download(url, { name: 'smol-j', parallel: 4, hashWorkers: 2 })
+        .finally(() => clearInterval(jank));
+    }, goodUrl);
+    const jListed = (await evaluate(() => window.api.wasm.opfs_list())).some((m) => m.name === 'smol-j');
+    check(!j.error && j.summary.hash_workers === 2 && jListed,
+      '(j) a download on a busy main thread, its shards fetched on hash workers, completes', JSON.stringify(j.error ?? j.summary));
+    await evaluate((name) => window.api.wasm.opfs_delete(name), 'smol-j');
+
     // (k) How bodies are read: with a BYOB reader into one buffer where fetch bodies are byte
     // streams (Chromium's are), else with the default reader. Two downloads on the main
     // thread, hashed there (so that every request goes through the page's fetch), with

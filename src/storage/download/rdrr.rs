@@ -241,9 +241,12 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     }
     // Shards fetched on workers leave the state file to this thread, which marks them verified
     // when their jobs end; a mark left on a shard to fetch (its file of another length or
-    // version) goes first, with the file.
+    // version) goes first, with the file. The model's folder is made here, before any job
+    // starts: the workers' stores write into it, and this thread (the page's, perhaps busy)
+    // may be far behind them with its small files.
     #[cfg(all(target_arch = "wasm32", feature = "web"))]
     if pool.is_some() && options.fetch_on_workers {
+        store.prepare(name).await?;
         for shard in &pending {
             if partial.verified.contains_key(&shard.filename) {
                 store.remove_partial_file(name, &shard.filename).await?;

@@ -434,6 +434,14 @@ impl OpfsStore {
 impl ShardStore for OpfsStore {
     type Writer = OpfsWriter;
 
+    async fn prepare(&self, model: &str) -> Result<(), StoreError> {
+        self.settle().await;
+        self.model_dir(model, true)
+            .await?
+            .map(drop)
+            .ok_or_else(|| not_begun(model))
+    }
+
     async fn begin(&self, model: &str, source: &str) -> Result<PartialModel, StoreError> {
         check_model_name(model)?;
         self.settle().await;

@@ -2,7 +2,7 @@
 //! chunk by chunk (so a shard is hashed and written as it streams, and never held whole), and
 //! `setTimeout` for the backoff between retries. The body is read with a BYOB reader into one
 //! buffer that each read hands back, where the browser's fetch bodies are byte streams
-//! (Chromium, Firefox), else with the default reader, which makes a new buffer for every chunk.
+//! (Chromium's are), else with the default reader, which makes a new buffer for every chunk.
 
 use std::time::Duration;
 

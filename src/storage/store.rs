@@ -110,7 +110,7 @@ pub trait ShardStore {
     async fn begin(&self, model: &str, source: &str) -> Result<PartialModel, StoreError>;
 
     /// Make the partial download `model`'s place in the store now (after
-    /// [`begin`](Self::begin), which writes nothing, and the quota check), so that stores on
+    /// [`begin`](Self::begin), which creates nothing, and the quota check), so that stores on
     /// other threads can write its files: the browser's hash workers fetch shards into their own
     /// handle on OPFS, which knows nothing of `begin`. Default: nothing (a store whose writers
     /// all share it makes the place with the first file).

@@ -12,8 +12,10 @@ pub mod formats;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod model;
+pub mod pass;
 pub mod quant;
 pub mod sampling;
+pub mod session;
 pub mod storage;
 pub mod text;
 
@@ -25,3 +27,6 @@ pub mod cli;
 pub mod web;
 
 pub use error::Error;
+#[cfg(not(target_arch = "wasm32"))]
+pub use session::open;
+pub use session::{OpenOptions, Session};

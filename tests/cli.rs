@@ -275,3 +275,63 @@ fn trellis_validate_inspect_and_dump() {
         stdout(&o)
     );
 }
+
+/// `tritium run --plan`: a prefill and a decode pass of the tiny BitNet fixture, as the model
+/// writes them (the same on both backends) and as each backend runs them: the CPU as written,
+/// the GPU (lavapipe) with its fusions, one `rms_norm+bitlinear` dispatch per norm and its
+/// products in the decode pass.
+#[test]
+fn run_plan_prints_a_prefill_and_a_decode_pass_as_written_and_as_run() {
+    let model = "tests/fixtures/bitnet/tiny-i2s.gguf";
+    let plan = |backend: &str| {
+        let o = tritium(&[
+            "run",
+            model,
+            "--plan",
+            "--ids",
+            "1,2,3",
+            "--temperature",
+            "0",
+            "--backend",
+            backend,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        stdout(&o)
+    };
+    let (cpu, gpu) = (plan("cpu"), plan("gpu"));
+    for out in [&cpu, &gpu] {
+        assert!(
+            out.contains("prefill: 3 tokens at position 0, reading back top-1"),
+            "{out}"
+        );
+        assert!(
+            out.contains("decode: 1 token at position 3, reading back top-1"),
+            "{out}"
+        );
+        // 2 layers of 17 ops, the embedding, and the head (a copy of the last row first in
+        // the prefill).
+        assert!(out.contains("as the model writes it (39 ops):"), "{out}");
+        assert!(out.contains("as the model writes it (38 ops):"), "{out}");
+        assert!(
+            out.contains("rms_norm x * blk.0.attn_norm.weight -> xb (1x256)"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "bitlinear blk.1.ffn_down.weight I2_S 256x512 . hb_normed -> xb2 (3 rows)"
+            ),
+            "{out}"
+        );
+    }
+    assert!(cpu.contains("as the backend runs it (39 steps):"), "{cpu}");
+    assert!(!cpu.contains("rms_norm+bitlinear"), "{cpu}");
+    // The decode: the embedding, per layer the fused attention inputs, the attention with
+    // RoPE folded in, and three more fused norms; the head's norm, product, top-1 and read.
+    assert!(gpu.contains("as the backend runs it (15 steps):"), "{gpu}");
+    let fused = gpu.matches("rms_norm+bitlinear").count();
+    assert_eq!(fused, 8, "{gpu}");
+    assert!(
+        gpu.contains("attention+rope 1x4 heads: q, k, v -> att"),
+        "{gpu}"
+    );
+}

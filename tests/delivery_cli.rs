@@ -155,7 +155,8 @@ async fn pull_a_real_gguf_with_its_sha256() {
 /// The whole delivery path with the real binaries: `serve-model` converts the tiny BitNet GGUF
 /// to RDRR and serves it on loopback, `pull` fetches it (shards, groups and the extra files the
 /// converter lists: its GGUF metadata and tokenizer) into a store, and `run` by store name gives
-/// the greedy ids the GGUF itself gives.
+/// the greedy ids the GGUF itself gives; so does `run` given the URL itself (the model pulled
+/// into another store on the way, as `tritium::open` does for a URL).
 #[test]
 fn a_served_gguf_pulled_into_the_store_runs_identically() {
     use std::io::{BufRead, BufReader};
@@ -180,10 +181,7 @@ fn a_served_gguf_pulled_into_the_store_runs_identically() {
         .trim_end_matches('/')
         .to_string();
     let pulled = tritium(&["pull", &url, "--name", "tiny", "--json"], &store);
-    let _ = server.kill();
-    let _ = server.wait();
-    json(&pulled);
-    let run = |model: &str| {
+    let run = |model: &str, store: &Path| {
         let o = tritium(
             &[
                 "run",
@@ -196,13 +194,25 @@ fn a_served_gguf_pulled_into_the_store_runs_identically() {
                 "cpu",
                 "--json",
             ],
-            &store,
+            store,
         );
         json(&o)["generated_ids"].clone()
     };
-    let from_gguf = run(gguf);
+    let by_url_store = dir.path().join("by-url");
+    let by_url = run(&url, &by_url_store);
+    let _ = server.kill();
+    let _ = server.wait();
+    json(&pulled);
+    let from_gguf = run(gguf, &store);
     assert_eq!(from_gguf.as_array().map(Vec::len), Some(8), "{from_gguf}");
-    assert_eq!(run("tiny"), from_gguf);
+    assert_eq!(run("tiny", &store), from_gguf);
+    assert_eq!(by_url, from_gguf);
+    let listed = json(&tritium(&["list", "--json"], &by_url_store));
+    assert_eq!(
+        listed["models"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
 
     // `--store DIR` wins over $TRITIUM_STORE (here an empty folder, where "tiny" is unknown).
     let elsewhere = dir.path().join("elsewhere");

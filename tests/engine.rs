@@ -175,7 +175,7 @@ fn seeded_sampling_is_the_same_on_cpu_and_gpu() {
     );
     // Sampled on the host, so the GPU prepares each next pass while the current one runs
     // (dropping it where the repetition penalty changes what must be read back).
-    assert!(on_gpu.model.backend.timings().prepared > 0);
+    assert!(on_gpu.pass_counts().prepared > 0);
     // llama.cpp's default sampler (top-k 40, no penalty): every pass after the first decode
     // pass is a prepared one, and the tokens still match the CPU's.
     let cfg = SamplerConfig {
@@ -184,9 +184,9 @@ fn seeded_sampling_is_the_same_on_cpu_and_gpu() {
     };
     let cpu = generate(&mut load(CpuBackend::new(16)), &IDS, cfg);
     let mut on_gpu = load(gpu(16));
-    let before = on_gpu.model.backend.timings();
+    let before = on_gpu.pass_counts();
     let sampled = generate(&mut on_gpu, &IDS, cfg);
-    let after = on_gpu.model.backend.timings();
+    let after = on_gpu.pass_counts();
     assert_eq!(cpu, sampled, "llama.cpp's default sampler, seed 7");
     assert_eq!(
         after.prepared - before.prepared,

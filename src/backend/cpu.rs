@@ -1,11 +1,15 @@
 //! The CPU backend: the reference every GPU op is checked against, and the way to run where no
-//! GPU exists. Weights stay in their file format and are decoded one row at a time inside the
+//! GPU exists. It runs a pass's ops exactly as the model wrote them (its plan is the list
+//! itself). Weights stay in their file format and are decoded one row at a time inside the
 //! matrix products (a 2B-parameter BitNet never exists as f32); the other ops are the
 //! definitions in [`crate::cpu::ops`]. Natively the matrix products use every core (rayon); in
 //! the browser they run on one thread.
 
+use std::sync::Arc;
+
 use super::{
-    AttentionShape, Backend, Elementwise, KvShape, Logits, Readback, Tensor, Weight, WeightData,
+    check_batch, AttentionShape, Backend, Batch, Elementwise, KvShape, Limits, Logits, Names, Op,
+    Pass, Readback, Tensor, Tokens, Weight, WeightData,
 };
 use crate::cpu::bitlinear::quantize_activations;
 use crate::cpu::ops::{self, RopeConfig};
@@ -56,14 +60,18 @@ pub struct CpuBackend {
     tensors: Vec<Vec<f32>>,
     names: Vec<String>,
     weights: Vec<CpuWeight>,
-    /// Per layer `(k, v)`, each `(max_ctx, n_kv_heads, head_dim)`.
-    cache: Vec<(Vec<f32>, Vec<f32>)>,
+    /// Per sequence, per layer `(k, v)`, each `(max_ctx, n_kv_heads, head_dim)`.
+    cache: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
     kv: Option<KvShape>,
     rope: Option<RopeConfig>,
-    ids: Vec<u32>,
-    pos0: usize,
     /// The best candidate of the last pass that read back its top-k (for chained passes).
     best: Option<u32>,
+}
+
+/// A pass of the CPU backend: its ops and the batch they run over.
+pub struct CpuPass {
+    ops: Arc<[Op]>,
+    batch: Batch,
 }
 
 impl CpuBackend {
@@ -77,8 +85,6 @@ impl CpuBackend {
             cache: Vec::new(),
             kv: None,
             rope: None,
-            ids: Vec::new(),
-            pos0: 0,
             best: None,
         }
     }
@@ -87,28 +93,21 @@ impl CpuBackend {
         &self.tensors[t.0 as usize]
     }
 
-    /// Take a tensor out to write it while reading others (put back with `put`).
-    fn take(&mut self, t: Tensor) -> Vec<f32> {
-        std::mem::take(&mut self.tensors[t.0 as usize])
-    }
-
-    fn put(&mut self, t: Tensor, v: Vec<f32>) {
-        self.tensors[t.0 as usize] = v;
-    }
-
     fn need(&self, t: Tensor, len: usize, what: &str) -> Result<(), Error> {
-        let have = self.tensors[t.0 as usize].len();
+        let have = self.tensors.get(t.0 as usize).map_or(0, Vec::len);
         if have < len {
             return Err(Error::Usage(format!(
                 "{what}: buffer {} holds {have} values, the op needs {len}",
-                self.names[t.0 as usize]
+                self.names.get(t.0 as usize).map_or("?", String::as_str)
             )));
         }
         Ok(())
     }
 
-    fn n_tokens(&self) -> usize {
-        self.ids.len()
+    fn weight(&self, w: Weight) -> Result<&CpuWeight, Error> {
+        self.weights
+            .get(w.0 as usize)
+            .ok_or_else(|| Error::Usage(format!("no weight {}", w.0)))
     }
 
     fn kv(&self) -> Result<KvShape, Error> {
@@ -157,6 +156,258 @@ impl CpuBackend {
         }
         Ok(y)
     }
+
+    /// Run one op of a pass over `batch` with token ids `ids`.
+    fn run(&mut self, op: &Op, batch: &Batch, ids: &[u32]) -> Result<Option<Logits>, Error> {
+        match *op {
+            Op::Embed { table, out } => self.embed(table, out, ids)?,
+            Op::RmsNorm {
+                x,
+                weight,
+                out,
+                rows,
+                dim,
+                eps,
+            } => self.rms_norm(x, weight, out, rows, dim, eps)?,
+            Op::MatMul { w, x, out, rows } => self.matmul(w, x, out, rows)?,
+            Op::BitLinear { w, x, out, rows } => self.bitlinear(w, x, out, rows)?,
+            Op::Rope { x, heads } => self.rope(x, heads, batch)?,
+            Op::Attention {
+                layer,
+                q,
+                k,
+                v,
+                out,
+                heads,
+            } => self.attention(layer, [q, k, v, out], heads, batch)?,
+            Op::Elementwise {
+                f,
+                out,
+                first,
+                second,
+                len,
+            } => self.elementwise(f, out, first, second, len)?,
+            Op::CopyRow {
+                src,
+                row,
+                cols,
+                dst,
+                dst_row,
+            } => {
+                self.need(src, (row + 1) * cols, "copy_row src")?;
+                self.need(dst, (dst_row + 1) * cols, "copy_row dst")?;
+                let v = self.tensor(src)[row * cols..][..cols].to_vec();
+                self.tensors[dst.0 as usize][dst_row * cols..][..cols].copy_from_slice(&v);
+            }
+            Op::Read {
+                logits,
+                rows,
+                vocab,
+                what,
+            } => return self.read(logits, rows, vocab, what, batch).map(Some),
+        }
+        Ok(None)
+    }
+
+    fn embed(&mut self, table: Weight, out: Tensor, ids: &[u32]) -> Result<(), Error> {
+        let w = self.weight(table)?;
+        let cols = w.cols;
+        self.need(out, ids.len() * cols, "embedding")?;
+        let mut y = std::mem::take(&mut self.tensors[out.0 as usize]);
+        let w = &self.weights[table.0 as usize];
+        let mut result = Ok(());
+        for (t, &id) in ids.iter().enumerate() {
+            if id as usize >= w.rows {
+                result = Err(Error::Usage(format!(
+                    "token id {id} is outside the vocabulary of {} tokens",
+                    w.rows
+                )));
+                break;
+            }
+            let row = &mut y[t * cols..][..cols];
+            if let Err(e) = w.decode_row(id as usize, row) {
+                result = Err(e);
+                break;
+            }
+            if w.scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= w.scale);
+            }
+        }
+        self.tensors[out.0 as usize] = y;
+        result
+    }
+
+    fn rms_norm(
+        &mut self,
+        x: Tensor,
+        weight: Tensor,
+        out: Tensor,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<(), Error> {
+        self.need(x, rows * dim, "rms_norm x")?;
+        self.need(out, rows * dim, "rms_norm out")?;
+        self.need(weight, dim, "rms_norm weight")?;
+        let y = ops::rms_norm(
+            &self.tensor(x)[..rows * dim],
+            &self.tensor(weight)[..dim],
+            eps,
+        );
+        self.tensors[out.0 as usize][..rows * dim].copy_from_slice(&y);
+        Ok(())
+    }
+
+    fn matmul(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
+        let cw = self.weight(w)?;
+        self.need(x, rows * cw.cols, "matmul x")?;
+        self.need(out, rows * cw.rows, "matmul out")?;
+        let xs = &self.tensor(x)[..rows * cw.cols];
+        let (cols, scale) = (cw.cols, cw.scale);
+        let y = self.rows_product(cw, rows, |row, t| dot(row, &xs[t * cols..][..cols]) * scale)?;
+        self.tensors[out.0 as usize][..y.len()].copy_from_slice(&y);
+        Ok(())
+    }
+
+    fn bitlinear(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
+        let cw = self.weight(w)?;
+        self.need(x, rows * cw.cols, "bitlinear x")?;
+        self.need(out, rows * cw.rows, "bitlinear out")?;
+        let cols = cw.cols;
+        let (xq, scales) = quantize_activations(&self.tensor(x)[..rows * cols], cols);
+        let xq: Vec<f32> = xq.into_iter().map(f32::from).collect();
+        let scale = cw.scale;
+        // Ternary weights times int8 values: every product and partial sum is an integer
+        // below 2^24, so the f32 sum is exact and the result is `acc * weight_scale / s_t`
+        // rounded twice, as transformers computes it in f32.
+        let y = self.rows_product(cw, rows, |row, t| {
+            dot(row, &xq[t * cols..][..cols]) * scale / scales[t]
+        })?;
+        self.tensors[out.0 as usize][..y.len()].copy_from_slice(&y);
+        Ok(())
+    }
+
+    fn rope(&mut self, x: Tensor, heads: usize, batch: &Batch) -> Result<(), Error> {
+        let cfg = self
+            .rope
+            .clone()
+            .ok_or_else(|| Error::Usage("RoPE before the RoPE table was created".into()))?;
+        let row = heads * cfg.head_dim;
+        self.need(x, batch.tokens() * row, "rope x")?;
+        let mut start = 0;
+        for s in &batch.spans {
+            let rows = &mut self.tensors[x.0 as usize][start * row..(start + s.len) * row];
+            ops::rope(rows, heads, s.pos0, &cfg);
+            start += s.len;
+        }
+        Ok(())
+    }
+
+    fn attention(
+        &mut self,
+        layer: usize,
+        [q, k, v, out]: [Tensor; 4],
+        heads: usize,
+        batch: &Batch,
+    ) -> Result<(), Error> {
+        let kv = self.kv()?;
+        let n = batch.tokens();
+        let (kv_row, q_row) = (kv.n_kv_heads * kv.head_dim, heads * kv.head_dim);
+        self.need(q, n * q_row, "attention q")?;
+        self.need(k, n * kv_row, "attention k")?;
+        self.need(v, n * kv_row, "attention v")?;
+        self.need(out, n * q_row, "attention out")?;
+        if layer >= kv.n_layers {
+            return Err(Error::Usage(format!(
+                "attention of layer {layer}: no such cache layer"
+            )));
+        }
+        let shape = AttentionShape {
+            n_heads: heads,
+            n_kv_heads: kv.n_kv_heads,
+            head_dim: kv.head_dim,
+        };
+        let mut row0 = 0;
+        for s in &batch.spans {
+            let rows = row0..row0 + s.len;
+            let kn = self.tensors[k.0 as usize][rows.start * kv_row..rows.end * kv_row].to_vec();
+            let vn = self.tensors[v.0 as usize][rows.start * kv_row..rows.end * kv_row].to_vec();
+            let (kc, vc) = &mut self.cache[s.seq][layer];
+            let at = s.pos0 * kv_row..(s.pos0 + s.len) * kv_row;
+            kc[at.clone()].copy_from_slice(&kn);
+            vc[at].copy_from_slice(&vn);
+            let (kc, vc) = &self.cache[s.seq][layer];
+            let y = ops::attention(
+                &self.tensors[q.0 as usize][rows.start * q_row..rows.end * q_row],
+                kc,
+                vc,
+                s.pos0,
+                shape,
+            );
+            self.tensors[out.0 as usize][rows.start * q_row..][..y.len()].copy_from_slice(&y);
+            row0 += s.len;
+        }
+        Ok(())
+    }
+
+    fn elementwise(
+        &mut self,
+        f: Elementwise,
+        out: Tensor,
+        first: Option<Tensor>,
+        second: Option<Tensor>,
+        len: usize,
+    ) -> Result<(), Error> {
+        self.need(out, len, "elementwise out")?;
+        let first = first.unwrap_or(out);
+        self.need(first, len, "elementwise first operand")?;
+        let a = &self.tensor(first)[..len];
+        let b = match (f.takes_second(), second) {
+            (true, Some(s)) => {
+                self.need(s, len, "elementwise second operand")?;
+                &self.tensor(s)[..len]
+            }
+            (true, None) => return Err(Error::Usage(format!("{f:?} without its second operand"))),
+            (false, _) => a,
+        };
+        let y = match f {
+            Elementwise::Add => ops::add(a, b),
+            Elementwise::SiluMul => ops::silu_mul(a, b),
+            Elementwise::ReluSquared => ops::relu_squared(a),
+            Elementwise::ReluSquaredMul => ops::relu_squared_mul(a, b),
+        };
+        self.tensors[out.0 as usize][..len].copy_from_slice(&y);
+        Ok(())
+    }
+
+    fn read(
+        &mut self,
+        logits: Tensor,
+        rows: usize,
+        vocab: usize,
+        what: Readback,
+        batch: &Batch,
+    ) -> Result<Logits, Error> {
+        self.need(logits, rows * vocab, "logits")?;
+        let l = &self.tensor(logits)[..rows * vocab];
+        Ok(match what {
+            Readback::All | Readback::Last => Logits::Full(l.to_vec()),
+            Readback::TopK(k) => {
+                let tops: Vec<Vec<(u32, f32)>> = l
+                    .chunks(vocab)
+                    .map(|row| ops::top_k(row, k.max(1)))
+                    .collect();
+                self.best = tops.last().and_then(|t| t.first()).map(|c| c.0);
+                let _ = batch;
+                Logits::Top(
+                    tops.into_iter()
+                        .map(|t| t.into_iter().take(k).collect())
+                        .collect(),
+                )
+            }
+            Readback::Nothing => Logits::None,
+        })
+    }
 }
 
 /// f32 dot product with eight partial sums (the order a vectorizing compiler keeps).
@@ -177,6 +428,11 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 impl Backend for CpuBackend {
+    type Plan = Arc<[Op]>;
+    type Recorded = CpuPass;
+    /// The CPU runs a pass when it is submitted.
+    type Pending = Logits;
+
     fn describe(&self) -> String {
         #[cfg(not(target_arch = "wasm32"))]
         return format!("cpu ({} threads)", rayon::current_num_threads());
@@ -184,8 +440,12 @@ impl Backend for CpuBackend {
         return "cpu".into();
     }
 
-    fn max_batch(&self) -> usize {
-        self.max_batch
+    fn limits(&self) -> Limits {
+        Limits {
+            max_batch: self.max_batch,
+            max_tensor_len: usize::MAX,
+            runs_ahead: false,
+        }
     }
 
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, Error> {
@@ -245,8 +505,12 @@ impl Backend for CpuBackend {
 
     fn init_cache(&mut self, kv: KvShape, rope: &RopeConfig) -> Result<(), Error> {
         let len = kv.max_ctx * kv.n_kv_heads * kv.head_dim;
-        self.cache = (0..kv.n_layers)
-            .map(|_| (vec![0f32; len], vec![0f32; len]))
+        self.cache = (0..kv.n_seqs)
+            .map(|_| {
+                (0..kv.n_layers)
+                    .map(|_| (vec![0f32; len], vec![0f32; len]))
+                    .collect()
+            })
             .collect();
         self.kv = Some(kv);
         self.rope = Some(rope.clone());
@@ -259,231 +523,66 @@ impl Backend for CpuBackend {
         let c: usize = self
             .cache
             .iter()
+            .flatten()
             .map(|(k, v)| (k.len() + v.len()) * 4)
             .sum();
         (t + w + c) as u64
     }
 
-    fn begin(&mut self, ids: &[u32], pos0: usize) -> Result<(), Error> {
-        super::check_pass(
-            ids.len(),
-            self.max_batch,
-            pos0,
-            self.kv.map(|kv| kv.max_ctx),
-        )?;
-        self.ids = ids.to_vec();
-        self.pos0 = pos0;
-        Ok(())
-    }
-
-    fn embed(&mut self, table: Weight, out: Tensor) -> Result<(), Error> {
-        let w = &self.weights[table.0 as usize];
-        let (cols, n) = (w.cols, self.n_tokens());
-        self.need(out, n * cols, "embedding")?;
-        let mut y = self.take(out);
-        let w = &self.weights[table.0 as usize];
-        let mut result = Ok(());
-        for (t, &id) in self.ids.iter().enumerate() {
-            if id as usize >= w.rows {
-                result = Err(Error::Usage(format!(
-                    "token id {id} is outside the vocabulary of {} tokens",
-                    w.rows
-                )));
-                break;
-            }
-            let row = &mut y[t * cols..][..cols];
-            if let Err(e) = w.decode_row(id as usize, row) {
-                result = Err(e);
-                break;
-            }
-            if w.scale != 1.0 {
-                row.iter_mut().for_each(|v| *v *= w.scale);
+    fn plan(&self, pass: &Pass) -> Result<Arc<[Op]>, Error> {
+        for op in &pass.ops {
+            if let Op::BitLinear { w, .. } = op {
+                let cw = self.weight(*w)?;
+                if !matches!(cw.dtype, GgmlType::I2_S | GgmlType::TQ1_0 | GgmlType::TQ2_0) {
+                    return Err(Error::Usage(format!(
+                        "{}: BitLinear over {} weights (ternary types only)",
+                        cw.name, cw.dtype
+                    )));
+                }
             }
         }
-        self.put(out, y);
-        result
+        Ok(pass.ops.clone().into())
     }
 
-    fn rms_norm(
-        &mut self,
-        x: Tensor,
-        weight: Tensor,
-        out: Tensor,
-        rows: usize,
-        dim: usize,
-        eps: f32,
-    ) -> Result<(), Error> {
-        self.need(x, rows * dim, "rms_norm x")?;
-        self.need(out, rows * dim, "rms_norm out")?;
-        self.need(weight, dim, "rms_norm weight")?;
-        let y = ops::rms_norm(
-            &self.tensor(x)[..rows * dim],
-            &self.tensor(weight)[..dim],
-            eps,
-        );
-        self.tensors[out.0 as usize][..rows * dim].copy_from_slice(&y);
-        Ok(())
+    fn plan_lines(&self, plan: &Arc<[Op]>, names: &Names) -> Vec<String> {
+        plan.iter().map(|op| op.describe(names)).collect()
     }
 
-    fn matmul(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
-        let cw = &self.weights[w.0 as usize];
-        self.need(x, rows * cw.cols, "matmul x")?;
-        self.need(out, rows * cw.rows, "matmul out")?;
-        let xs = &self.tensor(x)[..rows * cw.cols];
-        let cols = cw.cols;
-        let scale = cw.scale;
-        let y = self.rows_product(cw, rows, |row, t| dot(row, &xs[t * cols..][..cols]) * scale)?;
-        self.tensors[out.0 as usize][..y.len()].copy_from_slice(&y);
-        Ok(())
-    }
-
-    fn bitlinear(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
-        let cw = &self.weights[w.0 as usize];
-        if !matches!(cw.dtype, GgmlType::I2_S | GgmlType::TQ1_0 | GgmlType::TQ2_0) {
-            return Err(Error::Usage(format!(
-                "{}: BitLinear over {} weights (ternary types only)",
-                cw.name, cw.dtype
-            )));
-        }
-        self.need(x, rows * cw.cols, "bitlinear x")?;
-        self.need(out, rows * cw.rows, "bitlinear out")?;
-        let cols = cw.cols;
-        let (xq, scales) = quantize_activations(&self.tensor(x)[..rows * cols], cols);
-        let xq: Vec<f32> = xq.into_iter().map(f32::from).collect();
-        let scale = cw.scale;
-        // Ternary weights times int8 values: every product and partial sum is an integer
-        // below 2^24, so the f32 sum is exact and the result is `acc * weight_scale / s_t`
-        // rounded twice, as transformers computes it in f32.
-        let y = self.rows_product(cw, rows, |row, t| {
-            dot(row, &xq[t * cols..][..cols]) * scale / scales[t]
-        })?;
-        self.tensors[out.0 as usize][..y.len()].copy_from_slice(&y);
-        Ok(())
-    }
-
-    fn rope(&mut self, x: Tensor, n_heads: usize) -> Result<(), Error> {
-        let cfg = self
-            .rope
-            .clone()
-            .ok_or_else(|| Error::Usage("RoPE before the RoPE table was created".into()))?;
-        let len = self.n_tokens() * n_heads * cfg.head_dim;
-        self.need(x, len, "rope x")?;
-        let pos0 = self.pos0;
-        ops::rope(&mut self.tensors[x.0 as usize][..len], n_heads, pos0, &cfg);
-        Ok(())
-    }
-
-    fn attention(
-        &mut self,
-        layer: usize,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        out: Tensor,
-        n_heads: usize,
-    ) -> Result<(), Error> {
-        let kv = self.kv()?;
-        let n = self.n_tokens();
-        let row = kv.n_kv_heads * kv.head_dim;
-        self.need(q, n * n_heads * kv.head_dim, "attention q")?;
-        self.need(k, n * row, "attention k")?;
-        self.need(v, n * row, "attention v")?;
-        self.need(out, n * n_heads * kv.head_dim, "attention out")?;
-        if layer >= self.cache.len() {
-            return Err(Error::Usage(format!(
-                "attention of layer {layer}: no such cache layer"
-            )));
-        }
-        let start = self.pos0 * row;
-        let (kn, vn) = (
-            self.tensors[k.0 as usize][..n * row].to_vec(),
-            self.tensors[v.0 as usize][..n * row].to_vec(),
-        );
-        let (kc, vc) = &mut self.cache[layer];
-        kc[start..start + n * row].copy_from_slice(&kn);
-        vc[start..start + n * row].copy_from_slice(&vn);
-        let (kc, vc) = &self.cache[layer];
-        let y = ops::attention(
-            &self.tensors[q.0 as usize][..n * n_heads * kv.head_dim],
-            kc,
-            vc,
-            self.pos0,
-            AttentionShape {
-                n_heads,
-                n_kv_heads: kv.n_kv_heads,
-                head_dim: kv.head_dim,
-            },
-        );
-        self.tensors[out.0 as usize][..y.len()].copy_from_slice(&y);
-        Ok(())
-    }
-
-    fn elementwise(
-        &mut self,
-        f: Elementwise,
-        out: Tensor,
-        first: Option<Tensor>,
-        second: Option<Tensor>,
-        len: usize,
-    ) -> Result<(), Error> {
-        self.need(out, len, "elementwise out")?;
-        let a = &self.tensor(first.unwrap_or(out))[..len];
-        let b = match (f.takes_second(), second) {
-            (true, Some(s)) => {
-                self.need(s, len, "elementwise second operand")?;
-                &self.tensor(s)[..len]
-            }
-            (true, None) => return Err(Error::Usage(format!("{f:?} without its second operand"))),
-            (false, _) => a,
-        };
-        let y = match f {
-            Elementwise::Add => ops::add(a, b),
-            Elementwise::SiluMul => ops::silu_mul(a, b),
-            Elementwise::ReluSquared => ops::relu_squared(a),
-            Elementwise::ReluSquaredMul => ops::relu_squared_mul(a, b),
-        };
-        self.tensors[out.0 as usize][..len].copy_from_slice(&y);
-        Ok(())
-    }
-
-    fn copy_row(&mut self, src: Tensor, row: usize, cols: usize, dst: Tensor) -> Result<(), Error> {
-        self.need(src, (row + 1) * cols, "copy_row src")?;
-        self.need(dst, cols, "copy_row dst")?;
-        let v = self.tensor(src)[row * cols..][..cols].to_vec();
-        self.tensors[dst.0 as usize][..cols].copy_from_slice(&v);
-        Ok(())
-    }
-
-    type Pending = Logits;
-    type Prepared = std::convert::Infallible;
-
-    fn begin_chained(&mut self, pos0: usize) -> Result<(), Error> {
-        let id = self.best.ok_or_else(|| {
-            Error::Usage("a chained pass needs a previous pass that read back its top-k".into())
-        })?;
-        self.begin(&[id], pos0)
-    }
-
-    fn submit(
-        &mut self,
-        logits: Tensor,
-        rows: usize,
-        vocab: usize,
-        readback: Readback,
-    ) -> Result<Logits, Error> {
-        self.need(logits, rows * vocab, "logits")?;
-        let l = &self.tensor(logits)[..rows * vocab];
-        let last = &l[(rows - 1) * vocab..];
-        Ok(match readback {
-            Readback::All => Logits::Full(l.to_vec()),
-            Readback::Last => Logits::Full(last.to_vec()),
-            Readback::TopK(k) => {
-                let top = ops::top_k(last, k.max(1));
-                self.best = top.first().map(|c| c.0);
-                Logits::Top(top.into_iter().take(k).collect())
-            }
-            Readback::Nothing => Logits::None,
+    fn record(&mut self, plan: &Arc<[Op]>, batch: &Batch) -> Result<CpuPass, Error> {
+        check_batch(batch, self.max_batch, self.kv.as_ref())?;
+        Ok(CpuPass {
+            ops: plan.clone(),
+            batch: batch.clone(),
         })
+    }
+
+    fn submit(&mut self, pass: CpuPass, tokens: Tokens<'_>) -> Result<Logits, Error> {
+        let chained;
+        let ids = match tokens {
+            Tokens::Ids(ids) => ids,
+            Tokens::Chained => {
+                chained = [self.best.ok_or_else(|| {
+                    Error::Usage(
+                        "a chained pass needs a previous pass that read back its top-k".into(),
+                    )
+                })?];
+                &chained[..]
+            }
+        };
+        if ids.len() != pass.batch.tokens() {
+            return Err(Error::Usage(format!(
+                "{} token ids for a pass of {} tokens",
+                ids.len(),
+                pass.batch.tokens()
+            )));
+        }
+        let mut logits = Logits::None;
+        for op in pass.ops.iter() {
+            if let Some(l) = self.run(op, &pass.batch, ids)? {
+                logits = l;
+            }
+        }
+        Ok(logits)
     }
 
     async fn wait(&mut self, pending: Logits) -> Result<Logits, Error> {

@@ -4,13 +4,14 @@
 //! same run).
 
 use super::kernels::copy_bandwidth;
-use crate::backend::gpu::GpuBackend;
+use crate::backend::gpu::{GpuBackend, Rules};
 use crate::backend::Backend;
 use crate::engine::{Engine, GenerateOptions, TokenControl};
 use crate::formats::gguf::GgufFile;
 use crate::gpu::GpuContext;
-use crate::model::{Model, ModelConfig, TensorSource};
+use crate::model::{ModelConfig, TensorSource};
 use crate::sampling::SamplerConfig;
+use crate::session::{ModelMeta, OpenOptions};
 use crate::Error;
 
 /// What to measure.
@@ -118,12 +119,12 @@ fn engine_options(max_tokens: usize) -> GenerateOptions {
 }
 
 /// Run the benchmark on `ctx` (the model is loaded with a context of prompt + decode tokens).
-pub fn run(
+pub fn run<S: ModelMeta + TensorSource>(
     ctx: GpuContext,
-    file: &GgufFile,
-    tensors: &dyn TensorSource,
+    source: &S,
     opts: &GenerateBenchOptions,
 ) -> Result<GenerateBenchReport, Error> {
+    let file = source.header()?;
     let config = ModelConfig::from_gguf(file)?;
     let copy_bytes = (256u64 << 20).min(ctx.max_binding_bytes()) & !15;
     let copy = copy_bandwidth(&ctx, copy_bytes, 20, 3)?.best();
@@ -137,7 +138,14 @@ pub fn run(
             opts.prompt_tokens, opts.decode_tokens
         )));
     }
-    let model = Model::load(backend, config.clone(), tensors, context)?;
+    let options = OpenOptions {
+        context: Some(context),
+        batch: opts.batch.max(1),
+        ..OpenOptions::default()
+    };
+    let model = crate::session::load(source, backend, &options)?
+        .engine
+        .model;
     // Token ids spread over the vocabulary (the values do not change the work).
     let prompt: Vec<u32> = (0..opts.prompt_tokens)
         .map(|i| ((i as u64 * 7919 + 13) % config.n_vocab as u64) as u32)
@@ -170,14 +178,21 @@ pub fn run(
     // The same decode through the other decode paths, for comparison (then back).
     let int_dot = engine.model.backend.int_dot();
     let other = |engine: &mut Engine<GpuBackend>, int_dot, fuse| {
-        engine.model.backend.set_int_dot(int_dot);
-        engine.model.backend.set_fuse_add_norm(fuse);
-        engine.model.backend.set_fuse_norm_q8(fuse);
-        engine.model.backend.set_fuse_residual(fuse);
-        engine.model.backend.set_fuse_bitlinear(fuse);
-        engine.model.backend.set_fold_rope(fuse);
-        engine.model.backend.set_fuse_attention_q8(fuse);
-        engine.model.backend.set_combine_in_attend(fuse);
+        let b = &mut engine.model.backend;
+        // Unfused: every fusion off but the pairing of products (one kernel either way) and
+        // the sharing of quantized inputs and of prefill products' f16 inputs.
+        b.set_rules(match fuse {
+            true => Rules::all(int_dot),
+            false => Rules {
+                pair_q8: true,
+                shared_records: true,
+                norm_quantize: true,
+                share_f16_input: true,
+                ..Rules::none(int_dot)
+            },
+        });
+        b.set_combine_in_attend(fuse);
+        engine.model.clear_plans();
         if opts.warmup {
             run(engine, opts.decode_tokens.min(16))?;
         }
@@ -207,6 +222,7 @@ pub fn run(
     let sampled_tps = sampled(&mut engine, true)?;
     let norm_dispatch_tps = {
         engine.model.backend.set_fuse_add_norm(false);
+        engine.model.clear_plans();
         if opts.warmup {
             run(&mut engine, opts.decode_tokens.min(16))?;
         }
@@ -214,11 +230,13 @@ pub fn run(
             .usage
             .decode_tokens_per_s;
         engine.model.backend.set_fuse_add_norm(true);
+        engine.model.clear_plans();
         tps
     };
     let unfused_tps = other(&mut engine, true, false)?;
     let f32_tps = other(&mut engine, false, true)?;
     engine.model.backend.set_int_dot(int_dot);
+    engine.model.clear_plans();
     let per_token =
         |rows: Vec<(String, crate::backend::profile::OpTime)>, tokens: usize| -> Vec<ProfileRow> {
             let tokens = tokens.max(1) as f64;

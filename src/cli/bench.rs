@@ -48,10 +48,10 @@ pub fn generate(
     opts: &crate::bench::generate::GenerateBenchOptions,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    let runnable = super::runnable::RunnableModel::open(model)?;
+    let path = crate::session::resolve(model, &crate::session::OpenOptions::default())?;
+    let opened = crate::session::open_path(&path)?;
     let ctx = pollster::block_on(GpuContext::new(&DeviceOptions::default()))?;
-    let r = crate::bench::generate::run(ctx, runnable.header(), &runnable, opts)
-        .map_err(|e| e.at(model))?;
+    let r = crate::bench::generate::run(ctx, &opened, opts).map_err(|e| e.at(model))?;
     if json {
         println!(
             "{}",

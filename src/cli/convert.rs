@@ -21,7 +21,8 @@ use clap::{Args, ValueEnum};
 use super::model::{open, OpenModel};
 use crate::formats::gguf::GgufFile;
 use crate::formats::rdrr::{self, ConvertOptions, ConvertReport, ExtraFileData, HashAlgorithm};
-use crate::storage::{DirFiles, FileSource};
+use crate::formats::source::{ByteSource, ModelFiles};
+use crate::storage::DirFiles;
 use crate::text::{ChatMessage, ChatTemplate, Tokenizer};
 use crate::Error;
 
@@ -83,7 +84,11 @@ pub fn run(args: &ConvertArgs) -> Result<ExitCode, Error> {
     }
     let started = Instant::now();
     match open(input)? {
-        OpenModel::Gguf { src, file } => {
+        OpenModel::Gguf {
+            files,
+            file,
+            header: gguf,
+        } => {
             if target(args, Target::Rdrr) == Target::Gguf {
                 return Err(Error::Usage(format!(
                     "{}: already a GGUF file",
@@ -91,10 +96,17 @@ pub fn run(args: &ConvertArgs) -> Result<ExitCode, Error> {
                 )));
             }
             let opts = convert_options(args);
-            let report = gguf_to_rdrr(&src, &file, &args.output, &opts)?;
+            let report = gguf_to_rdrr(
+                &*ModelFiles::open(&files, &file)?,
+                &gguf,
+                &args.output,
+                &opts,
+            )?;
             print_report(&report, &args.output, started);
         }
-        OpenModel::Rdrr { files, manifest } => {
+        OpenModel::Rdrr {
+            files, manifest, ..
+        } => {
             if target(args, Target::Gguf) == Target::Rdrr {
                 return Err(Error::Usage(format!(
                     "{}: already an RDRR folder",
@@ -282,7 +294,7 @@ fn with_special_tokens_added(tok: &Tokenizer) -> Result<tokenizers::Tokenizer, S
 
 /// GGUF to an RDRR folder at `output` (new or empty), staged and renamed into place.
 pub(crate) fn gguf_to_rdrr(
-    src: &FileSource,
+    src: &dyn ByteSource,
     file: &GgufFile,
     output: &Path,
     opts: &ConvertOptions,

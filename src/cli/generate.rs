@@ -8,13 +8,11 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use super::runnable::RunnableModel;
-use crate::backend::cpu::CpuBackend;
-use crate::backend::Backend;
-use crate::engine::{Engine, FinishReason, GenerateOptions, Generation, TokenControl};
-use crate::model::{Model, ModelConfig};
+use crate::backend::{Backend, Batch};
+use crate::engine::{Engine, FinishReason, GenerateOptions, TokenControl};
 use crate::sampling::SamplerConfig;
-use crate::text::{encode_chat, ChatMessage, ChatTemplate, StopStream, Tokenizer};
+use crate::session::{self, AnyBackend, KvCacheType, OpenOptions, Session};
+use crate::text::{encode_chat, ChatMessage, StopStream, Tokenizer};
 use crate::Error;
 
 /// Which backend runs the model.
@@ -124,129 +122,80 @@ pub struct RunArgs {
     /// One JSON object instead of streamed text.
     #[arg(long)]
     pub json: bool,
+    /// Print the ops of a prefill pass (the prompt's first batch, or a full batch without a
+    /// prompt) and of a decode pass, as the model writes them and as the backend runs them
+    /// (its fusions applied), instead of generating.
+    #[arg(long)]
+    pub plan: bool,
 }
 
-/// A model opened for generation (a GGUF file or an RDRR folder): its weights, configuration,
-/// tokenizer and template.
-struct Loaded {
-    model: RunnableModel,
-    config: ModelConfig,
-    tokenizer: Option<Tokenizer>,
-    template: ChatTemplate,
-}
-
-fn open_model(load: &LoadArgs) -> Result<Loaded, Error> {
-    let path = &load.store.resolve_path(&load.model)?;
-    let model = RunnableModel::open(path)?;
-    let config = ModelConfig::from_gguf(model.header()).map_err(|e| e.at(path))?;
-    // A model without tokenizer metadata still runs from token ids.
-    let tokenizer = model.tokenizer().ok();
-    let template = model.chat_template(tokenizer.as_ref()).unwrap_or_else(|e| {
+/// Open the model `load` names (a path, a store name or a URL) and load it on the backend it
+/// asks for, with a context of at least `min_context` tokens.
+fn open_session(load: &LoadArgs, min_context: usize) -> Result<Session, Error> {
+    let options = OpenOptions {
+        backend: match load.backend {
+            BackendChoice::Auto => session::BackendChoice::Auto,
+            BackendChoice::Cpu => session::BackendChoice::Cpu,
+            BackendChoice::Gpu => session::BackendChoice::Gpu,
+        },
+        context: match (load.ctx, min_context) {
+            (None, 0) => None,
+            (ctx, min) => Some(ctx.unwrap_or(0).max(min)),
+        },
+        batch: load.batch,
+        kv_cache: match load.kv_cache {
+            KvChoice::Auto => KvCacheType::Auto,
+            KvChoice::F16 => KvCacheType::F16,
+            KvChoice::F32 => KvCacheType::F32,
+        },
+        sequences: 1,
+        store: load.store.store.clone(),
+        require_tokenizer: false,
+    };
+    let session = crate::session::open(&load.model, &options)?;
+    if let Some(e) = &session.template_error {
         eprintln!("warning: the model's chat template does not load ({e}); using ChatML");
-        ChatTemplate::chatml()
-    });
-    Ok(Loaded {
-        model,
-        config,
-        tokenizer,
-        template,
-    })
+    }
+    Ok(session)
 }
 
-/// Load the model onto the chosen backend and hand the engine to `f`.
-fn with_engine<T>(
-    args: &LoadArgs,
-    loaded: &Loaded,
-    f: impl FnOnce(&mut dyn EngineOps) -> Result<T, Error>,
-) -> Result<T, Error> {
-    let ctx = args
-        .ctx
-        .unwrap_or(loaded.config.context_length.min(4096))
-        .min(loaded.config.context_length.max(1));
-    let tensors = &loaded.model;
-    let at = |e: Error| e.at(&args.model);
-    #[cfg(feature = "gpu")]
-    let gpu = match args.backend {
-        BackendChoice::Cpu => None,
-        BackendChoice::Gpu => Some(pollster::block_on(crate::gpu::GpuContext::new(
-            &crate::gpu::DeviceOptions::default(),
-        ))?),
-        BackendChoice::Auto => pollster::block_on(crate::gpu::GpuContext::new(
-            &crate::gpu::DeviceOptions::default(),
-        ))
-        .ok()
-        .filter(|c| c.adapter.device_type != "Cpu"),
-    };
-    #[cfg(not(feature = "gpu"))]
-    let gpu: Option<()> = match args.backend {
-        BackendChoice::Gpu => {
-            return Err(Error::Usage(
-                "this build has no GPU backend (feature `gpu`)".into(),
-            ))
+/// `run --plan`: the plans of a prefill pass of `prompt` tokens (at most a batch) and of the
+/// decode pass after it.
+fn print_plans(args: &RunArgs, session: &mut Session, prompt: usize) -> Result<ExitCode, Error> {
+    let prefill = prompt.clamp(1, args.load.batch.max(1));
+    let readback = Engine::<AnyBackend>::readback_for_config(
+        &args.sampling.config(),
+        session.config().n_vocab,
+    );
+    let model = &mut session.engine.model;
+    println!("backend: {}", model.backend.describe());
+    let passes = [
+        ("prefill", Batch::one(0, prefill)),
+        ("decode", Batch::one(prefill, 1)),
+    ];
+    for (what, batch) in passes {
+        let (written, planned) = model.plan_text(&batch, readback)?;
+        let n = batch.tokens();
+        println!(
+            "\n{what}: {n} token{} at position {}, reading back {}",
+            if n == 1 { "" } else { "s" },
+            batch.spans[0].pos0,
+            crate::pass::readback_name(readback)
+        );
+        println!("  as the model writes it ({} ops):", written.len());
+        for line in &written {
+            println!("    {line}");
         }
-        _ => None,
-    };
-    match gpu {
-        None => {
-            let b = CpuBackend::new(args.batch);
-            let model = Model::load(b, loaded.config.clone(), tensors, ctx).map_err(at)?;
-            f(&mut Engine::new(model))
-        }
-        #[cfg(feature = "gpu")]
-        Some(gpu) => {
-            {
-                use crate::backend::gpu::GpuBackend;
-                use crate::gpu::ops::KvDtype;
-                let mut b = GpuBackend::new(gpu, args.batch)?;
-                b.set_kv_dtype(match args.kv_cache {
-                    KvChoice::Auto => None,
-                    KvChoice::F16 => Some(KvDtype::F16),
-                    KvChoice::F32 => Some(KvDtype::F32),
-                });
-                let model = Model::load(b, loaded.config.clone(), tensors, ctx).map_err(at)?;
-                f(&mut Engine::new(model))
-            }
-            #[cfg(not(feature = "gpu"))]
-            Err(Error::Usage(
-                "this build has no GPU backend (feature `gpu`)".into(),
-            ))
+        println!("  as the backend runs it ({} steps):", planned.len());
+        for line in &planned {
+            println!("    {line}");
         }
     }
+    Ok(ExitCode::SUCCESS)
 }
 
-/// The engine operations the commands use, object-safe (blocking natively).
-trait EngineOps {
-    fn describe(&self) -> String;
-    fn logits_all(&mut self, ids: &[u32]) -> Result<Vec<f32>, Error>;
-    fn generate(
-        &mut self,
-        prompt: &[u32],
-        opts: &GenerateOptions,
-        on_token: &mut dyn FnMut(u32) -> TokenControl,
-    ) -> Result<Generation, Error>;
-}
-
-impl<B: Backend> EngineOps for Engine<B> {
-    fn describe(&self) -> String {
-        self.model.backend.describe()
-    }
-
-    fn logits_all(&mut self, ids: &[u32]) -> Result<Vec<f32>, Error> {
-        pollster::block_on(Engine::logits_all(self, ids))
-    }
-
-    fn generate(
-        &mut self,
-        prompt: &[u32],
-        opts: &GenerateOptions,
-        on_token: &mut dyn FnMut(u32) -> TokenControl,
-    ) -> Result<Generation, Error> {
-        pollster::block_on(Engine::generate(self, prompt, opts, on_token))
-    }
-}
-
-fn need_tokenizer(loaded: &Loaded) -> Result<&Tokenizer, Error> {
-    loaded.tokenizer.as_ref().ok_or_else(|| {
+fn need_tokenizer(session: &Session) -> Result<&Tokenizer, Error> {
+    session.tokenizer.as_ref().ok_or_else(|| {
         Error::Usage("the model has no tokenizer metadata: give the prompt as --ids".into())
     })
 }
@@ -287,14 +236,17 @@ impl<'a> Detokenizer<'a> {
 
 /// `tritium run`.
 pub fn run(args: &RunArgs) -> Result<ExitCode, Error> {
-    let loaded = open_model(&args.load)?;
-    let tok = loaded.tokenizer.as_ref();
+    if !args.plan && args.ids.is_none() && args.prompt.is_none() {
+        return Err(Error::Usage("give a prompt: -p TEXT or --ids 1,2,3".into()));
+    }
+    let mut session = open_session(&args.load, 0)?;
+    let tok = session.tokenizer.as_ref();
     let prompt_ids = match (&args.ids, &args.prompt) {
         (Some(ids), _) => ids.clone(),
         (None, Some(p)) => {
-            let t = need_tokenizer(&loaded)?;
+            let t = need_tokenizer(&session)?;
             if args.chat {
-                let rendered = loaded
+                let rendered = session
                     .template
                     .render(&[ChatMessage::new("user", p.as_str())], true)?;
                 encode_chat(t, &rendered)?
@@ -302,35 +254,50 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, Error> {
                 t.encode(p, true)?
             }
         }
-        (None, None) => return Err(Error::Usage("give a prompt: -p TEXT or --ids 1,2,3".into())),
+        (None, None) => Vec::new(),
     };
+    if args.plan {
+        let n = match prompt_ids.len() {
+            0 => args.load.batch,
+            n => n,
+        };
+        return print_plans(args, &mut session, n);
+    }
     let opts = GenerateOptions {
         max_tokens: args.sampling.max_tokens,
         sampling: args.sampling.config(),
         stop_ids: tok.map(|t| t.stop_ids().to_vec()).unwrap_or_default(),
     };
     let json = args.json;
-    with_engine(&args.load, &loaded, |engine| {
+    let Session {
+        engine, tokenizer, ..
+    } = &mut session;
+    let tok = tokenizer.as_ref();
+    let describe = engine.model.backend.describe();
+    {
         let mut detok = Detokenizer::new(tok, &args.sampling.stop);
         let mut stdout = std::io::stdout();
         let mut failure = None;
-        let generation = engine.generate(&prompt_ids, &opts, &mut |id| match detok.push(id) {
-            Ok((text, stop)) => {
-                if !json {
-                    let _ = stdout.write_all(text.as_bytes());
-                    let _ = stdout.flush();
-                }
-                if stop {
-                    TokenControl::Stop
-                } else {
-                    TokenControl::Continue
-                }
-            }
-            Err(e) => {
-                failure = Some(e);
-                TokenControl::Cancel
-            }
-        })?;
+        let generation =
+            pollster::block_on(
+                engine.generate(&prompt_ids, &opts, |id| match detok.push(id) {
+                    Ok((text, stop)) => {
+                        if !json {
+                            let _ = stdout.write_all(text.as_bytes());
+                            let _ = stdout.flush();
+                        }
+                        if stop {
+                            TokenControl::Stop
+                        } else {
+                            TokenControl::Continue
+                        }
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        TokenControl::Cancel
+                    }
+                }),
+            )?;
         if let Some(e) = failure {
             return Err(e);
         }
@@ -338,7 +305,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, Error> {
         let u = &generation.usage;
         if json {
             let out = serde_json::json!({
-                "backend": engine.describe(),
+                "backend": describe,
                 "prompt_ids": generation.prompt_ids,
                 "generated_ids": generation.ids,
                 "text": detok.text(),
@@ -363,7 +330,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, Error> {
             eprintln!(
                 "\n[{}] {} prompt tokens ({:.1} tok/s prefill), {} generated ({:.1} tok/s), \
                  first token after {:.0} ms, finish: {:?}",
-                engine.describe(),
+                describe,
                 u.prompt_tokens,
                 u.prefill_tokens_per_s,
                 u.generated_tokens,
@@ -373,33 +340,30 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, Error> {
             );
         }
         Ok(ExitCode::SUCCESS)
-    })
+    }
 }
 
 /// `tritium logits`.
 pub fn logits(load: &LoadArgs, ids: &[u32], output: &Path) -> Result<ExitCode, Error> {
-    let loaded = open_model(load)?;
     let io = |e: std::io::Error| Error::Io {
         path: output.display().to_string(),
         message: e.to_string(),
     };
-    let mut args = load.clone();
     // The whole batch must fit the context.
-    args.ctx = Some(args.ctx.unwrap_or(0).max(ids.len()));
-    with_engine(&args, &loaded, |engine| {
-        let v = engine.logits_all(ids)?;
-        let part = output.with_extension("part");
-        std::fs::write(&part, bytemuck::cast_slice::<f32, u8>(&v)).map_err(io)?;
-        std::fs::rename(&part, output).map_err(io)?;
-        eprintln!(
-            "wrote {} x {} logits to {} ({})",
-            ids.len(),
-            v.len() / ids.len().max(1),
-            output.display(),
-            engine.describe()
-        );
-        Ok(ExitCode::SUCCESS)
-    })
+    let mut session = open_session(load, ids.len())?;
+    let engine = &mut session.engine;
+    let v = pollster::block_on(engine.logits_all(ids))?;
+    let part = output.with_extension("part");
+    std::fs::write(&part, bytemuck::cast_slice::<f32, u8>(&v)).map_err(io)?;
+    std::fs::rename(&part, output).map_err(io)?;
+    eprintln!(
+        "wrote {} x {} logits to {} ({})",
+        ids.len(),
+        v.len() / ids.len().max(1),
+        output.display(),
+        engine.model.backend.describe()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `tritium chat`: an interactive conversation on the terminal (an empty line or EOF ends
@@ -409,18 +373,26 @@ pub fn chat(
     sampling: &SamplingArgs,
     system: Option<&str>,
 ) -> Result<ExitCode, Error> {
-    let loaded = open_model(load)?;
-    let tok = need_tokenizer(&loaded)?;
-    let template = &loaded.template;
+    let mut session = open_session(load, 0)?;
+    need_tokenizer(&session)?;
+    let Session {
+        engine,
+        tokenizer: Some(tok),
+        template,
+        ..
+    } = &mut session
+    else {
+        return Err(Error::Usage("the model has no tokenizer metadata".into()));
+    };
     let opts = GenerateOptions {
         max_tokens: sampling.max_tokens,
         sampling: sampling.config(),
         stop_ids: tok.stop_ids().to_vec(),
     };
-    with_engine(load, &loaded, |engine| {
+    {
         eprintln!(
             "[{}] type a message; an empty line ends, /reset starts over",
-            engine.describe()
+            engine.model.backend.describe()
         );
         let mut messages: Vec<ChatMessage> = system
             .map(|s| vec![ChatMessage::new("system", s)])
@@ -448,18 +420,19 @@ pub fn chat(
             messages.push(ChatMessage::new("user", line));
             let prompt = encode_chat(tok, &template.render(&messages, true)?)?;
             let mut detok = Detokenizer::new(Some(tok), &sampling.stop);
-            let g = engine.generate(&prompt, &opts, &mut |id| match detok.push(id) {
-                Ok((text, stop)) => {
-                    let _ = stdout.write_all(text.as_bytes());
-                    let _ = stdout.flush();
-                    if stop {
-                        TokenControl::Stop
-                    } else {
-                        TokenControl::Continue
+            let g =
+                pollster::block_on(engine.generate(&prompt, &opts, |id| match detok.push(id) {
+                    Ok((text, stop)) => {
+                        let _ = stdout.write_all(text.as_bytes());
+                        let _ = stdout.flush();
+                        if stop {
+                            TokenControl::Stop
+                        } else {
+                            TokenControl::Continue
+                        }
                     }
-                }
-                Err(_) => TokenControl::Cancel,
-            })?;
+                    Err(_) => TokenControl::Cancel,
+                }))?;
             println!("{}", detok.finish());
             eprintln!(
                 "[{} tokens, {:.1} tok/s, {} prompt tokens reused{}]",
@@ -475,5 +448,5 @@ pub fn chat(
             messages.push(ChatMessage::new("assistant", detok.text().to_string()));
         }
         Ok(ExitCode::SUCCESS)
-    })
+    }
 }

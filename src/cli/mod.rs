@@ -11,7 +11,6 @@ mod inspect;
 mod migrate;
 mod model;
 mod quantize;
-mod runnable;
 #[cfg(feature = "gpu")]
 mod selftest;
 mod serve_model;

@@ -36,6 +36,7 @@ use tower_http::services::ServeDir;
 use super::convert::gguf_to_rdrr;
 use super::model::{open, OpenModel};
 use crate::formats::rdrr::{ConvertOptions, MANIFEST_FILE};
+use crate::formats::source::ModelFiles;
 use crate::Error;
 
 /// `tritium serve-model` arguments.
@@ -66,7 +67,11 @@ fn folder_to_serve(args: &ServeModelArgs) -> Result<PathBuf, Error> {
     let path = &args.model;
     match open(path)? {
         OpenModel::Rdrr { .. } => Ok(path.clone()),
-        OpenModel::Gguf { src, file } => {
+        OpenModel::Gguf {
+            files,
+            file,
+            header: gguf,
+        } => {
             let root = crate::storage::store_root(args.store.store.as_deref())?;
             let dir = root.join("converted").join(conversion_name(path)?);
             if dir.join(MANIFEST_FILE).is_file() {
@@ -81,7 +86,12 @@ fn folder_to_serve(args: &ServeModelArgs) -> Result<PathBuf, Error> {
             let stem = path
                 .file_stem()
                 .map_or("model".into(), |s| s.to_string_lossy().into_owned());
-            gguf_to_rdrr(&src, &file, &dir, &ConvertOptions::new(stem))?;
+            gguf_to_rdrr(
+                &*ModelFiles::open(&files, &file)?,
+                &gguf,
+                &dir,
+                &ConvertOptions::new(stem),
+            )?;
             Ok(dir)
         }
         OpenModel::Trellis { .. } => Err(Error::Usage(format!(

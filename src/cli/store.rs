@@ -9,8 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::human_bytes;
 use crate::storage::download::{
-    download_gguf, download_rdrr, DownloadEvent, DownloadOptions, DownloadSummary, ReqwestClient,
-    RetryPolicy,
+    self as download, DownloadEvent, DownloadOptions, DownloadSummary, ReqwestClient, RetryPolicy,
 };
 use crate::storage::{model_name_from_url, FsStore, ShardStore};
 use crate::Error;
@@ -96,12 +95,6 @@ pub(crate) fn runtime_with(workers: usize) -> Result<tokio::runtime::Runtime, Er
         .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))
 }
 
-/// True when the URL names a GGUF file rather than an RDRR folder.
-fn is_gguf_url(url: &str) -> bool {
-    let path = url.split(['?', '#']).next().unwrap_or(url);
-    path.to_ascii_lowercase().ends_with(".gguf")
-}
-
 fn progress_bar(json: bool) -> ProgressBar {
     if json {
         return ProgressBar::hidden();
@@ -185,27 +178,19 @@ pub fn pull(args: &PullArgs) -> Result<ExitCode, Error> {
         ..DownloadOptions::default()
     };
     let client = ReqwestClient::new().map_err(|e| Error::Usage(e.message))?;
-    let gguf = is_gguf_url(&args.url) || args.sha256.is_some();
     let bar = progress_bar(args.json);
     let events = |e: &DownloadEvent| on_event(&bar, e);
     let rt = runtime()?;
     let outcome = rt.block_on(async {
-        let download = async {
-            if gguf {
-                download_gguf(
-                    &store,
-                    &client,
-                    &args.url,
-                    &name,
-                    args.sha256.as_deref(),
-                    &options,
-                    &events,
-                )
-                .await
-            } else {
-                download_rdrr(&store, &client, &args.url, &name, &options, &events).await
-            }
-        };
+        let download = download::pull(
+            &store,
+            &client,
+            &args.url,
+            &name,
+            args.sha256.as_deref(),
+            &options,
+            &events,
+        );
         tokio::select! {
             result = download => Some(result),
             _ = tokio::signal::ctrl_c() => None,
@@ -424,17 +409,4 @@ fn confirm(what: &str, root: &Path) -> Result<bool, Error> {
         line.trim().to_ascii_lowercase().as_str(),
         "y" | "yes"
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gguf_urls() {
-        assert!(is_gguf_url("https://h/a/b.Q4_K_M.gguf"));
-        assert!(is_gguf_url("https://h/a/b.GGUF?download=true"));
-        assert!(!is_gguf_url("https://h/a/model/"));
-        assert!(!is_gguf_url("https://h/a/manifest.json"));
-    }
 }

@@ -28,7 +28,9 @@ fn print_json(v: &serde_json::Value) -> Result<(), Error> {
 
 pub fn validate(dir: &Path, json: bool) -> Result<ExitCode, Error> {
     match model::open(dir)? {
-        OpenModel::Rdrr { files, manifest } => {
+        OpenModel::Rdrr {
+            files, manifest, ..
+        } => {
             let report = rdrr::validate(&manifest, &files);
             let problems: Vec<String> = report.issues.iter().map(ToString::to_string).collect();
             if json {
@@ -53,7 +55,7 @@ pub fn validate(dir: &Path, json: bool) -> Result<ExitCode, Error> {
             }
             Ok(exit(report.is_valid()))
         }
-        OpenModel::Trellis { files } => {
+        OpenModel::Trellis(files) => {
             let report = trellis::validate(&files);
             if json {
                 let v = serde_json::to_value(&report).map_err(|e| Error::Usage(e.to_string()))?;
@@ -84,7 +86,10 @@ pub fn validate(dir: &Path, json: bool) -> Result<ExitCode, Error> {
 }
 
 pub fn verify(dir: &Path, json: bool) -> Result<ExitCode, Error> {
-    let OpenModel::Rdrr { files, manifest } = model::open(dir)? else {
+    let OpenModel::Rdrr {
+        files, manifest, ..
+    } = model::open(dir)?
+    else {
         return Err(Error::Usage(format!(
             "{}: verify needs an RDRR folder (manifest.json)",
             dir.display()

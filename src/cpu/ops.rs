@@ -12,6 +12,36 @@
 use std::cmp::Ordering;
 use std::f64::consts::PI;
 
+/// Which function of `(first, second)` an elementwise op computes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Elementwise {
+    /// `first + second` (residual add).
+    Add,
+    /// `silu(first) * second` (Llama FFN).
+    SiluMul,
+    /// `max(first, 0)^2` (no second operand).
+    ReluSquared,
+    /// `max(first, 0)^2 * second` (BitNet FFN: `relu(gate)^2 * up`).
+    ReluSquaredMul,
+}
+
+impl Elementwise {
+    /// Whether the function reads a second operand.
+    pub fn takes_second(self) -> bool {
+        self != Elementwise::ReluSquared
+    }
+
+    /// The op's name in printed passes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Elementwise::Add => "add",
+            Elementwise::SiluMul => "silu_mul",
+            Elementwise::ReluSquared => "relu_squared",
+            Elementwise::ReluSquaredMul => "relu_squared_mul",
+        }
+    }
+}
+
 /// `y = x / sqrt(mean(x^2) + eps) * weight` over each row of `weight.len()` values.
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
     let dim = weight.len().max(1);

@@ -5,7 +5,7 @@
 
 use web_time::Instant;
 
-use crate::backend::{Backend, Logits, Readback};
+use crate::backend::{Backend, Batch, Logits, Readback, Tokens};
 use crate::model::Model;
 use crate::sampling::{Sampler, SamplerConfig, Scores};
 use crate::Error;
@@ -69,6 +69,18 @@ pub struct Engine<B: Backend> {
     /// Encode each sampled pass while the device runs the one before it, where the backend
     /// runs ahead (the default; off for comparisons).
     prepare_ahead: bool,
+    counts: PassCounts,
+}
+
+/// How the engine's decode passes were submitted, since it was made.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassCounts {
+    /// Greedy passes submitted before the pass that chose their token was read back, their
+    /// token taken on the device ([`Tokens::Chained`]).
+    pub chained: u64,
+    /// Sampled passes recorded while the pass before them ran, submitted once their token
+    /// was drawn.
+    pub prepared: u64,
 }
 
 fn ms(since: Instant) -> f64 {
@@ -81,11 +93,17 @@ impl<B: Backend> Engine<B> {
             model,
             cached: Vec::new(),
             prepare_ahead: true,
+            counts: PassCounts::default(),
         }
     }
 
-    /// Whether sampled decoding encodes each next pass while the device runs the current one
-    /// ([`Model::prepare`]; the default), or only once its token is drawn.
+    /// How decode passes were submitted so far.
+    pub fn pass_counts(&self) -> PassCounts {
+        self.counts
+    }
+
+    /// Whether sampled decoding records each next pass while the device runs the current one
+    /// (the default), or only once its token is drawn.
     pub fn set_prepare_ahead(&mut self, on: bool) {
         self.prepare_ahead = on;
     }
@@ -123,11 +141,20 @@ impl<B: Backend> Engine<B> {
         }
         if n > self.model.ctx {
             return Err(Error::Usage(format!(
-                "the prompt has {n} tokens, more than the context of {} (ask for a larger --ctx)",
+                "the prompt has {n} tokens, more than the context of {} (ask for a larger context)",
                 self.model.ctx
             )));
         }
         Ok(())
+    }
+
+    /// What a decode pass reads back for a sampler configured as `config`, before any
+    /// history (a repetition penalty may later ask for whole rows).
+    pub fn readback_for_config(config: &SamplerConfig, n_vocab: usize) -> Readback {
+        match Sampler::new(*config) {
+            Ok(s) => Self::readback_for(&s, &[], n_vocab),
+            Err(_) => Readback::Last,
+        }
     }
 
     /// What to read back for sampling the next token.
@@ -154,7 +181,7 @@ impl<B: Backend> Engine<B> {
             .count()
             .min(prompt.len() - 1);
         self.cached.truncate(common);
-        let batch = self.model.backend.max_batch();
+        let batch = self.model.backend.limits().max_batch;
         let rest = &prompt[common..];
         let mut logits = Logits::None;
         let n_chunks = rest.len().div_ceil(batch);
@@ -212,22 +239,25 @@ impl<B: Backend> Engine<B> {
         // Greedy choices can stay on the device: the pass for token t + 1 is submitted before
         // token t is read back, taking the device's own best candidate as its input, so the
         // host records one pass while the device runs the previous one.
-        let chain =
-            sampler.config().candidates_needed() == Some(1) && self.model.backend.runs_ahead();
+        let runs_ahead = self.model.backend.limits().runs_ahead;
+        let chain = sampler.config().candidates_needed() == Some(1) && runs_ahead;
         // Such a pass, submitted ahead: it computes the best candidate of `logits`.
         let mut ahead: Option<B::Pending> = None;
-        // Sampled choices: the next pass (at the next position) is recorded and encoded while
-        // the device runs the current one, and submitted once its token is drawn (with the
-        // readback it was prepared for).
-        let prepare = self.prepare_ahead && !chain && self.model.backend.runs_ahead();
-        let mut prepared: Option<(B::Prepared, Readback)> = None;
+        // Sampled choices: the next pass (at the next position) is recorded while the device
+        // runs the current one, and submitted once its token is drawn (with the readback it
+        // was recorded for).
+        let prepare = self.prepare_ahead && !chain && runs_ahead;
+        let mut prepared: Option<(B::Recorded, Readback)> = None;
         let finish = loop {
             let (token, best) = match &logits {
                 Logits::Full(row) => (sampler.sample(Scores::Full(row), &history)?, None),
-                Logits::Top(top) => (
-                    sampler.sample(Scores::Top(top), &history)?,
-                    top.first().map(|c| c.0),
-                ),
+                Logits::Top(rows) => {
+                    let top = rows.first().map_or(&[][..], Vec::as_slice);
+                    (
+                        sampler.sample(Scores::Top(top), &history)?,
+                        top.first().map(|c| c.0),
+                    )
+                }
                 Logits::None => return Err(Error::Usage("no logits to sample from".into())),
             };
             if ids.is_empty() {
@@ -262,22 +292,27 @@ impl<B: Backend> Engine<B> {
                 Some(p) if best == Some(token) => p,
                 Some(p) => {
                     self.model.wait(p).await?;
-                    self.model.submit(&[token], pos, rb)?
+                    self.decode_pass(token, pos, rb)?
                 }
                 None => match prepared.take() {
-                    Some((p, prb)) if prb == rb => self.model.submit_prepared(p, token)?,
-                    // Prepared for another readback (the history changed what sampling
+                    Some((p, prb)) if prb == rb => {
+                        self.counts.prepared += 1;
+                        self.model.submit(p, Tokens::Ids(&[token]))?
+                    }
+                    // Recorded for another readback (the history changed what sampling
                     // needs): dropped unsubmitted.
-                    _ => self.model.submit(&[token], pos, rb)?,
+                    _ => self.decode_pass(token, pos, rb)?,
                 },
             };
             self.cached.push(token);
             passes += 1;
             let more = ids.len() + 1 < opts.max_tokens && pos + 1 < self.model.ctx;
             if chain && more {
-                ahead = Some(self.model.submit_chained(pos + 1, rb)?);
+                let next = self.model.record(&Batch::one(pos + 1, 1), rb)?;
+                ahead = Some(self.model.submit(next, Tokens::Chained)?);
+                self.counts.chained += 1;
             } else if prepare && more {
-                prepared = Some((self.model.prepare(pos + 1, rb)?, rb));
+                prepared = Some((self.model.record(&Batch::one(pos + 1, 1), rb)?, rb));
             }
             logits = self.model.wait(current).await?;
         };
@@ -285,6 +320,14 @@ impl<B: Backend> Engine<B> {
         usage.decode_ms = ms(decode_start);
         usage.decode_tokens_per_s = per_s(passes, usage.decode_ms);
         Ok(done(ids, finish, usage))
+    }
+}
+
+impl<B: Backend> Engine<B> {
+    /// Record and submit a one-token pass of `token` at `pos`.
+    fn decode_pass(&mut self, token: u32, pos: usize, rb: Readback) -> Result<B::Pending, Error> {
+        let pass = self.model.record(&Batch::one(pos, 1), rb)?;
+        self.model.submit(pass, Tokens::Ids(&[token]))
     }
 }
 

@@ -1,6 +1,6 @@
 //! Models: the configuration read from a file's metadata ([`config`]), the weights by name
-//! ([`weights`]), and one forward pass per architecture written once against
-//! [`crate::backend::Backend`] ([`llama`], [`bitnet`]).
+//! ([`weights`]), and each architecture's forward pass written once as a list of ops
+//! ([`llama`], [`bitnet`]), which a backend plans once per pass shape and runs per batch.
 
 pub mod bitnet;
 pub mod config;
@@ -12,7 +12,8 @@ pub use config::{Arch, ModelConfig};
 pub use rdrr::RdrrModel;
 pub use weights::{AsyncTensorSource, GgufTensors, ReadySource, TensorSource, Weights};
 
-use crate::backend::{Backend, KvShape, Logits, Readback, Tensor};
+use crate::backend::{Backend, KvShape};
+use crate::pass::{Batch, Logits, Names, Pass, Readback, Tensor, Tokens};
 use crate::Error;
 
 /// The activation buffers of a forward pass, sized for the backend's largest batch.
@@ -35,57 +36,88 @@ pub struct RunState {
     pub hb: Tensor,
     pub hb2: Tensor,
     pub hb_normed: Tensor,
-    /// The last token's residual and normed residual `(1, dim)`.
+    /// Each span's last residual row and its norm `(n_seqs, dim)`.
     pub x_last: Tensor,
     pub xb_last: Tensor,
     /// `(logits_rows, n_vocab)`.
     pub logits: Tensor,
-    /// Tokens whose logits one pass can return: the batch, or fewer where a batch of logits
-    /// would exceed the backend's largest tensor (a 128k vocabulary at 512 tokens is 250 MiB,
+    /// Rows of logits one pass can return: the batch, or fewer where a batch of logits would
+    /// exceed the backend's largest tensor (a 128k vocabulary at 512 tokens is 250 MiB,
     /// WebGPU's default binding limit 128 MiB).
     pub logits_rows: usize,
 }
 
 impl RunState {
-    fn new<B: Backend>(b: &mut B, c: &ModelConfig) -> Result<Self, Error> {
-        let n = b.max_batch();
-        let logits_rows = n.min(b.max_tensor_len() / c.n_vocab.max(1)).max(1);
+    fn new<B: Backend>(
+        b: &mut B,
+        c: &ModelConfig,
+        n_seqs: usize,
+        names: &mut Names,
+    ) -> Result<Self, Error> {
+        let limits = b.limits();
+        let n = limits.max_batch;
+        let logits_rows = n
+            .min(limits.max_tensor_len / c.n_vocab.max(1))
+            .max(n_seqs.min(n))
+            .max(1);
         let q_dim = c.n_heads * c.head_dim;
         let kv_dim = c.n_kv_heads * c.head_dim;
+        let mut alloc = |name: &str, len: usize| -> Result<Tensor, Error> {
+            let t = b.alloc(name, len)?;
+            names.tensor_named(t, name);
+            Ok(t)
+        };
         Ok(RunState {
-            x: b.alloc("x", n * c.dim)?,
-            xb: b.alloc("xb", n * c.dim)?,
-            xb2: b.alloc("xb2", n * c.dim)?,
-            q: b.alloc("q", n * q_dim)?,
-            k: b.alloc("k", n * kv_dim)?,
-            v: b.alloc("v", n * kv_dim)?,
-            att: b.alloc("att", n * q_dim)?,
-            att_normed: b.alloc("att_normed", n * q_dim)?,
-            hb: b.alloc("hb", n * c.ffn_dim)?,
-            hb2: b.alloc("hb2", n * c.ffn_dim)?,
-            hb_normed: b.alloc("hb_normed", n * c.ffn_dim)?,
-            x_last: b.alloc("x_last", c.dim)?,
-            xb_last: b.alloc("xb_last", c.dim)?,
-            logits: b.alloc("logits", logits_rows * c.n_vocab)?,
+            x: alloc("x", n * c.dim)?,
+            xb: alloc("xb", n * c.dim)?,
+            xb2: alloc("xb2", n * c.dim)?,
+            q: alloc("q", n * q_dim)?,
+            k: alloc("k", n * kv_dim)?,
+            v: alloc("v", n * kv_dim)?,
+            att: alloc("att", n * q_dim)?,
+            att_normed: alloc("att_normed", n * q_dim)?,
+            hb: alloc("hb", n * c.ffn_dim)?,
+            hb2: alloc("hb2", n * c.ffn_dim)?,
+            hb_normed: alloc("hb_normed", n * c.ffn_dim)?,
+            x_last: alloc("x_last", n_seqs * c.dim)?,
+            xb_last: alloc("xb_last", n_seqs * c.dim)?,
+            logits: alloc("logits", logits_rows * c.n_vocab)?,
             logits_rows,
         })
     }
 }
 
-/// A model on a backend: configuration, weights, activations and a KV cache of `ctx`
-/// positions.
+/// What a pass's plan depends on: its rows, the rows the head reads, and the readback.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct PassShape {
+    tokens: usize,
+    last_rows: Vec<usize>,
+    readback: Readback,
+}
+
+/// Plans kept per model (decode, a prefill's full and last batches, a few readbacks).
+const MAX_PLANS: usize = 12;
+
+/// A model on a backend: configuration, weights, activations and a KV cache of `n_seqs`
+/// sequences of `ctx` positions.
 pub struct Model<B: Backend> {
     pub config: ModelConfig,
     pub backend: B,
     pub weights: Weights,
     pub state: RunState,
-    /// Positions the KV cache holds.
+    /// Positions the KV cache holds per sequence.
     pub ctx: usize,
+    /// Sequences the KV cache holds.
+    pub n_seqs: usize,
+    /// The names of the buffers, for printed plans.
+    pub names: Names,
+    /// Plans by pass shape, most recently used last.
+    plans: Vec<(PassShape, B::Plan)>,
 }
 
 impl<B: Backend> Model<B> {
     /// Load a model's weights onto `backend` with a KV cache of `ctx` positions (at most the
-    /// model's trained context; 0 means the trained context).
+    /// model's trained context; 0 means the trained context) for one sequence.
     pub fn load(
         backend: B,
         config: ModelConfig,
@@ -103,27 +135,42 @@ impl<B: Backend> Model<B> {
     /// [`Model::load`] from an asynchronous source (the browser's main thread), a tensor at a
     /// time.
     pub async fn load_async<S: AsyncTensorSource>(
-        mut backend: B,
+        backend: B,
         config: ModelConfig,
         src: &S,
         ctx: usize,
     ) -> Result<Self, Error> {
+        Self::load_sequences(backend, config, src, ctx, 1).await
+    }
+
+    /// [`Model::load_async`] with a KV cache for `n_seqs` sequences.
+    pub async fn load_sequences<S: AsyncTensorSource>(
+        mut backend: B,
+        config: ModelConfig,
+        src: &S,
+        ctx: usize,
+        n_seqs: usize,
+    ) -> Result<Self, Error> {
         let ctx = if ctx == 0 { config.context_length } else { ctx };
-        if ctx == 0 {
-            return Err(Error::Usage("a context of zero tokens".into()));
+        if ctx == 0 || n_seqs == 0 {
+            return Err(Error::Usage(format!(
+                "a KV cache of {ctx} positions for {n_seqs} sequences"
+            )));
         }
         let mut config = config;
         if let Some(f) = weights::rope_freq_factors_async(src).await? {
             config.rope.freq_factors = Some(f);
         }
-        let weights = Weights::load_async(&mut backend, &config, src).await?;
-        let state = RunState::new(&mut backend, &config)?;
+        let mut names = Names::default();
+        let weights = Weights::load_async(&mut backend, &config, src, &mut names).await?;
+        let state = RunState::new(&mut backend, &config, n_seqs, &mut names)?;
         backend.init_cache(
             KvShape {
                 n_layers: config.n_layers,
                 max_ctx: ctx,
                 n_kv_heads: config.n_kv_heads,
                 head_dim: config.head_dim,
+                n_seqs,
             },
             &config.rope,
         )?;
@@ -133,69 +180,139 @@ impl<B: Backend> Model<B> {
             weights,
             state,
             ctx,
+            n_seqs,
+            names,
+            plans: Vec::new(),
         })
     }
 
-    /// One forward pass over `ids` at positions `pos0 ..` (at most the backend's batch),
-    /// appending their keys and values to the cache, and reading back what `readback` asks
-    /// for.
-    pub async fn forward(
-        &mut self,
-        ids: &[u32],
-        pos0: usize,
-        readback: Readback,
-    ) -> Result<Logits, Error> {
-        let pending = self.submit(ids, pos0, readback)?;
-        self.backend.wait(pending).await
-    }
-
-    /// [`Model::forward`] without waiting: the pass is submitted, [`Model::wait`] reads it.
-    pub fn submit(
-        &mut self,
-        ids: &[u32],
-        pos0: usize,
-        readback: Readback,
-    ) -> Result<B::Pending, Error> {
-        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.config.n_vocab) {
-            return Err(Error::Usage(format!(
-                "token id {bad} is outside the vocabulary of {} tokens",
-                self.config.n_vocab
-            )));
+    /// The ops of a pass over `batch` reading back `readback`, as the architecture writes
+    /// them: the blocks, then the head.
+    pub fn ops(&self, batch: &Batch, readback: Readback) -> Result<Pass, Error> {
+        let n = batch.tokens();
+        let mut p = Pass {
+            tokens: n,
+            ops: Vec::new(),
+        };
+        let (c, w, s) = (&self.config, &self.weights, &self.state);
+        match c.arch {
+            config::Arch::Llama => llama::forward(c, w, s, n, &mut p),
+            config::Arch::BitNet => bitnet::forward(c, w, s, n, &mut p)?,
         }
-        self.check_room(ids.len(), pos0)?;
-        self.backend.begin(ids, pos0)?;
-        self.record(ids.len(), readback)
+        self.head(&batch.last_rows(), n, readback, &mut p)?;
+        Ok(p)
     }
 
-    /// A one-token pass at `pos0` whose token is the best candidate of the last submitted
-    /// pass that read back its top-k, chosen on the device ([`Backend::begin_chained`]):
-    /// greedy decoding submits it before that pass is read back.
-    pub fn submit_chained(&mut self, pos0: usize, readback: Readback) -> Result<B::Pending, Error> {
-        self.check_room(1, pos0)?;
-        self.backend.begin_chained(pos0)?;
-        self.record(1, readback)
-    }
-
-    /// A one-token pass at `pos0` recorded and encoded now, its token given later to
-    /// [`Model::submit_prepared`] ([`Backend::begin_deferred`]): sampled decoding prepares
-    /// the next pass while the device runs the current one.
-    pub fn prepare(&mut self, pos0: usize, readback: Readback) -> Result<B::Prepared, Error> {
-        self.check_room(1, pos0)?;
-        self.backend.begin_deferred(pos0)?;
-        let rows = self.record_ops(1, readback)?;
-        let (logits, vocab) = (self.state.logits, self.config.n_vocab);
-        self.backend.prepare(logits, rows, vocab, readback)
-    }
-
-    /// Submit a pass from [`Model::prepare`] with its token.
-    pub fn submit_prepared(&mut self, prepared: B::Prepared, id: u32) -> Result<B::Pending, Error> {
-        if id as usize >= self.config.n_vocab {
-            return Err(Error::Usage(format!(
-                "token id {id} is outside the vocabulary of {} tokens",
-                self.config.n_vocab
-            )));
+    /// The final norm and the LM head: over every token when all logits are read back, over
+    /// each span's last token otherwise, and not at all when nothing is.
+    fn head(
+        &self,
+        last_rows: &[usize],
+        n: usize,
+        readback: Readback,
+        p: &mut Pass,
+    ) -> Result<(), Error> {
+        let (c, w, s) = (&self.config, &self.weights, &self.state);
+        match readback {
+            Readback::Nothing => {}
+            Readback::All if n > s.logits_rows => {
+                return Err(Error::Usage(format!(
+                    "{n} tokens' logits do not fit one pass (at most {}: the logits of {n} \
+                     tokens would exceed the device's largest buffer binding)",
+                    s.logits_rows
+                )))
+            }
+            Readback::All => {
+                p.rms_norm(s.x, w.output_norm, s.xb, n, c.dim, c.eps); // xb: (n, dim)
+                p.matmul(w.output, s.xb, s.logits, n); // logits: (n, n_vocab)
+                p.read(s.logits, n, c.n_vocab, readback);
+            }
+            Readback::Last | Readback::TopK(_) => {
+                let rows = last_rows.len();
+                // Each span's last row (a pass of one token: the stream itself, no copy).
+                let last = if n == 1 {
+                    s.x
+                } else {
+                    for (i, &r) in last_rows.iter().enumerate() {
+                        p.copy_row(s.x, r, c.dim, s.x_last, i); // x_last: (spans, dim)
+                    }
+                    s.x_last
+                };
+                p.rms_norm(last, w.output_norm, s.xb_last, rows, c.dim, c.eps);
+                p.matmul(w.output, s.xb_last, s.logits, rows); // logits: (spans, n_vocab)
+                p.read(s.logits, rows, c.n_vocab, readback);
+            }
         }
-        self.backend.submit_prepared(prepared, id)
+        Ok(())
+    }
+
+    /// The backend's plan of a pass over `batch` (made once per shape and kept), moved to
+    /// the end of the list; its index.
+    fn plan(&mut self, batch: &Batch, readback: Readback) -> Result<usize, Error> {
+        let shape = PassShape {
+            tokens: batch.tokens(),
+            last_rows: batch.last_rows(),
+            readback,
+        };
+        match self.plans.iter().position(|(s, _)| *s == shape) {
+            Some(i) => {
+                let entry = self.plans.remove(i);
+                self.plans.push(entry);
+            }
+            None => {
+                let ops = self.ops(batch, readback)?;
+                let plan = self.backend.plan(&ops)?;
+                if self.plans.len() >= MAX_PLANS {
+                    self.plans.remove(0);
+                }
+                self.plans.push((shape, plan));
+            }
+        }
+        Ok(self.plans.len() - 1)
+    }
+
+    /// A pass over `batch` as the architecture writes it and as the backend runs it, one line
+    /// per op (`tritium run --plan`).
+    pub fn plan_text(
+        &mut self,
+        batch: &Batch,
+        readback: Readback,
+    ) -> Result<(Vec<String>, Vec<String>), Error> {
+        let ops = self.ops(batch, readback)?;
+        let written = ops.ops.iter().map(|o| o.describe(&self.names)).collect();
+        let i = self.plan(batch, readback)?;
+        Ok((
+            written,
+            self.backend.plan_lines(&self.plans[i].1, &self.names),
+        ))
+    }
+
+    /// Forget every plan (after a change to how the backend plans, such as a fusion rule
+    /// turned off for a comparison).
+    pub fn clear_plans(&mut self) {
+        self.plans.clear();
+    }
+
+    /// Record a pass over `batch` that reads back `readback` (submitted by
+    /// [`Model::submit`]). A GPU encodes a one-token pass now, while the pass before it may
+    /// still run.
+    pub fn record(&mut self, batch: &Batch, readback: Readback) -> Result<B::Recorded, Error> {
+        self.check_batch(batch)?;
+        let i = self.plan(batch, readback)?;
+        self.backend.record(&self.plans[i].1, batch)
+    }
+
+    /// Submit a recorded pass with its token ids (checked against the vocabulary).
+    pub fn submit(&mut self, pass: B::Recorded, tokens: Tokens<'_>) -> Result<B::Pending, Error> {
+        if let Tokens::Ids(ids) = tokens {
+            if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.config.n_vocab) {
+                return Err(Error::Usage(format!(
+                    "token id {bad} is outside the vocabulary of {} tokens",
+                    self.config.n_vocab
+                )));
+            }
+        }
+        self.backend.submit(pass, tokens)
     }
 
     /// What a submitted pass read back.
@@ -203,66 +320,34 @@ impl<B: Backend> Model<B> {
         self.backend.wait(pending).await
     }
 
-    fn check_room(&self, n: usize, pos0: usize) -> Result<(), Error> {
-        if pos0 + n > self.ctx {
-            return Err(Error::Usage(format!(
-                "{n} tokens at position {pos0} do not fit the context of {} tokens",
-                self.ctx
-            )));
+    /// One pass over `ids` at positions `pos0 ..` of sequence 0: record, submit, wait.
+    pub async fn forward(
+        &mut self,
+        ids: &[u32],
+        pos0: usize,
+        readback: Readback,
+    ) -> Result<Logits, Error> {
+        let pass = self.record(&Batch::one(pos0, ids.len()), readback)?;
+        let pending = self.submit(pass, Tokens::Ids(ids))?;
+        self.wait(pending).await
+    }
+
+    /// A batch fits: at most one span per sequence, each inside the context.
+    fn check_batch(&self, batch: &Batch) -> Result<(), Error> {
+        for (i, s) in batch.spans.iter().enumerate() {
+            if s.pos0 + s.len > self.ctx {
+                return Err(Error::Usage(format!(
+                    "{} tokens at position {} do not fit the context of {} tokens",
+                    s.len, s.pos0, self.ctx
+                )));
+            }
+            if s.seq >= self.n_seqs || batch.spans[..i].iter().any(|o| o.seq == s.seq) {
+                return Err(Error::Usage(format!(
+                    "sequence {} twice in one pass, or not one of the cache's {}",
+                    s.seq, self.n_seqs
+                )));
+            }
         }
         Ok(())
-    }
-
-    /// Every op of a pass over `n` tokens, then the head and the submission.
-    fn record(&mut self, n: usize, readback: Readback) -> Result<B::Pending, Error> {
-        let rows = self.record_ops(n, readback)?;
-        let (logits, vocab) = (self.state.logits, self.config.n_vocab);
-        self.backend.submit(logits, rows, vocab, readback)
-    }
-
-    /// Every op of a pass over `n` tokens and the head; the rows of logits it makes.
-    fn record_ops(&mut self, n: usize, readback: Readback) -> Result<usize, Error> {
-        match self.config.arch {
-            Arch::Llama => llama::blocks(self, n)?,
-            Arch::BitNet => bitnet::blocks(self, n)?,
-        }
-        self.head(n, readback)
-    }
-
-    /// The final norm and the LM head: over every token when all logits are read back, over
-    /// the last one otherwise, and not at all when nothing is. Returns the rows of logits.
-    fn head(&mut self, n: usize, readback: Readback) -> Result<usize, Error> {
-        let c = &self.config;
-        let (w, s) = (&self.weights, &self.state);
-        let b = &mut self.backend;
-        let rows = match readback {
-            Readback::Nothing => 1,
-            Readback::All if n > s.logits_rows => {
-                return Err(Error::Usage(format!(
-                    "{n} tokens' logits do not fit one pass (at most {}: the logits of {} \
-                     tokens would exceed the device's largest buffer binding)",
-                    s.logits_rows, n
-                )))
-            }
-            Readback::All => {
-                b.rms_norm(s.x, w.output_norm, s.xb, n, c.dim, c.eps)?;
-                b.matmul(w.output, s.xb, s.logits, n)?;
-                n
-            }
-            Readback::Last | Readback::TopK(_) => {
-                // The last row (a pass of one token: the stream itself, no copy).
-                let last = match n {
-                    1 => s.x,
-                    _ => {
-                        b.copy_row(s.x, n - 1, c.dim, s.x_last)?;
-                        s.x_last
-                    }
-                };
-                b.rms_norm(last, w.output_norm, s.xb_last, 1, c.dim, c.eps)?;
-                b.matmul(w.output, s.xb_last, s.logits, 1)?;
-                1
-            }
-        };
-        Ok(rows)
     }
 }

@@ -36,15 +36,7 @@ impl<F: ModelFiles> RdrrModel<F> {
 
     /// As [`RdrrModel::open`], with a manifest already read from `files`.
     pub fn with_manifest(files: F, manifest: Manifest) -> Result<Self, Error> {
-        let meta = GgufMetadata::load(&manifest, &files)?.ok_or_else(|| {
-            Error::Usage(format!(
-                "this RDRR folder has no {} (the GGUF metadata that tritium's converters write), \
-                 so its architecture and tokenizer settings are unknown; convert the model with \
-                 `tritium convert`",
-                rdrr::GGUF_METADATA_FILE
-            ))
-        })?;
-        let header = meta.header(&manifest)?;
+        let header = gguf_view(&manifest, &files)?;
         Ok(RdrrModel {
             manifest,
             header,
@@ -56,28 +48,58 @@ impl<F: ModelFiles> RdrrModel<F> {
     /// model converted from a GGUF), else from the folder's `tokenizer.json` (a model converted
     /// from a Hugging Face checkpoint).
     pub fn tokenizer(&self) -> Result<Tokenizer, Error> {
-        if self.header.get("tokenizer.ggml.tokens").is_some() {
-            return Ok(Tokenizer::from_gguf(&self.header)?);
-        }
-        let name = self
-            .manifest
-            .tokenizer
-            .as_ref()
-            .and_then(|t| t.file.as_deref())
-            .unwrap_or(TOKENIZER_FILE);
-        let bytes = self.files.read_small(name, rdrr::MAX_JSON_BYTES)?;
-        Ok(Tokenizer::from_json(&bytes)?)
+        tokenizer(&self.manifest, &self.header, &self.files)
     }
 
     /// The chat template: as [`ChatTemplate::from_gguf`] reads it when the metadata holds the
     /// vocabulary; else `tokenizer.chat_template` with the BOS/EOS texts of `tokenizer`, or
     /// the fallback for the architecture.
     pub fn chat_template(&self, tokenizer: Option<&Tokenizer>) -> Result<ChatTemplate, TextError> {
-        if self.header.get("tokenizer.ggml.tokens").is_some() {
-            return ChatTemplate::from_gguf(&self.header);
-        }
-        chat_template_for(&self.header, tokenizer)
+        chat_template(&self.header, tokenizer)
     }
+}
+
+/// The GGUF view of an RDRR folder's metadata (`gguf_metadata.json` and the manifest's
+/// tensors): what the configuration, tokenizer and chat template are read from.
+pub fn gguf_view<F: ModelFiles>(manifest: &Manifest, files: &F) -> Result<GgufFile, Error> {
+    let meta = GgufMetadata::load(manifest, files)?.ok_or_else(|| {
+        Error::Usage(format!(
+            "this RDRR folder has no {} (the GGUF metadata that tritium's converters write), \
+             so its architecture and tokenizer settings are unknown; convert the model with \
+             `tritium convert`",
+            rdrr::GGUF_METADATA_FILE
+        ))
+    })?;
+    Ok(meta.header(manifest)?)
+}
+
+/// [`RdrrModel::tokenizer`] from its parts.
+pub fn tokenizer<F: ModelFiles>(
+    manifest: &Manifest,
+    header: &GgufFile,
+    files: &F,
+) -> Result<Tokenizer, Error> {
+    if header.get("tokenizer.ggml.tokens").is_some() {
+        return Ok(Tokenizer::from_gguf(header)?);
+    }
+    let name = manifest
+        .tokenizer
+        .as_ref()
+        .and_then(|t| t.file.as_deref())
+        .unwrap_or(TOKENIZER_FILE);
+    let bytes = files.read_small(name, rdrr::MAX_JSON_BYTES)?;
+    Ok(Tokenizer::from_json(&bytes)?)
+}
+
+/// [`RdrrModel::chat_template`] from the GGUF view.
+pub fn chat_template(
+    header: &GgufFile,
+    tokenizer: Option<&Tokenizer>,
+) -> Result<ChatTemplate, TextError> {
+    if header.get("tokenizer.ggml.tokens").is_some() {
+        return ChatTemplate::from_gguf(header);
+    }
+    chat_template_for(header, tokenizer)
 }
 
 /// The chat template of a model whose vocabulary is in a `tokenizer.json`: the metadata's
@@ -121,9 +143,14 @@ impl<F: ModelFiles> TensorSource for RdrrModel<F> {
 
     /// The tensor's bytes, joined across shards when it spans several.
     fn read(&self, name: &str) -> Result<Vec<u8>, Error> {
-        rdrr::read_tensor(&self.manifest, &self.files, name).map_err(|e| match e {
-            RdrrError::NoSuchTensor(n) => Error::Usage(format!("the model has no tensor {n}")),
-            e => e.into(),
-        })
+        read(&self.manifest, &self.files, name)
     }
+}
+
+/// A tensor's bytes from an RDRR folder, joined across shards when it spans several.
+pub fn read<F: ModelFiles>(manifest: &Manifest, files: &F, name: &str) -> Result<Vec<u8>, Error> {
+    rdrr::read_tensor(manifest, files, name).map_err(|e| match e {
+        RdrrError::NoSuchTensor(n) => Error::Usage(format!("the model has no tensor {n}")),
+        e => e.into(),
+    })
 }

@@ -1,7 +1,7 @@
 //! A model's weights by name, read from a [`TensorSource`] and uploaded to a backend.
 
 use super::config::{Arch, ModelConfig};
-use crate::backend::{Backend, Tensor, Weight, WeightData};
+use crate::backend::{Backend, Names, Tensor, Weight, WeightData};
 use crate::formats::gguf::GgufFile;
 use crate::formats::source::ByteSource;
 use crate::quant::{self, GgmlType};
@@ -99,6 +99,7 @@ pub struct Weights {
 struct Loader<'a, B: Backend, S: AsyncTensorSource> {
     b: &'a mut B,
     src: &'a S,
+    names: &'a mut Names,
 }
 
 impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
@@ -124,14 +125,16 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
             }
             None => None,
         };
-        self.b.load_weight(WeightData {
+        let w = self.b.load_weight(WeightData {
             name,
             dtype,
             rows,
             cols,
             bytes: &bytes,
             scale,
-        })
+        })?;
+        self.names.weight_named(w, name, dtype, rows, cols);
+        Ok(w)
     }
 
     /// A vector as f32.
@@ -151,7 +154,9 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
                 v.len()
             )));
         }
-        self.b.load_vector(name, &v)
+        let t = self.b.load_vector(name, &v)?;
+        self.names.tensor_named(t, name);
+        Ok(t)
     }
 }
 
@@ -161,8 +166,9 @@ impl Weights {
         b: &mut B,
         c: &ModelConfig,
         src: &dyn TensorSource,
+        names: &mut Names,
     ) -> Result<Self, Error> {
-        run_ready(Self::load_async(b, c, &ReadySource(src)))
+        run_ready(Self::load_async(b, c, &ReadySource(src), names))
     }
 
     /// [`Weights::load`] from an asynchronous source, a tensor at a time.
@@ -170,8 +176,9 @@ impl Weights {
         b: &mut B,
         c: &ModelConfig,
         src: &S,
+        names: &mut Names,
     ) -> Result<Self, Error> {
-        let mut l = Loader { b, src };
+        let mut l = Loader { b, src, names };
         let token_embd = l.matrix("token_embd.weight", c.n_vocab, c.dim).await?;
         let output_norm = l.norm("output_norm.weight", c.dim).await?;
         let output = if src.meta("output.weight").is_some() {

@@ -34,8 +34,9 @@ use crate::backend::gpu::GpuBackend;
 use crate::backend::Backend;
 use crate::engine::{Engine, FinishReason, GenerateOptions, TokenControl};
 use crate::gpu::{DeviceOptions, GpuContext};
-use crate::model::{Model, ModelConfig};
+use crate::model::ModelConfig;
 use crate::sampling::SamplerConfig;
+use crate::session::{OpenOptions, Session};
 use crate::storage::opfs::OpfsStore;
 use crate::text::{encode_chat, ChatTemplate, StopStream, Tokenizer};
 
@@ -47,8 +48,6 @@ use options::{get, parse_json, parse_messages, read_load_options, GenOptions, Lo
 
 /// Tokens per prefill pass.
 const BATCH: usize = 64;
-/// The default context when the caller gives none: the model's, capped.
-const DEFAULT_CONTEXT: usize = 4096;
 
 /// `WebGPUNotAvailable`, with what to do about it.
 pub(crate) fn no_webgpu() -> WebError {

@@ -6,9 +6,9 @@
 use wasm_bindgen::prelude::*;
 
 use crate::formats::gguf::GgufFile;
-use crate::formats::source::ModelFiles;
-use crate::model::{GgufTensors, RdrrModel, TensorSource};
+use crate::model::TensorSource;
 use crate::quant::GgmlType;
+use crate::session::{ModelMeta, OpenedModel};
 use crate::storage::opfs::OpfsFiles;
 use crate::storage::ModelKind;
 use crate::text::{ChatTemplate, Tokenizer};
@@ -26,54 +26,12 @@ pub fn wasm_memory_bytes() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A cached model opened for loading.
-pub(super) enum Opened {
-    Rdrr(Box<RdrrModel<OpfsFiles>>),
-    Gguf {
-        files: OpfsFiles,
-        file: String,
-        header: Box<GgufFile>,
-    },
-}
-
-impl Opened {
-    pub(super) fn open(files: OpfsFiles) -> Result<Opened, crate::Error> {
-        match (files.kind(), files.gguf_file().map(str::to_string)) {
-            (ModelKind::Gguf, Some(file)) => {
-                let header = GgufFile::read(&*files.open(&file)?)?;
-                Ok(Opened::Gguf {
-                    files,
-                    file,
-                    header: Box::new(header),
-                })
-            }
-            _ => Ok(Opened::Rdrr(Box::new(RdrrModel::open(files)?))),
-        }
-    }
-
-    pub(super) fn header(&self) -> &GgufFile {
-        match self {
-            Opened::Rdrr(m) => &m.header,
-            Opened::Gguf { header, .. } => header,
-        }
-    }
-
-    pub(super) fn tokenizer(&self) -> Result<Tokenizer, crate::Error> {
-        match self {
-            Opened::Rdrr(m) => m.tokenizer(),
-            Opened::Gguf { header, .. } => Ok(Tokenizer::from_gguf(header)?),
-        }
-    }
-}
-
-impl Opened {
-    /// The model's chat template (ChatML when it has none that loads).
-    pub(super) fn chat_template(&self, tokenizer: &Tokenizer) -> ChatTemplate {
-        match self {
-            Opened::Rdrr(m) => m.chat_template(Some(tokenizer)),
-            Opened::Gguf { header, .. } => ChatTemplate::from_gguf(header),
-        }
-        .unwrap_or_else(|_| ChatTemplate::chatml())
+/// A model in OPFS opened as the model its files hold (a GGUF file or an RDRR folder, as the
+/// store recorded it when it was downloaded).
+pub(super) fn open_files(files: OpfsFiles) -> Result<OpenedModel<OpfsFiles>, crate::Error> {
+    match (files.kind(), files.gguf_file().map(str::to_string)) {
+        (ModelKind::Gguf, Some(file)) => OpenedModel::gguf(files, &file),
+        _ => OpenedModel::folder(files),
     }
 }
 
@@ -85,15 +43,15 @@ pub(super) fn sync_access_handles() -> bool {
         .is_ok_and(|f| f.is_function())
 }
 
-/// A [`TensorSource`] that reports the bytes read so far after each tensor.
-pub(super) struct Counted<'a, F: Fn(u64)> {
-    inner: &'a dyn TensorSource,
+/// A model whose tensor reads report the bytes read so far after each tensor.
+pub(super) struct Counted<'a, S, F: Fn(u64)> {
+    inner: &'a S,
     done: std::cell::Cell<u64>,
     report: F,
 }
 
-impl<'a, F: Fn(u64)> Counted<'a, F> {
-    pub(super) fn new(inner: &'a dyn TensorSource, report: F) -> Self {
+impl<'a, S, F: Fn(u64)> Counted<'a, S, F> {
+    pub(super) fn new(inner: &'a S, report: F) -> Self {
         Counted {
             inner,
             done: std::cell::Cell::new(0),
@@ -102,7 +60,21 @@ impl<'a, F: Fn(u64)> Counted<'a, F> {
     }
 }
 
-impl<F: Fn(u64)> TensorSource for Counted<'_, F> {
+impl<S: ModelMeta, F: Fn(u64)> ModelMeta for Counted<'_, S, F> {
+    fn header(&self) -> Result<&GgufFile, crate::Error> {
+        self.inner.header()
+    }
+
+    fn tokenizer(&self) -> Result<Tokenizer, crate::Error> {
+        self.inner.tokenizer()
+    }
+
+    fn chat_template(&self, tokenizer: Option<&Tokenizer>) -> Result<ChatTemplate, crate::Error> {
+        self.inner.chat_template(tokenizer)
+    }
+}
+
+impl<S: TensorSource, F: Fn(u64)> TensorSource for Counted<'_, S, F> {
     fn meta(&self, name: &str) -> Option<(GgmlType, Vec<u64>)> {
         self.inner.meta(name)
     }
@@ -112,32 +84,5 @@ impl<F: Fn(u64)> TensorSource for Counted<'_, F> {
         self.done.set(self.done.get() + bytes.len() as u64);
         (self.report)(self.done.get());
         Ok(bytes)
-    }
-}
-
-impl TensorSource for Opened {
-    fn meta(&self, name: &str) -> Option<(GgmlType, Vec<u64>)> {
-        match self {
-            Opened::Rdrr(m) => m.meta(name),
-            Opened::Gguf { header, .. } => header.tensor(name).map(|t| (t.dtype, t.dims.clone())),
-        }
-    }
-
-    fn read(&self, name: &str) -> Result<Vec<u8>, crate::Error> {
-        match self {
-            Opened::Rdrr(m) => m.read(name),
-            Opened::Gguf {
-                files,
-                file,
-                header,
-            } => {
-                let src = files.open(file)?;
-                GgufTensors {
-                    file: header,
-                    src: &*src,
-                }
-                .read(name)
-            }
-        }
     }
 }

@@ -5,15 +5,15 @@
 
 use wasm_bindgen::prelude::*;
 
-use super::cached::{wasm_memory_bytes, Opened};
+use super::cached::{open_files, wasm_memory_bytes};
 use super::errors::WebError;
 use super::{has_webgpu, install_panic_hook, js_error, to_js};
 use crate::backend::gpu::GpuBackend;
 use crate::engine::{Engine, GenerateOptions, Generation, TokenControl};
-use crate::formats::gguf::GgufFile;
+use crate::formats::source::MemoryFiles;
 use crate::gpu::{DeviceOptions, GpuContext};
-use crate::model::{GgufTensors, Model, ModelConfig};
 use crate::sampling::SamplerConfig;
+use crate::session::{ModelMeta, OpenOptions, OpenedModel};
 use crate::storage::opfs::{OpfsFiles, OpfsStore};
 use crate::text::{TextStream, Tokenizer};
 
@@ -38,6 +38,14 @@ fn fail(e: impl std::fmt::Display) -> JsValue {
     js_error("generate", &e.to_string())
 }
 
+/// A KV cache of `ctx_tokens` positions (at most the model's trained context).
+fn options(ctx_tokens: u32) -> OpenOptions {
+    OpenOptions {
+        context: Some(ctx_tokens as usize),
+        ..OpenOptions::default()
+    }
+}
+
 /// Load the GGUF in `model` onto this browser's WebGPU device and generate greedily from the
 /// raw-text `prompt` (BOS as the tokenizer says) for at most `max_tokens` tokens. Resolves to
 /// `{ adapter, prompt_ids, generated_ids, text, load_ms, prefill_ms, decode_ms }`. With
@@ -58,24 +66,22 @@ pub async fn generate_greedy(
         return Err(js_error("no_webgpu", "WebGPU is not available here"));
     }
     let start = js_sys::Date::now();
-    let bytes = model.to_vec();
-    let file = GgufFile::read(&bytes).map_err(fail)?;
-    let config = ModelConfig::from_gguf(&file).map_err(fail)?;
-    let tokenizer = Tokenizer::from_gguf(&file).map_err(fail)?;
-    let prompt_ids = tokenizer.encode(&prompt, true).map_err(fail)?;
+    let mut files = MemoryFiles::new();
+    files.insert("model.gguf", model.to_vec());
+    let opened = OpenedModel::gguf(files, "model.gguf").map_err(fail)?;
     let ctx = GpuContext::new(&DeviceOptions::default())
         .await
         .map_err(fail)?;
     let adapter = format!("{} ({})", ctx.adapter.name, ctx.adapter.backend);
     let backend = GpuBackend::new(ctx, 64).map_err(fail)?;
-    let tensors = GgufTensors {
-        file: &file,
-        src: &bytes,
-    };
-    let model = Model::load(backend, config, &tensors, ctx_tokens as usize).map_err(fail)?;
-    drop(bytes);
+    let session = crate::session::load(&opened, backend, &options(ctx_tokens)).map_err(fail)?;
+    drop(opened);
+    let tokenizer = session
+        .tokenizer
+        .ok_or_else(|| fail("the model has no tokenizer"))?;
+    let prompt_ids = tokenizer.encode(&prompt, true).map_err(fail)?;
     let load_ms = js_sys::Date::now() - start;
-    let mut engine = Engine::new(model);
+    let mut engine = session.engine;
     let (g, text) = greedy_text(&mut engine, &tokenizer, &prompt_ids, max_tokens)
         .await
         .map_err(fail)?;
@@ -180,8 +186,7 @@ pub async fn opfs_generate_greedy(
         .await
         .map_err(WebError::from)?;
     let model_bytes = files.total_bytes();
-    let opened = Opened::open(files).map_err(WebError::from)?;
-    let config = ModelConfig::from_gguf(opened.header()).map_err(WebError::from)?;
+    let opened = open_files(files).map_err(WebError::from)?;
     let tokenizer = opened.tokenizer().map_err(WebError::from)?;
     let prompt_ids = tokenizer
         .encode(&prompt, true)
@@ -192,14 +197,15 @@ pub async fn opfs_generate_greedy(
         .map_err(WebError::from)?;
     let adapter = format!("{} ({})", ctx.adapter.name, ctx.adapter.backend);
     let backend = GpuBackend::new(ctx, 64).map_err(WebError::from)?;
-    let model =
-        Model::load(backend, config, &opened, ctx_tokens as usize).map_err(WebError::from)?;
+    let session =
+        crate::session::load(&opened, backend, &options(ctx_tokens)).map_err(WebError::from)?;
     // Close the sync access handles: the weights are on the GPU now.
     drop(opened);
     let wasm_memory_after_load = wasm_memory_bytes();
     let load_ms = js_sys::Date::now() - start;
 
-    let (g, text) = greedy_text(&mut Engine::new(model), &tokenizer, &prompt_ids, max_tokens)
+    let mut engine = session.engine;
+    let (g, text) = greedy_text(&mut engine, &tokenizer, &prompt_ids, max_tokens)
         .await
         .map_err(WebError::from)?;
     to_js(&CachedReport {

@@ -126,7 +126,8 @@ enum Layout {
 /// A model read through `Blob`s.
 pub(crate) struct BlobModel {
     pub header: GgufFile,
-    pub tokenizer: Tokenizer,
+    /// Taken by the load ([`crate::session::ModelMeta::tokenizer`]).
+    pub tokenizer: std::cell::Cell<Option<Tokenizer>>,
     pub template: ChatTemplate,
     /// Bytes of the model's files.
     pub bytes: u64,
@@ -145,7 +146,7 @@ impl BlobModel {
         Ok(BlobModel {
             bytes: blob.size() as u64,
             header,
-            tokenizer,
+            tokenizer: std::cell::Cell::new(Some(tokenizer)),
             template,
             layout: Layout::Gguf { blob },
             name: name.to_string(),
@@ -171,7 +172,7 @@ impl BlobModel {
         let bytes = files.values().map(|b| b.size() as u64).sum();
         Ok(BlobModel {
             header: model.header,
-            tokenizer,
+            tokenizer: std::cell::Cell::new(Some(tokenizer)),
             template,
             bytes,
             layout: Layout::Rdrr {

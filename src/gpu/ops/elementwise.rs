@@ -19,7 +19,7 @@ gpu_uniform! {
     }
 }
 
-pub use crate::backend::Elementwise;
+pub use crate::cpu::ops::Elementwise;
 
 fn kernel(f: Elementwise) -> Kernel {
     match f {

@@ -257,7 +257,7 @@ async fn norm_quantize(ctx: &GpuContext) -> Result<Stats, String> {
 /// against the CPU quantization of the product it wrote. Shapes: Llama-3.2-1B's and SmolLM2's
 /// FFN widths, a single block, and 3 tokens.
 async fn silu_mul_quantize(ctx: &GpuContext) -> Result<Stats, String> {
-    use crate::backend::Elementwise;
+    use crate::cpu::ops::Elementwise;
     use crate::gpu::ops::ElementwiseOp;
     let mut stats = Stats::default();
     for (n_tokens, cols) in [(1usize, 8192usize), (1, 1536), (1, 32), (3, 2304)] {

@@ -58,6 +58,31 @@ pub(crate) use worker_fetch::{run_job, JobLink};
 use super::store::{check_model_name, ModelKind, ShardStore, StoreError};
 use crate::formats::rdrr::{HashAlgorithm, RdrrError};
 
+/// True when the URL names a GGUF file rather than an RDRR folder.
+pub fn is_gguf_url(url: &str) -> bool {
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    path.to_ascii_lowercase().ends_with(".gguf")
+}
+
+/// Download the model at `url` into `store` as `name`: a GGUF file (a URL ending in `.gguf`,
+/// or any URL whose SHA-256 is given) or an RDRR folder ([`download_gguf`],
+/// [`download_rdrr`]).
+pub async fn pull<S: ShardStore, C: HttpClient>(
+    store: &S,
+    client: &C,
+    url: &str,
+    name: &str,
+    sha256: Option<&str>,
+    options: &DownloadOptions,
+    events: &dyn Fn(&DownloadEvent),
+) -> Result<DownloadSummary, DownloadError> {
+    if is_gguf_url(url) || sha256.is_some() {
+        download_gguf(store, client, url, name, sha256, options, events).await
+    } else {
+        download_rdrr(store, client, url, name, options, events).await
+    }
+}
+
 /// How many times, and how patiently, failed requests are retried.
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {
@@ -476,6 +501,14 @@ impl<'a> Tracker<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gguf_urls() {
+        assert!(is_gguf_url("https://h/a/b.Q4_K_M.gguf"));
+        assert!(is_gguf_url("https://h/a/b.GGUF?download=true"));
+        assert!(!is_gguf_url("https://h/a/model/"));
+        assert!(!is_gguf_url("https://h/a/manifest.json"));
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap() {

@@ -86,7 +86,8 @@ pub(super) async fn run(state: &State, text: Option<&str>) -> Result<JsValue, We
     let max = engine
         .model
         .backend
-        .max_batch()
+        .limits()
+        .max_batch
         .min(engine.model.ctx)
         .max(1);
     ids.truncate(max);
@@ -101,9 +102,12 @@ pub(super) async fn run(state: &State, text: Option<&str>) -> Result<JsValue, We
     let mut stages = Vec::with_capacity(n_layers + 2);
     let x = engine.model.state.x;
     for keep in 0..=n_layers {
+        // The first `keep` blocks only: a pass of its own shape, planned afresh.
         let rest = engine.model.weights.layers.split_off(keep);
+        engine.model.clear_plans();
         let pass = engine.model.forward(&ids, 0, Readback::Nothing).await;
         engine.model.weights.layers.extend(rest);
+        engine.model.clear_plans();
         pass.map_err(model_error)?;
         let values = engine
             .model

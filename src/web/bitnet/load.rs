@@ -40,11 +40,51 @@ fn model_info(
     }
 }
 
-fn context_for(o: &LoadOptions, config: &ModelConfig) -> usize {
-    let trained = config.context_length.max(1);
-    o.context_length
-        .unwrap_or(trained.min(DEFAULT_CONTEXT))
-        .min(trained)
+/// How the package opens a model: its context, a batch of [`BATCH`] tokens, and a tokenizer
+/// it must have (checked before any weight is uploaded).
+fn open_options(o: &LoadOptions) -> OpenOptions {
+    OpenOptions {
+        context: o.context_length,
+        batch: BATCH,
+        require_tokenizer: true,
+        ..OpenOptions::default()
+    }
+}
+
+/// The package's view of a loaded session.
+fn loaded(
+    session: Session<GpuBackend>,
+    name: &str,
+    file_bytes: u64,
+    load_path: &'static str,
+) -> Result<Loaded, WebError> {
+    let Session {
+        engine,
+        tokenizer,
+        template,
+        ..
+    } = session;
+    let tokenizer = tokenizer.ok_or_else(|| {
+        WebError::new(
+            "UnsupportedModel",
+            format!("{name}: the model has no tokenizer"),
+        )
+    })?;
+    let info = model_info(
+        name,
+        &engine.model.config,
+        engine.model.ctx,
+        file_bytes,
+        &tokenizer,
+        &template,
+        load_path,
+    );
+    Ok(Loaded {
+        engine,
+        tokenizer,
+        template,
+        info,
+    })
 }
 
 /// A model from OPFS: sync access handles in a dedicated worker, `File` slices elsewhere.
@@ -61,11 +101,7 @@ pub(super) async fn load_cached(
             .await
             .map_err(WebError::from)?;
         let file_bytes = files.total_bytes();
-        let opened = crate::web::cached::Opened::open(files).map_err(model_error)?;
-        let config = ModelConfig::from_gguf(opened.header()).map_err(model_error)?;
-        let tokenizer = opened.tokenizer().map_err(model_error)?;
-        let template = opened.chat_template(&tokenizer);
-        let ctx = context_for(o, &config);
+        let opened = crate::web::cached::open_files(files).map_err(model_error)?;
         progress.send("upload", 0.0, file_bytes as f64, "uploading the weights");
         let counted = crate::web::cached::Counted::new(&opened, |n| {
             progress.send(
@@ -75,23 +111,10 @@ pub(super) async fn load_cached(
                 "uploading the weights",
             );
         });
-        let model = Model::load(backend, config.clone(), &counted, ctx).map_err(model_error)?;
+        let session =
+            crate::session::load(&counted, backend, &open_options(o)).map_err(model_error)?;
         drop(opened);
-        let info = model_info(
-            name,
-            &config,
-            ctx,
-            file_bytes,
-            &tokenizer,
-            &template,
-            "sync-access-handle",
-        );
-        return Ok(Loaded {
-            engine: Engine::new(model),
-            tokenizer,
-            template,
-            info,
-        });
+        return loaded(session, name, file_bytes, "sync-access-handle");
     }
     let (dir, _kind, gguf_file) = store.complete_files(name).await.map_err(WebError::from)?;
     let model = BlobModel::opfs(&dir, gguf_file.as_deref(), name)
@@ -108,8 +131,6 @@ pub(super) async fn load_blob(
     o: &LoadOptions,
     progress: &Progress,
 ) -> Result<Loaded, WebError> {
-    let config = ModelConfig::from_gguf(&model.header).map_err(model_error)?;
-    let ctx = context_for(o, &config);
     let total = model.bytes as f64;
     let done = Rc::new(Cell::new(0u64));
     let (p, d, signal) = (progress.clone(), done.clone(), o.signal.clone());
@@ -127,40 +148,36 @@ pub(super) async fn load_blob(
         model: &model,
         aborted: &aborted,
     };
-    let loaded = Model::load_async(backend, config.clone(), &source, ctx).await;
+    let session = crate::session::load_async(&source, backend, &open_options(o)).await;
     if aborted.get() {
-        if let Ok(mut m) = loaded {
-            m.backend.destroy();
+        if let Ok(mut s) = session {
+            s.engine.model.backend.destroy();
         }
         return Err(aborted_load());
     }
-    let model_gpu = loaded.map_err(model_error)?;
-    let info = model_info(
-        &name,
-        &config,
-        ctx,
-        model.bytes,
-        &model.tokenizer,
-        &model.template,
-        "blob",
-    );
-    let BlobModel {
-        tokenizer,
-        template,
-        ..
-    } = model;
-    Ok(Loaded {
-        engine: Engine::new(model_gpu),
-        tokenizer,
-        template,
-        info,
-    })
+    loaded(session.map_err(model_error)?, &name, model.bytes, "blob")
 }
 
 /// A [`BlobModel`] whose reads fail once the load's signal aborted.
 struct AbortableSource<'a> {
     model: &'a BlobModel,
     aborted: &'a Cell<bool>,
+}
+
+impl crate::session::ModelMeta for AbortableSource<'_> {
+    fn header(&self) -> Result<&crate::formats::gguf::GgufFile, crate::Error> {
+        Ok(&self.model.header)
+    }
+
+    fn tokenizer(&self) -> Result<Tokenizer, crate::Error> {
+        self.model.tokenizer.take().ok_or_else(|| {
+            crate::Error::Usage("internal: the model's tokenizer was taken twice".into())
+        })
+    }
+
+    fn chat_template(&self, _: Option<&Tokenizer>) -> Result<ChatTemplate, crate::Error> {
+        Ok(self.model.template.clone())
+    }
 }
 
 impl crate::model::AsyncTensorSource for AbortableSource<'_> {

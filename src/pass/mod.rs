@@ -1,0 +1,334 @@
+//! A forward pass as data: the list of typed ops an architecture's `forward()` emits
+//! ([`Op`]), the batch it runs over ([`Batch`]: which sequence each run of tokens belongs to and
+//! where it starts), and what it reads back ([`Readback`], [`Logits`]).
+//!
+//! A backend never sees a model: it plans the list once per shape ([`crate::backend::Backend::plan`]:
+//! the CPU runs it as written, the reference; the GPU fuses neighbouring ops by named rules)
+//! and runs the plan for each batch. Buffers are handles the backend gave out: activations and
+//! norm weights are f32 [`Tensor`]s, matrices are [`Weight`]s in their file format. Layouts are
+//! row-major: `n` rows of `dim` values are `x[row * dim + i]`.
+
+mod print;
+
+pub use crate::cpu::ops::{AttentionShape, Elementwise, RopeConfig};
+pub use print::{readback_name, Names};
+
+/// An f32 buffer owned by a backend.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tensor(pub(crate) u32);
+
+/// A weight matrix owned by a backend, in its file format.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Weight(pub(crate) u32);
+
+/// One step of a forward pass. Every op works on the pass's tokens in order; `rows` counts
+/// the rows an op covers (the pass's tokens, or the head's rows).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// `out[t, :] = table[id_t, :]` for the pass's tokens.
+    Embed { table: Weight, out: Tensor },
+    /// `out[r, :] = x[r, :] / rms(x[r, :]) * weight` for `rows` rows of `dim`.
+    RmsNorm {
+        x: Tensor,
+        weight: Tensor,
+        out: Tensor,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    },
+    /// `out[r, :] = W x[r, :]` (f32 activations; the weight's own scale applied).
+    MatMul {
+        w: Weight,
+        x: Tensor,
+        out: Tensor,
+        rows: usize,
+    },
+    /// BitLinear: `out[r, :] = (W . q(x[r, :])) * scale / s_r`, `q` the per-row int8 absmax
+    /// quantization (ternary weights only).
+    BitLinear {
+        w: Weight,
+        x: Tensor,
+        out: Tensor,
+        rows: usize,
+    },
+    /// Rotate `x: (tokens, heads, head_dim)` in place, each token at its position.
+    Rope { x: Tensor, heads: usize },
+    /// Append the tokens' `k`, `v` to layer `layer` of their sequence's cache at their
+    /// positions, then causal attention of `q` over that sequence's positions `0 ..= pos`:
+    /// `out: (tokens, heads, head_dim)`.
+    Attention {
+        layer: usize,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        out: Tensor,
+        heads: usize,
+    },
+    /// `out[i] = f(first[i], second[i])` for `len` values (`first: None`: `out` itself).
+    Elementwise {
+        f: Elementwise,
+        out: Tensor,
+        first: Option<Tensor>,
+        second: Option<Tensor>,
+        len: usize,
+    },
+    /// `dst[dst_row, ..cols] = src[row, ..cols]`.
+    CopyRow {
+        src: Tensor,
+        row: usize,
+        cols: usize,
+        dst: Tensor,
+        dst_row: usize,
+    },
+    /// What the pass returns from `logits: (rows, vocab)`.
+    Read {
+        logits: Tensor,
+        rows: usize,
+        vocab: usize,
+        what: Readback,
+    },
+}
+
+impl Op {
+    /// The tensors the op reads.
+    pub fn reads(&self) -> Vec<Tensor> {
+        match *self {
+            Op::Embed { .. } => vec![],
+            Op::RmsNorm { x, weight, .. } => vec![x, weight],
+            Op::MatMul { x, .. } | Op::BitLinear { x, .. } => vec![x],
+            Op::Rope { x, .. } => vec![x],
+            Op::Attention { q, k, v, .. } => vec![q, k, v],
+            Op::Elementwise {
+                out, first, second, ..
+            } => [Some(first.unwrap_or(out)), second]
+                .into_iter()
+                .flatten()
+                .collect(),
+            Op::CopyRow { src, .. } => vec![src],
+            Op::Read { logits, .. } => vec![logits],
+        }
+    }
+
+    /// The tensor the op writes, if any.
+    pub fn writes(&self) -> Option<Tensor> {
+        match *self {
+            Op::Embed { out, .. }
+            | Op::RmsNorm { out, .. }
+            | Op::MatMul { out, .. }
+            | Op::BitLinear { out, .. }
+            | Op::Attention { out, .. }
+            | Op::Elementwise { out, .. } => Some(out),
+            Op::Rope { x, .. } => Some(x),
+            Op::CopyRow { dst, .. } => Some(dst),
+            Op::Read { .. } => None,
+        }
+    }
+}
+
+/// An architecture's ops for one pass, in order, as its `forward()` writes them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Pass {
+    /// Tokens (rows) the pass runs.
+    pub tokens: usize,
+    pub ops: Vec<Op>,
+}
+
+impl Pass {
+    pub fn embed(&mut self, table: Weight, out: Tensor) {
+        self.ops.push(Op::Embed { table, out });
+    }
+
+    pub fn rms_norm(
+        &mut self,
+        x: Tensor,
+        weight: Tensor,
+        out: Tensor,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) {
+        self.ops.push(Op::RmsNorm {
+            x,
+            weight,
+            out,
+            rows,
+            dim,
+            eps,
+        });
+    }
+
+    pub fn matmul(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) {
+        self.ops.push(Op::MatMul { w, x, out, rows });
+    }
+
+    pub fn bitlinear(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) {
+        self.ops.push(Op::BitLinear { w, x, out, rows });
+    }
+
+    pub fn rope(&mut self, x: Tensor, heads: usize) {
+        self.ops.push(Op::Rope { x, heads });
+    }
+
+    pub fn attention(&mut self, layer: usize, [q, k, v]: [Tensor; 3], out: Tensor, heads: usize) {
+        self.ops.push(Op::Attention {
+            layer,
+            q,
+            k,
+            v,
+            out,
+            heads,
+        });
+    }
+
+    /// `acc += x` over `len` values (a residual add).
+    pub fn add(&mut self, acc: Tensor, x: Tensor, len: usize) {
+        self.elementwise(Elementwise::Add, acc, x, len);
+    }
+
+    /// `gate = silu(gate) * up` over `len` values.
+    pub fn silu_mul(&mut self, gate: Tensor, up: Tensor, len: usize) {
+        self.elementwise(Elementwise::SiluMul, gate, up, len);
+    }
+
+    /// `gate = relu(gate)^2 * up` over `len` values.
+    pub fn relu_squared_mul(&mut self, gate: Tensor, up: Tensor, len: usize) {
+        self.elementwise(Elementwise::ReluSquaredMul, gate, up, len);
+    }
+
+    fn elementwise(&mut self, f: Elementwise, out: Tensor, second: Tensor, len: usize) {
+        self.ops.push(Op::Elementwise {
+            f,
+            out,
+            first: None,
+            second: Some(second),
+            len,
+        });
+    }
+
+    pub fn copy_row(&mut self, src: Tensor, row: usize, cols: usize, dst: Tensor, dst_row: usize) {
+        self.ops.push(Op::CopyRow {
+            src,
+            row,
+            cols,
+            dst,
+            dst_row,
+        });
+    }
+
+    pub fn read(&mut self, logits: Tensor, rows: usize, vocab: usize, what: Readback) {
+        self.ops.push(Op::Read {
+            logits,
+            rows,
+            vocab,
+            what,
+        });
+    }
+}
+
+/// Tokens `pos0 .. pos0 + len` of sequence `seq`: one run of a batch.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Span {
+    /// The KV cache slot of the sequence (`0 .. KvShape::n_seqs`).
+    pub seq: usize,
+    pub pos0: usize,
+    pub len: usize,
+}
+
+/// The tokens of one pass: runs of consecutive positions of one or more sequences, in the
+/// order of the pass's rows.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Batch {
+    pub spans: Vec<Span>,
+}
+
+impl Batch {
+    /// `n` tokens of sequence 0 from position `pos0`.
+    pub fn one(pos0: usize, n: usize) -> Batch {
+        Batch {
+            spans: vec![Span {
+                seq: 0,
+                pos0,
+                len: n,
+            }],
+        }
+    }
+
+    /// Tokens in the pass.
+    pub fn tokens(&self) -> usize {
+        self.spans.iter().map(|s| s.len).sum()
+    }
+
+    /// Each span's last row (the rows the head reads for [`Readback::Last`] and
+    /// [`Readback::TopK`]).
+    pub fn last_rows(&self) -> Vec<usize> {
+        let mut end = 0;
+        self.spans
+            .iter()
+            .map(|s| {
+                end += s.len;
+                end - 1
+            })
+            .collect()
+    }
+
+    /// The position of each of the pass's tokens, in row order, with its sequence.
+    pub fn positions(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.spans
+            .iter()
+            .flat_map(|s| (s.pos0..s.pos0 + s.len).map(move |p| (s.seq, p)))
+    }
+}
+
+/// Where a pass's token ids come from when it is submitted.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Tokens<'a> {
+    /// One id per row.
+    Ids(&'a [u32]),
+    /// One token: the best candidate of the last row of the most recently submitted pass that
+    /// read back its top-k, taken where that pass ran (a GPU feeds its own choice to the next
+    /// pass, so greedy decoding submits pass `t + 1` before pass `t` is read back).
+    Chained,
+}
+
+/// What a pass reads back from its logits.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Readback {
+    /// Every token's row (the `logits` command; costs `rows * vocab * 4` bytes).
+    All,
+    /// The last row of each span, in full (sampling that needs the whole distribution).
+    Last,
+    /// The best `k` `(id, logit)` of the last row of each span, best first.
+    TopK(usize),
+    /// Nothing (prefill chunks before the last).
+    Nothing,
+}
+
+/// What a pass returns.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Logits {
+    /// `rows * vocab` values: every token's row ([`Readback::All`]) or each span's last
+    /// ([`Readback::Last`]).
+    Full(Vec<f32>),
+    /// Per span, best first, ties by lower id.
+    Top(Vec<Vec<(u32, f32)>>),
+    None,
+}
+
+/// The first position after `from` where `t` is read, unless it is written first (or never
+/// read again): whether the value `t` holds at `from` is still needed.
+pub fn read_later<O>(
+    ops: &[O],
+    t: Tensor,
+    reads: impl Fn(&O) -> Vec<Tensor>,
+    writes: impl Fn(&O) -> Vec<Tensor>,
+) -> bool {
+    for op in ops {
+        if reads(op).contains(&t) {
+            return true;
+        }
+        if writes(op).contains(&t) {
+            return false;
+        }
+    }
+    false
+}

@@ -1,0 +1,143 @@
+//! A backend chosen at run time: the CPU or the GPU, behind the one [`Backend`] interface.
+
+use crate::backend::cpu::CpuBackend;
+#[cfg(feature = "gpu")]
+use crate::backend::gpu::GpuBackend;
+use crate::backend::{Backend, Batch, KvShape, Limits, Logits, Names, Pass, RopeConfig, Tensor};
+use crate::backend::{Tokens, Weight, WeightData};
+use crate::Error;
+
+/// The CPU or the GPU backend.
+pub enum AnyBackend {
+    Cpu(Box<CpuBackend>),
+    #[cfg(feature = "gpu")]
+    Gpu(Box<GpuBackend>),
+}
+
+/// A value of the CPU or of the GPU backend.
+pub enum Either<C, G> {
+    Cpu(C),
+    Gpu(G),
+}
+
+/// The GPU backend's types (uninhabited in a build without it).
+#[cfg(feature = "gpu")]
+mod gpu_types {
+    pub type Plan = crate::backend::gpu::GpuPlan;
+    pub type Recorded = crate::backend::gpu::GpuRecorded;
+    pub type Pending = crate::backend::gpu::GpuPending;
+}
+#[cfg(not(feature = "gpu"))]
+mod gpu_types {
+    pub type Plan = std::convert::Infallible;
+    pub type Recorded = std::convert::Infallible;
+    pub type Pending = std::convert::Infallible;
+}
+
+/// Run `$body` with `$b` bound to the backend inside `$self`.
+macro_rules! each {
+    ($self:expr, $b:ident => $body:expr) => {
+        match $self {
+            AnyBackend::Cpu($b) => $body,
+            #[cfg(feature = "gpu")]
+            AnyBackend::Gpu($b) => $body,
+        }
+    };
+}
+
+fn mismatch() -> Error {
+    Error::Usage("internal: a plan or pass of one backend given to another".into())
+}
+
+impl AnyBackend {
+    /// The GPU backend, if that is the one.
+    #[cfg(feature = "gpu")]
+    pub fn gpu(&mut self) -> Option<&mut GpuBackend> {
+        match self {
+            AnyBackend::Gpu(b) => Some(b),
+            AnyBackend::Cpu(_) => None,
+        }
+    }
+}
+
+impl Backend for AnyBackend {
+    type Plan = Either<<CpuBackend as Backend>::Plan, gpu_types::Plan>;
+    type Recorded = Either<<CpuBackend as Backend>::Recorded, gpu_types::Recorded>;
+    type Pending = Either<<CpuBackend as Backend>::Pending, gpu_types::Pending>;
+
+    fn describe(&self) -> String {
+        each!(self, b => b.describe())
+    }
+
+    fn limits(&self) -> Limits {
+        each!(self, b => b.limits())
+    }
+
+    fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, Error> {
+        each!(self, b => b.load_weight(w))
+    }
+
+    fn load_vector(&mut self, name: &str, values: &[f32]) -> Result<Tensor, Error> {
+        each!(self, b => b.load_vector(name, values))
+    }
+
+    fn alloc(&mut self, name: &str, len: usize) -> Result<Tensor, Error> {
+        each!(self, b => b.alloc(name, len))
+    }
+
+    fn init_cache(&mut self, kv: KvShape, rope: &RopeConfig) -> Result<(), Error> {
+        each!(self, b => b.init_cache(kv, rope))
+    }
+
+    fn bytes_used(&self) -> u64 {
+        each!(self, b => b.bytes_used())
+    }
+
+    fn plan(&self, pass: &Pass) -> Result<Self::Plan, Error> {
+        Ok(match self {
+            AnyBackend::Cpu(b) => Either::Cpu(b.plan(pass)?),
+            #[cfg(feature = "gpu")]
+            AnyBackend::Gpu(b) => Either::Gpu(b.plan(pass)?),
+        })
+    }
+
+    fn plan_lines(&self, plan: &Self::Plan, names: &Names) -> Vec<String> {
+        match (self, plan) {
+            (AnyBackend::Cpu(b), Either::Cpu(p)) => b.plan_lines(p, names),
+            #[cfg(feature = "gpu")]
+            (AnyBackend::Gpu(b), Either::Gpu(p)) => b.plan_lines(p, names),
+            #[allow(unreachable_patterns)]
+            _ => vec![],
+        }
+    }
+
+    fn record(&mut self, plan: &Self::Plan, batch: &Batch) -> Result<Self::Recorded, Error> {
+        match (self, plan) {
+            (AnyBackend::Cpu(b), Either::Cpu(p)) => Ok(Either::Cpu(b.record(p, batch)?)),
+            #[cfg(feature = "gpu")]
+            (AnyBackend::Gpu(b), Either::Gpu(p)) => Ok(Either::Gpu(b.record(p, batch)?)),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch()),
+        }
+    }
+
+    fn submit(&mut self, pass: Self::Recorded, tokens: Tokens<'_>) -> Result<Self::Pending, Error> {
+        match (self, pass) {
+            (AnyBackend::Cpu(b), Either::Cpu(p)) => Ok(Either::Cpu(b.submit(p, tokens)?)),
+            #[cfg(feature = "gpu")]
+            (AnyBackend::Gpu(b), Either::Gpu(p)) => Ok(Either::Gpu(b.submit(p, tokens)?)),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch()),
+        }
+    }
+
+    async fn wait(&mut self, pending: Self::Pending) -> Result<Logits, Error> {
+        match (self, pending) {
+            (AnyBackend::Cpu(b), Either::Cpu(p)) => b.wait(p).await,
+            #[cfg(feature = "gpu")]
+            (AnyBackend::Gpu(b), Either::Gpu(p)) => b.wait(p).await,
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch()),
+        }
+    }
+}

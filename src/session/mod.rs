@@ -1,0 +1,174 @@
+//! One way to open a model: [`open`] resolves a model reference (a GGUF file, an RDRR or
+//! Trellis folder, the name of a model in the store, or an `http(s)` URL of a GGUF file or an
+//! RDRR folder, downloaded into the store first), detects its format once
+//! ([`OpenedModel`]), picks the backend, loads the weights tensor by tensor and returns a
+//! [`Session`]: the engine, the tokenizer and the chat template. The browser, which reads
+//! models from OPFS and `Blob`s, hands its opened model to [`load_async`]; everything below
+//! that is shared.
+
+mod any;
+mod opened;
+
+pub use any::{AnyBackend, Either};
+pub use opened::{Format, ModelMeta, OpenedModel};
+
+use crate::backend::Backend;
+use crate::engine::Engine;
+use crate::model::{AsyncTensorSource, Model, ModelConfig, TensorSource};
+use crate::text::{ChatTemplate, Tokenizer};
+use crate::Error;
+
+/// The context a session gets when the caller asks for none: the model's trained context,
+/// at most this.
+pub const DEFAULT_CONTEXT: usize = 4096;
+
+/// Which backend runs the model.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// The GPU when the machine has a real one; the CPU when the only adapter is a software
+    /// rasterizer (lavapipe, SwiftShader), which is slower than the CPU backend.
+    #[default]
+    Auto,
+    Cpu,
+    Gpu,
+}
+
+/// The GPU's KV cache element type.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum KvCacheType {
+    /// f16 where the device supports it, else f32.
+    #[default]
+    Auto,
+    F16,
+    F32,
+}
+
+/// How a model is opened.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    pub backend: BackendChoice,
+    /// KV cache positions per sequence; `None`: the model's trained context, at most
+    /// [`DEFAULT_CONTEXT`]; never more than the trained context.
+    pub context: Option<usize>,
+    /// Most tokens per forward pass (the prefill's batch).
+    pub batch: usize,
+    pub kv_cache: KvCacheType,
+    /// Sequences the KV cache holds.
+    pub sequences: usize,
+    /// The model store (store names, downloads); `None`: `$TRITIUM_STORE` or the user's cache
+    /// folder.
+    pub store: Option<std::path::PathBuf>,
+    /// Fail before loading any weight when the model's tokenizer does not load (otherwise
+    /// the session has none and runs from token ids).
+    pub require_tokenizer: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            backend: BackendChoice::Auto,
+            context: None,
+            batch: 128,
+            kv_cache: KvCacheType::Auto,
+            sequences: 1,
+            store: None,
+            require_tokenizer: false,
+        }
+    }
+}
+
+impl OpenOptions {
+    /// The context for a model trained on `trained` positions.
+    pub fn context_for(&self, config: &ModelConfig) -> usize {
+        let trained = config.context_length.max(1);
+        self.context
+            .unwrap_or(trained.min(DEFAULT_CONTEXT))
+            .clamp(1, trained)
+    }
+}
+
+/// A model loaded and ready to generate.
+pub struct Session<B: Backend = AnyBackend> {
+    pub engine: Engine<B>,
+    /// `None` for a model without tokenizer metadata (it runs from token ids).
+    pub tokenizer: Option<Tokenizer>,
+    pub template: ChatTemplate,
+    /// Why the model's own chat template was not used (ChatML stands in), if it was not.
+    pub template_error: Option<String>,
+}
+
+impl<B: Backend> Session<B> {
+    pub fn config(&self) -> &ModelConfig {
+        &self.engine.model.config
+    }
+}
+
+/// Load an opened model onto `backend`: the configuration, the tokenizer and the chat
+/// template, then the weights tensor by tensor.
+pub fn load<B: Backend, S: ModelMeta + TensorSource>(
+    model: &S,
+    backend: B,
+    options: &OpenOptions,
+) -> Result<Session<B>, Error> {
+    crate::model::weights::run_ready(load_async(&Ready(model), backend, options))
+}
+
+/// [`load`] from a model whose tensors are read asynchronously (the browser's main thread
+/// reads OPFS files and `Blob`s only through promises).
+pub async fn load_async<B: Backend, S: ModelMeta + AsyncTensorSource>(
+    model: &S,
+    backend: B,
+    options: &OpenOptions,
+) -> Result<Session<B>, Error> {
+    let config = ModelConfig::from_gguf(model.header()?)?;
+    // A model without tokenizer metadata still runs from token ids.
+    let tokenizer = match model.tokenizer() {
+        Ok(t) => Some(t),
+        Err(e) if options.require_tokenizer => return Err(e),
+        Err(_) => None,
+    };
+    let (template, template_error) = match model.chat_template(tokenizer.as_ref()) {
+        Ok(t) => (t, None),
+        Err(e) => (ChatTemplate::chatml(), Some(e.to_string())),
+    };
+    let context = options.context_for(&config);
+    let model = Model::load_sequences(backend, config, model, context, options.sequences).await?;
+    Ok(Session {
+        engine: Engine::new(model),
+        tokenizer,
+        template,
+        template_error,
+    })
+}
+
+/// A model whose reads are always ready, seen as an asynchronous one.
+struct Ready<'a, S>(&'a S);
+
+impl<S: ModelMeta> ModelMeta for Ready<'_, S> {
+    fn header(&self) -> Result<&crate::formats::gguf::GgufFile, Error> {
+        self.0.header()
+    }
+
+    fn tokenizer(&self) -> Result<Tokenizer, Error> {
+        self.0.tokenizer()
+    }
+
+    fn chat_template(&self, tokenizer: Option<&Tokenizer>) -> Result<ChatTemplate, Error> {
+        self.0.chat_template(tokenizer)
+    }
+}
+
+impl<S: TensorSource> AsyncTensorSource for Ready<'_, S> {
+    fn meta(&self, name: &str) -> Option<(crate::quant::GgmlType, Vec<u64>)> {
+        self.0.meta(name)
+    }
+
+    async fn read(&self, name: &str) -> Result<Vec<u8>, Error> {
+        self.0.read(name)
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod native;
+#[cfg(not(target_arch = "wasm32"))]
+pub use native::{backend, open, open_path, resolve};

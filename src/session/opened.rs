@@ -1,0 +1,263 @@
+//! A model's files opened as the model they hold, its format detected once: a GGUF file, an
+//! RDRR folder (`manifest.json`) or a Trellis folder. The same code serves a folder on disk
+//! ([`crate::storage::DirFiles`]), the browser's OPFS and memory: every byte comes through
+//! [`ModelFiles`].
+
+use std::sync::OnceLock;
+
+use crate::formats::gguf::GgufFile;
+use crate::formats::rdrr::{self, Manifest};
+use crate::formats::source::ModelFiles;
+use crate::formats::{trellis, ModelDescription};
+use crate::model::{GgufTensors, TensorSource};
+use crate::quant::GgmlType;
+use crate::text::{ChatTemplate, Tokenizer};
+use crate::Error;
+
+/// The files that mark a Trellis checkpoint folder.
+const TRELLIS_MARKERS: [&str; 3] = [
+    "model.safetensors.index.json",
+    "quantization_index.json",
+    "quantization_config.json",
+];
+
+/// Which format a model is in.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Gguf,
+    Rdrr,
+    Trellis,
+}
+
+/// A model opened from its files.
+pub enum OpenedModel<F: ModelFiles> {
+    /// The GGUF file `file` of `files`, and its header.
+    Gguf {
+        files: F,
+        file: String,
+        header: Box<GgufFile>,
+    },
+    /// An RDRR folder: its manifest, and the GGUF view of its metadata, read when the model
+    /// is first run (checking a folder needs only the manifest).
+    Rdrr {
+        files: F,
+        manifest: Box<Manifest>,
+        view: OnceLock<GgufFile>,
+    },
+    Trellis(F),
+}
+
+/// What running a model needs besides its tensors: the configuration's metadata, the
+/// tokenizer and the chat template.
+pub trait ModelMeta {
+    /// The GGUF header (an RDRR folder's GGUF view): what the configuration is read from.
+    fn header(&self) -> Result<&GgufFile, Error>;
+    /// The tokenizer, or why there is none.
+    fn tokenizer(&self) -> Result<Tokenizer, Error>;
+    /// The chat template (or the architecture's fallback).
+    fn chat_template(&self, tokenizer: Option<&Tokenizer>) -> Result<ChatTemplate, Error>;
+}
+
+impl<F: ModelFiles> OpenedModel<F> {
+    /// The GGUF file `file` of `files`.
+    pub fn gguf(files: F, file: &str) -> Result<Self, Error> {
+        let header = GgufFile::read(&*files.open(file)?)?;
+        Ok(OpenedModel::Gguf {
+            files,
+            file: file.to_string(),
+            header: Box::new(header),
+        })
+    }
+
+    /// A model folder: RDRR when it has a `manifest.json`, Trellis when it has a Trellis index.
+    pub fn folder(files: F) -> Result<Self, Error> {
+        if files.exists(rdrr::MANIFEST_FILE) {
+            let manifest = Box::new(Manifest::load(&files)?);
+            return Ok(OpenedModel::Rdrr {
+                files,
+                manifest,
+                view: OnceLock::new(),
+            });
+        }
+        if TRELLIS_MARKERS.iter().any(|m| files.exists(m)) {
+            return Ok(OpenedModel::Trellis(files));
+        }
+        Err(Error::Usage(
+            "not a GGUF file, an RDRR folder (manifest.json) or a Trellis folder \
+             (model.safetensors.index.json or quantization_index.json)"
+                .into(),
+        ))
+    }
+
+    pub fn format(&self) -> Format {
+        match self {
+            OpenedModel::Gguf { .. } => Format::Gguf,
+            OpenedModel::Rdrr { .. } => Format::Rdrr,
+            OpenedModel::Trellis(_) => Format::Trellis,
+        }
+    }
+
+    /// The model's files.
+    pub fn files(&self) -> &F {
+        match self {
+            OpenedModel::Gguf { files, .. }
+            | OpenedModel::Rdrr { files, .. }
+            | OpenedModel::Trellis(files) => files,
+        }
+    }
+
+    /// Architecture, hyper-parameters and tensor table.
+    pub fn describe(&self) -> Result<ModelDescription, Error> {
+        Ok(match self {
+            OpenedModel::Gguf { header, .. } => header.describe(),
+            OpenedModel::Rdrr { manifest, .. } => rdrr::describe(manifest),
+            OpenedModel::Trellis(files) => trellis::describe(files)?,
+        })
+    }
+
+    /// One tensor dequantized to f32, in the file's element order.
+    pub fn dequantize(&self, name: &str) -> Result<Vec<f32>, Error> {
+        match self {
+            OpenedModel::Gguf {
+                files,
+                file,
+                header,
+            } => {
+                let t = header.tensor(name).ok_or_else(|| self.no_tensor(name))?;
+                let raw = header.read_tensor(&*files.open(file)?, name)?;
+                Ok(crate::quant::dequantize(
+                    t.dtype,
+                    &raw,
+                    elements(t.n_elements())?,
+                )?)
+            }
+            OpenedModel::Rdrr {
+                files, manifest, ..
+            } => {
+                let t = manifest
+                    .tensors
+                    .get(name)
+                    .ok_or_else(|| self.no_tensor(name))?;
+                let dtype = t.ggml_type()?;
+                let n = t.element_count().ok_or_else(|| {
+                    Error::Usage(format!(
+                        "tensor '{name}': its shape's element count overflows"
+                    ))
+                })?;
+                let raw = rdrr::read_tensor(manifest, files, name)?;
+                Ok(crate::quant::dequantize(dtype, &raw, elements(n)?)?)
+            }
+            OpenedModel::Trellis(files) => Ok(trellis::dequantize_tensor(files, name)?),
+        }
+    }
+
+    /// An error for a tensor the model lacks, naming similar ones.
+    fn no_tensor(&self, name: &str) -> Error {
+        let hint = match self.describe() {
+            Ok(d) => {
+                let close: Vec<_> = d
+                    .tensors
+                    .iter()
+                    .filter(|t| t.name.contains(name) || name.contains(t.name.as_str()))
+                    .take(5)
+                    .map(|t| t.name.as_str())
+                    .collect();
+                if close.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (similar: {})", close.join(", "))
+                }
+            }
+            Err(_) => String::new(),
+        };
+        Error::Usage(format!("no tensor named '{name}'{hint}"))
+    }
+
+    /// An error unless the model can be run (Trellis checkpoints cannot, yet).
+    fn runnable(&self) -> Result<(), Error> {
+        match self {
+            OpenedModel::Trellis(_) => Err(Error::Usage(
+                "running Trellis models is not supported; give a GGUF file or an RDRR folder"
+                    .into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn elements(n: u64) -> Result<usize, Error> {
+    usize::try_from(n).map_err(|_| Error::Usage(format!("{n} elements do not fit in memory here")))
+}
+
+impl<F: ModelFiles> ModelMeta for OpenedModel<F> {
+    fn header(&self) -> Result<&GgufFile, Error> {
+        self.runnable()?;
+        match self {
+            OpenedModel::Gguf { header, .. } => Ok(header),
+            OpenedModel::Rdrr {
+                files,
+                manifest,
+                view,
+            } => {
+                if let Some(h) = view.get() {
+                    return Ok(h);
+                }
+                let h = crate::model::rdrr::gguf_view(manifest, files)?;
+                Ok(view.get_or_init(|| h))
+            }
+            OpenedModel::Trellis(_) => {
+                Err(Error::Usage("a Trellis model has no GGUF header".into()))
+            }
+        }
+    }
+
+    fn tokenizer(&self) -> Result<Tokenizer, Error> {
+        let header = self.header()?;
+        match self {
+            OpenedModel::Rdrr {
+                files, manifest, ..
+            } => crate::model::rdrr::tokenizer(manifest, header, files),
+            _ => Ok(Tokenizer::from_gguf(header)?),
+        }
+    }
+
+    fn chat_template(&self, tokenizer: Option<&Tokenizer>) -> Result<ChatTemplate, Error> {
+        let header = self.header()?;
+        Ok(match self {
+            OpenedModel::Rdrr { .. } => crate::model::rdrr::chat_template(header, tokenizer)?,
+            _ => ChatTemplate::from_gguf(header)?,
+        })
+    }
+}
+
+impl<F: ModelFiles> TensorSource for OpenedModel<F> {
+    fn meta(&self, name: &str) -> Option<(GgmlType, Vec<u64>)> {
+        let header = self.header().ok()?;
+        header.tensor(name).map(|t| (t.dtype, t.dims.clone()))
+    }
+
+    fn read(&self, name: &str) -> Result<Vec<u8>, Error> {
+        match self {
+            OpenedModel::Gguf {
+                files,
+                file,
+                header,
+            } => {
+                let src = files.open(file)?;
+                GgufTensors {
+                    file: header,
+                    src: &*src,
+                }
+                .read(name)
+            }
+            OpenedModel::Rdrr {
+                files, manifest, ..
+            } => crate::model::rdrr::read(manifest, files, name),
+            OpenedModel::Trellis(_) => {
+                self.runnable()?;
+                Err(Error::Usage(format!("the model has no tensor {name}")))
+            }
+        }
+    }
+}

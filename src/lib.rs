@@ -19,7 +19,7 @@ pub mod session;
 pub mod storage;
 pub mod text;
 
-#[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+#[cfg(all(feature = "cli", feature = "gpu", not(target_arch = "wasm32")))]
 pub mod bench;
 #[cfg(feature = "cli")]
 pub mod cli;

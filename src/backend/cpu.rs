@@ -13,6 +13,7 @@ use super::{
 };
 use crate::cpu::bitlinear::quantize_activations;
 use crate::cpu::ops::{self, RopeConfig};
+use crate::error::{BackendError, BatchError};
 use crate::quant::{self, GgmlType};
 use crate::Error;
 
@@ -93,26 +94,33 @@ impl CpuBackend {
         &self.tensors[t.0 as usize]
     }
 
-    fn need(&self, t: Tensor, len: usize, what: &str) -> Result<(), Error> {
+    fn need(&self, t: Tensor, len: usize, what: &'static str) -> Result<(), Error> {
         let have = self.tensors.get(t.0 as usize).map_or(0, Vec::len);
         if have < len {
-            return Err(Error::Usage(format!(
-                "{what}: buffer {} holds {have} values, the op needs {len}",
-                self.names.get(t.0 as usize).map_or("?", String::as_str)
-            )));
+            return Err(BackendError::BufferTooSmall {
+                what,
+                buffer: self.names.get(t.0 as usize).cloned().unwrap_or_default(),
+                have,
+                need: len,
+            }
+            .into());
         }
         Ok(())
     }
 
     fn weight(&self, w: Weight) -> Result<&CpuWeight, Error> {
-        self.weights
-            .get(w.0 as usize)
-            .ok_or_else(|| Error::Usage(format!("no weight {}", w.0)))
+        self.weights.get(w.0 as usize).ok_or_else(|| {
+            BackendError::UnknownHandle {
+                what: "weight",
+                id: w.0,
+            }
+            .into()
+        })
     }
 
     fn kv(&self) -> Result<KvShape, Error> {
         self.kv
-            .ok_or_else(|| Error::Usage("attention before the KV cache was created".into()))
+            .ok_or_else(|| BackendError::NoCache("attention").into())
     }
 
     /// `y[t, r] = f(row r of W, t)` for `n` tokens, rows in parallel natively.
@@ -218,10 +226,11 @@ impl CpuBackend {
         let mut result = Ok(());
         for (t, &id) in ids.iter().enumerate() {
             if id as usize >= w.rows {
-                result = Err(Error::Usage(format!(
-                    "token id {id} is outside the vocabulary of {} tokens",
-                    w.rows
-                )));
+                result = Err(BatchError::TokenOutOfVocab {
+                    id,
+                    n_vocab: w.rows,
+                }
+                .into());
                 break;
             }
             let row = &mut y[t * cols..][..cols];
@@ -291,7 +300,7 @@ impl CpuBackend {
         let cfg = self
             .rope
             .clone()
-            .ok_or_else(|| Error::Usage("RoPE before the RoPE table was created".into()))?;
+            .ok_or_else(|| Error::from(BackendError::NoCache("RoPE")))?;
         let row = heads * cfg.head_dim;
         self.need(x, batch.tokens() * row, "rope x")?;
         let mut start = 0;
@@ -318,9 +327,7 @@ impl CpuBackend {
         self.need(v, n * kv_row, "attention v")?;
         self.need(out, n * q_row, "attention out")?;
         if layer >= kv.n_layers {
-            return Err(Error::Usage(format!(
-                "attention of layer {layer}: no such cache layer"
-            )));
+            return Err(BackendError::NoCacheLayer { layer }.into());
         }
         let shape = AttentionShape {
             n_heads: heads,
@@ -367,7 +374,7 @@ impl CpuBackend {
                 self.need(s, len, "elementwise second operand")?;
                 &self.tensor(s)[..len]
             }
-            (true, None) => return Err(Error::Usage(format!("{f:?} without its second operand"))),
+            (true, None) => return Err(BackendError::MissingOperand { op: f.name() }.into()),
             (false, _) => a,
         };
         let y = match f {
@@ -452,18 +459,22 @@ impl Backend for CpuBackend {
         let n = w.rows as u64 * w.cols as u64;
         let (row_bytes, own_scale) = if w.dtype == GgmlType::I2_S {
             if w.cols % 128 != 0 {
-                return Err(Error::Usage(format!(
-                    "{}: I2_S rows of {} weights (must be whole 128-weight blocks)",
-                    w.name, w.cols
-                )));
+                return Err(BackendError::UnsupportedWeight {
+                    name: w.name.to_string(),
+                    why: format!(
+                        "I2_S rows of {} weights (must be whole 128-weight blocks)",
+                        w.cols
+                    ),
+                }
+                .into());
             }
             (w.cols / 4, quant::i2s_weight_scale(w.bytes, n as usize)?)
         } else {
             let rb = w.dtype.tensor_bytes(w.cols as u64).ok_or_else(|| {
-                Error::Usage(format!(
-                    "{}: rows of {} {} values are not whole blocks",
-                    w.name, w.cols, w.dtype
-                ))
+                Error::from(BackendError::UnsupportedWeight {
+                    name: w.name.to_string(),
+                    why: format!("rows of {} {} values are not whole blocks", w.cols, w.dtype),
+                })
             })?;
             if !w.dtype.can_dequantize() {
                 return Err(quant::QuantError::Unsupported(w.dtype).into());
@@ -472,14 +483,15 @@ impl Backend for CpuBackend {
         };
         let data_len = row_bytes * w.rows;
         if w.bytes.len() < data_len {
-            return Err(Error::Usage(format!(
-                "{}: {} bytes, a [{}, {}] {} weight needs {data_len}",
-                w.name,
-                w.bytes.len(),
-                w.rows,
-                w.cols,
-                w.dtype
-            )));
+            return Err(BackendError::WeightBytes {
+                name: w.name.to_string(),
+                have: w.bytes.len(),
+                rows: w.rows,
+                cols: w.cols,
+                dtype: w.dtype,
+                need: data_len,
+            }
+            .into());
         }
         self.weights.push(CpuWeight {
             name: w.name.to_string(),
@@ -534,10 +546,11 @@ impl Backend for CpuBackend {
             if let Op::BitLinear { w, .. } = op {
                 let cw = self.weight(*w)?;
                 if !matches!(cw.dtype, GgmlType::I2_S | GgmlType::TQ1_0 | GgmlType::TQ2_0) {
-                    return Err(Error::Usage(format!(
-                        "{}: BitLinear over {} weights (ternary types only)",
-                        cw.name, cw.dtype
-                    )));
+                    return Err(BackendError::UnsupportedWeight {
+                        name: cw.name.clone(),
+                        why: format!("BitLinear over {} weights (ternary types only)", cw.dtype),
+                    }
+                    .into());
                 }
             }
         }
@@ -561,20 +574,16 @@ impl Backend for CpuBackend {
         let ids = match tokens {
             Tokens::Ids(ids) => ids,
             Tokens::Chained => {
-                chained = [self.best.ok_or_else(|| {
-                    Error::Usage(
-                        "a chained pass needs a previous pass that read back its top-k".into(),
-                    )
-                })?];
+                chained = [self.best.ok_or(BatchError::ChainWithoutTopK)?];
                 &chained[..]
             }
         };
         if ids.len() != pass.batch.tokens() {
-            return Err(Error::Usage(format!(
-                "{} token ids for a pass of {} tokens",
-                ids.len(),
-                pass.batch.tokens()
-            )));
+            return Err(BatchError::TokenCount {
+                ids: ids.len(),
+                tokens: pass.batch.tokens(),
+            }
+            .into());
         }
         let mut logits = Logits::None;
         for op in pass.ops.iter() {

@@ -16,6 +16,7 @@ pub mod gpu;
 #[cfg(feature = "gpu")]
 pub mod profile;
 
+use crate::error::BatchError;
 pub use crate::pass::{
     AttentionShape, Batch, Elementwise, Logits, Names, Op, Pass, Readback, RopeConfig, Span,
     Tensor, Tokens, Weight,
@@ -68,26 +69,29 @@ pub fn check_batch(
 ) -> Result<(), crate::Error> {
     let n = batch.tokens();
     if n == 0 || n > max_batch || batch.spans.iter().any(|s| s.len == 0) {
-        return Err(crate::Error::Usage(format!(
-            "a forward pass of {n} tokens in {} spans (1 ..= {max_batch} tokens, no empty span)",
-            batch.spans.len()
-        )));
+        return Err(BatchError::BadBatch {
+            tokens: n,
+            spans: batch.spans.len(),
+            max_batch,
+        }
+        .into());
     }
     if let Some(kv) = kv {
         for s in &batch.spans {
             if s.seq >= kv.n_seqs {
-                return Err(crate::Error::Usage(format!(
-                    "sequence {} of a cache of {} sequences",
-                    s.seq, kv.n_seqs
-                )));
+                return Err(BatchError::BadSequence {
+                    seq: s.seq,
+                    n_seqs: kv.n_seqs,
+                }
+                .into());
             }
             if s.pos0 + s.len > kv.max_ctx {
-                return Err(crate::Error::Usage(format!(
-                    "positions {} .. {} exceed the context of {} tokens",
-                    s.pos0,
-                    s.pos0 + s.len,
-                    kv.max_ctx
-                )));
+                return Err(BatchError::PastContext {
+                    tokens: s.len,
+                    pos0: s.pos0,
+                    context: kv.max_ctx,
+                }
+                .into());
             }
         }
     }

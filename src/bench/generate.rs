@@ -6,13 +6,13 @@
 use super::kernels::copy_bandwidth;
 use crate::backend::gpu::{GpuBackend, Rules};
 use crate::backend::Backend;
+use crate::cli::Error;
 use crate::engine::{Engine, GenerateOptions, TokenControl};
 use crate::formats::gguf::GgufFile;
 use crate::gpu::GpuContext;
 use crate::model::{ModelConfig, TensorSource};
 use crate::sampling::SamplerConfig;
 use crate::session::{ModelMeta, OpenOptions};
-use crate::Error;
 
 /// What to measure.
 #[derive(Clone, Debug)]

@@ -11,9 +11,9 @@ use half::f16;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::cli::Error;
 use crate::formats::gguf::{GgufWriter, Value};
 use crate::quant::GgmlType;
-use crate::Error;
 
 /// The shape of a synthetic model.
 #[derive(Clone, Debug)]

@@ -3,9 +3,9 @@
 use std::process::ExitCode;
 
 use crate::bench::kernels::{self, KernelBenchOptions};
+use crate::cli::Error;
 use crate::gpu::{DeviceOptions, GpuContext};
 use crate::quant::GgmlType;
-use crate::Error;
 
 pub fn kernels(
     quick: bool,

@@ -19,12 +19,12 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 
 use super::model::{open, OpenModel};
+use crate::cli::Error;
 use crate::formats::gguf::GgufFile;
 use crate::formats::rdrr::{self, ConvertOptions, ConvertReport, ExtraFileData, HashAlgorithm};
 use crate::formats::source::{ByteSource, ModelFiles};
 use crate::storage::DirFiles;
 use crate::text::{ChatMessage, ChatTemplate, Tokenizer};
-use crate::Error;
 
 /// What to write.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]

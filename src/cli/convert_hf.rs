@@ -18,6 +18,7 @@ use rayon::prelude::*;
 use super::convert::{
     convert_options, print_report, target, write_file_atomically, ConvertArgs, StagedFolder, Target,
 };
+use crate::cli::Error;
 use crate::formats::gguf::{GgufError, GgufFile, GgufWriter, TensorInfo, DEFAULT_ALIGNMENT};
 use crate::formats::hf::{
     self, HfCheckpoint, OutputTensor, Quantization, TokenizerConfig, TokenizerSettings,
@@ -26,7 +27,6 @@ use crate::formats::rdrr::{self, ExtraFileData, RdrrError};
 use crate::quant::{self, GgmlType, QuantError};
 use crate::storage::DirFiles;
 use crate::text::Tokenizer;
-use crate::Error;
 
 /// The weight type of a converted Hugging Face checkpoint.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]

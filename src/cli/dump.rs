@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::model;
-use crate::Error;
+use crate::cli::Error;
 
 pub fn run(path: &Path, tensor: &str, output: &Path) -> Result<ExitCode, Error> {
     let values = model::open(path)?.dequantize(tensor)?;

@@ -9,11 +9,11 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 
 use crate::backend::{Backend, Batch};
+use crate::cli::Error;
 use crate::engine::{Engine, FinishReason, GenerateOptions, TokenControl};
 use crate::sampling::SamplerConfig;
 use crate::session::{self, AnyBackend, KvCacheType, OpenOptions, Session};
 use crate::text::{encode_chat, ChatMessage, StopStream, Tokenizer};
-use crate::Error;
 
 /// Which backend runs the model.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]

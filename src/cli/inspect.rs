@@ -4,8 +4,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::{human_bytes, model};
+use crate::cli::Error;
 use crate::formats::ModelDescription;
-use crate::Error;
 
 pub fn run(path: &Path, json: bool) -> Result<ExitCode, Error> {
     let desc = model::open(path)?.describe()?;

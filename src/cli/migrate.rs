@@ -6,9 +6,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::human_bytes;
+use crate::cli::Error;
 use crate::formats::trellis::{self, MigrateOptions};
 use crate::storage::DirFiles;
-use crate::Error;
 
 /// `--shard-size` as clap parses it: `2GB`, `512MB`, `1000000`, ...
 pub fn parse_shard_size(text: &str) -> Result<u64, String> {

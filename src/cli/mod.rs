@@ -6,6 +6,7 @@ mod bench;
 mod convert;
 mod convert_hf;
 mod dump;
+pub mod error;
 mod generate;
 mod inspect;
 mod migrate;
@@ -23,6 +24,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+pub use error::Error;
 
 #[derive(Parser)]
 #[command(

@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
+use crate::cli::Error;
 use crate::session::{self, OpenOptions, OpenedModel};
 use crate::storage::DirFiles;
-use crate::Error;
 
 /// A model opened from disk.
 pub type OpenModel = OpenedModel<DirFiles>;
@@ -13,5 +13,8 @@ pub type OpenModel = OpenedModel<DirFiles>;
 /// Open `path` as whichever format it is; a path that does not exist is looked up as the name
 /// of a model in the store (`$TRITIUM_STORE` or the cache folder). Errors name the path.
 pub fn open(path: &Path) -> Result<OpenModel, Error> {
-    session::open_path(&session::resolve(path, &OpenOptions::default())?)
+    Ok(session::open_path(&session::resolve(
+        path,
+        &OpenOptions::default(),
+    )?)?)
 }

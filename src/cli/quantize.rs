@@ -12,11 +12,11 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::cli::Error;
 use crate::formats::gguf::{GgufFile, GgufWriter, Value, DEFAULT_ALIGNMENT};
 use crate::quant::ftype::{self, FileType, ModelFacts, TensorIn};
 use crate::quant::{self, GgmlType};
 use crate::storage::FileSource;
-use crate::Error;
 
 /// `GGML_QNT_VERSION`, stored in `general.quantization_version`.
 const GGML_QNT_VERSION: u32 = 2;

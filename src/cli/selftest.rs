@@ -2,8 +2,8 @@
 
 use std::process::ExitCode;
 
+use crate::cli::Error;
 use crate::gpu::{selftest, DeviceOptions, GpuContext};
-use crate::Error;
 
 pub fn run(
     prefix: &str,

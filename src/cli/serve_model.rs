@@ -35,9 +35,9 @@ use tower_http::services::ServeDir;
 
 use super::convert::gguf_to_rdrr;
 use super::model::{open, OpenModel};
+use crate::cli::Error;
 use crate::formats::rdrr::{ConvertOptions, MANIFEST_FILE};
 use crate::formats::source::ModelFiles;
-use crate::Error;
 
 /// `tritium serve-model` arguments.
 #[derive(Args, Clone, Debug)]

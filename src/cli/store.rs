@@ -8,11 +8,11 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::human_bytes;
+use crate::cli::Error;
 use crate::storage::download::{
     self as download, DownloadEvent, DownloadOptions, DownloadSummary, ReqwestClient, RetryPolicy,
 };
 use crate::storage::{model_name_from_url, FsStore, ShardStore};
-use crate::Error;
 
 /// `--store DIR`, for every command that reads the model store.
 #[derive(Args, Debug, Clone, Default)]
@@ -30,7 +30,7 @@ impl StoreArgs {
 
     /// A model argument as a path: an existing file or folder, else a model in the store.
     pub fn resolve(&self, model: &str) -> Result<PathBuf, Error> {
-        crate::storage::resolve_model(model, self.store.as_deref())
+        Ok(crate::storage::resolve_model(model, self.store.as_deref())?)
     }
 
     /// [`StoreArgs::resolve`] for a path argument (one that is not UTF-8 can only be a path).

@@ -17,11 +17,11 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use super::store::{network_workers, runtime, runtime_with};
+use crate::cli::Error;
 use crate::formats::rdrr::{HashAlgorithm, RdrrWriter, StreamHasher, WriterOptions};
 use crate::formats::source::MemoryFiles;
 use crate::storage::download::{download_rdrr, DownloadOptions, ReqwestClient};
 use crate::storage::FsStore;
-use crate::Error;
 
 /// Pseudo-random bytes (xorshift64*), fast enough not to matter.
 fn fill(buf: &mut [u8], seed: u64) {

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use serde_json::json;
 
 use super::model::{self, OpenModel};
+use crate::cli::Error;
 use crate::formats::{rdrr, trellis};
-use crate::Error;
 
 fn exit(ok: bool) -> ExitCode {
     if ok {

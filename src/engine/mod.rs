@@ -6,6 +6,7 @@
 use web_time::Instant;
 
 use crate::backend::{Backend, Batch, Logits, Readback, Tokens};
+use crate::error::BatchError;
 use crate::model::Model;
 use crate::sampling::{Sampler, SamplerConfig, Scores};
 use crate::Error;
@@ -125,9 +126,10 @@ impl<B: Backend> Engine<B> {
             match self.model.forward(chunk, i * batch, Readback::All).await? {
                 Logits::Full(v) => out.extend_from_slice(&v),
                 other => {
-                    return Err(Error::Usage(format!(
-                        "the backend read back {other:?} for all logits"
-                    )))
+                    return Err(BatchError::NoLogits {
+                        what: format!("{other:?}"),
+                    }
+                    .into())
                 }
             }
             self.cached.extend_from_slice(chunk);
@@ -137,13 +139,14 @@ impl<B: Backend> Engine<B> {
 
     fn check_fits(&self, n: usize) -> Result<(), Error> {
         if n == 0 {
-            return Err(Error::Usage("an empty prompt".into()));
+            return Err(BatchError::EmptyPrompt.into());
         }
         if n > self.model.ctx {
-            return Err(Error::Usage(format!(
-                "the prompt has {n} tokens, more than the context of {} (ask for a larger context)",
-                self.model.ctx
-            )));
+            return Err(BatchError::PromptTooLong {
+                tokens: n,
+                context: self.model.ctx,
+            }
+            .into());
         }
         Ok(())
     }
@@ -258,7 +261,12 @@ impl<B: Backend> Engine<B> {
                         top.first().map(|c| c.0),
                     )
                 }
-                Logits::None => return Err(Error::Usage("no logits to sample from".into())),
+                Logits::None => {
+                    return Err(BatchError::NoLogits {
+                        what: "nothing".into(),
+                    }
+                    .into())
+                }
             };
             if ids.is_empty() {
                 usage.time_to_first_token_ms = ms(start);

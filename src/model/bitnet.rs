@@ -4,6 +4,7 @@
 //! converters keep transformers' Q/K row order.
 
 use super::{ModelConfig, RunState, Weights};
+use crate::error::ModelError;
 use crate::pass::Pass;
 use crate::Error;
 
@@ -17,7 +18,9 @@ pub fn forward(
     p: &mut Pass,
 ) -> Result<(), Error> {
     let (dim, q_dim) = (c.dim, c.n_heads * c.head_dim);
-    let missing = |what: &str, i: usize| Error::Usage(format!("blk.{i}.{what}.weight missing"));
+    let missing = |what: &str, i: usize| ModelError::MissingTensor {
+        name: format!("blk.{i}.{what}.weight"),
+    };
     p.embed(w.token_embd, s.x); // x: (n, dim)
     for (i, l) in w.layers.iter().enumerate() {
         let attn_sub_norm = l.attn_sub_norm.ok_or_else(|| missing("attn_sub_norm", i))?;

@@ -1,6 +1,7 @@
 //! A model's hyper-parameters, read from GGUF metadata (`<arch>.block_count`, ...).
 
 use crate::cpu::ops::{RopeConfig, RopeStyle};
+use crate::error::ModelError;
 use crate::formats::gguf::GgufFile;
 use crate::Error;
 
@@ -51,21 +52,22 @@ impl ModelConfig {
     pub fn from_gguf(file: &GgufFile) -> Result<Self, Error> {
         let arch_name = file
             .architecture()
-            .ok_or_else(|| Error::Usage("the file has no general.architecture".into()))?
+            .ok_or(ModelError::NoArchitecture)?
             .to_string();
-        let arch = Arch::from_name(&arch_name).ok_or_else(|| {
-            Error::Usage(format!(
-                "architecture `{arch_name}` is not supported (supported: llama, bitnet-b1.58, \
-                 bitnet-25, bitnet)"
-            ))
-        })?;
+        let arch =
+            Arch::from_name(&arch_name).ok_or_else(|| ModelError::UnsupportedArchitecture {
+                name: arch_name.clone(),
+            })?;
         let key = |k: &str| format!("{arch_name}.{k}");
         let req = |k: &str| -> Result<usize, Error> {
             let v = file.require_u64(&key(k))?;
-            usize::try_from(v)
-                .ok()
-                .filter(|&v| v > 0)
-                .ok_or_else(|| Error::Usage(format!("{}: {v} is not a usable value", key(k))))
+            usize::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| {
+                ModelError::BadMetadata {
+                    key: key(k),
+                    value: v,
+                }
+                .into()
+            })
         };
         let dim = req("embedding_length")?;
         let n_layers = req("block_count")?;
@@ -81,9 +83,12 @@ impl ModelConfig {
             None => dim / n_heads,
         };
         if n_kv_heads == 0 || n_heads % n_kv_heads != 0 || head_dim == 0 {
-            return Err(Error::Usage(format!(
-                "{n_heads} attention heads over {n_kv_heads} KV heads of {head_dim} dimensions"
-            )));
+            return Err(ModelError::BadHeads {
+                n_heads,
+                n_kv_heads,
+                head_dim,
+            }
+            .into());
         }
         let eps = file
             .get_f64(&key("attention.layer_norm_rms_epsilon"))
@@ -93,9 +98,7 @@ impl ModelConfig {
             .get_u64(&key("rope.dimension_count"))
             .map_or(head_dim, |v| v as usize);
         if rot_dim == 0 || rot_dim % 2 != 0 || rot_dim > head_dim {
-            return Err(Error::Usage(format!(
-                "RoPE over {rot_dim} of {head_dim} dimensions"
-            )));
+            return Err(ModelError::BadRotaryDims { rot_dim, head_dim }.into());
         }
         let style = match arch {
             Arch::Llama => RopeStyle::Interleaved,
@@ -105,12 +108,17 @@ impl ModelConfig {
         rope.rot_dim = rot_dim;
         let embd = file
             .tensor("token_embd.weight")
-            .ok_or_else(|| Error::Usage("the file has no token_embd.weight".into()))?;
+            .ok_or_else(|| ModelError::MissingTensor {
+                name: "token_embd.weight".into(),
+            })?;
         let shape = embd.dims.clone();
         if shape.len() != 2 || shape[0] as usize != dim {
-            return Err(Error::Usage(format!(
-                "token_embd.weight has shape {shape:?}, expected [{dim}, n_vocab]"
-            )));
+            return Err(ModelError::WrongShape {
+                name: "token_embd.weight".into(),
+                shape,
+                expected: format!("[{dim}, n_vocab]"),
+            }
+            .into());
         }
         Ok(ModelConfig {
             arch,

@@ -13,6 +13,7 @@ pub use rdrr::RdrrModel;
 pub use weights::{AsyncTensorSource, GgufTensors, ReadySource, TensorSource, Weights};
 
 use crate::backend::{Backend, KvShape};
+use crate::error::{BatchError, ModelError};
 use crate::pass::{Batch, Logits, Names, Pass, Readback, Tensor, Tokens};
 use crate::Error;
 
@@ -153,9 +154,11 @@ impl<B: Backend> Model<B> {
     ) -> Result<Self, Error> {
         let ctx = if ctx == 0 { config.context_length } else { ctx };
         if ctx == 0 || n_seqs == 0 {
-            return Err(Error::Usage(format!(
-                "a KV cache of {ctx} positions for {n_seqs} sequences"
-            )));
+            return Err(ModelError::EmptyCache {
+                context: ctx,
+                sequences: n_seqs,
+            }
+            .into());
         }
         let mut config = config;
         if let Some(f) = weights::rope_freq_factors_async(src).await? {
@@ -216,11 +219,11 @@ impl<B: Backend> Model<B> {
         match readback {
             Readback::Nothing => {}
             Readback::All if n > s.logits_rows => {
-                return Err(Error::Usage(format!(
-                    "{n} tokens' logits do not fit one pass (at most {}: the logits of {n} \
-                     tokens would exceed the device's largest buffer binding)",
-                    s.logits_rows
-                )))
+                return Err(BatchError::LogitsTooLarge {
+                    tokens: n,
+                    max: s.logits_rows,
+                }
+                .into())
             }
             Readback::All => {
                 p.rms_norm(s.x, w.output_norm, s.xb, n, c.dim, c.eps); // xb: (n, dim)
@@ -306,10 +309,11 @@ impl<B: Backend> Model<B> {
     pub fn submit(&mut self, pass: B::Recorded, tokens: Tokens<'_>) -> Result<B::Pending, Error> {
         if let Tokens::Ids(ids) = tokens {
             if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.config.n_vocab) {
-                return Err(Error::Usage(format!(
-                    "token id {bad} is outside the vocabulary of {} tokens",
-                    self.config.n_vocab
-                )));
+                return Err(BatchError::TokenOutOfVocab {
+                    id: bad,
+                    n_vocab: self.config.n_vocab,
+                }
+                .into());
             }
         }
         self.backend.submit(pass, tokens)
@@ -336,16 +340,19 @@ impl<B: Backend> Model<B> {
     fn check_batch(&self, batch: &Batch) -> Result<(), Error> {
         for (i, s) in batch.spans.iter().enumerate() {
             if s.pos0 + s.len > self.ctx {
-                return Err(Error::Usage(format!(
-                    "{} tokens at position {} do not fit the context of {} tokens",
-                    s.len, s.pos0, self.ctx
-                )));
+                return Err(BatchError::PastContext {
+                    tokens: s.len,
+                    pos0: s.pos0,
+                    context: self.ctx,
+                }
+                .into());
             }
             if s.seq >= self.n_seqs || batch.spans[..i].iter().any(|o| o.seq == s.seq) {
-                return Err(Error::Usage(format!(
-                    "sequence {} twice in one pass, or not one of the cache's {}",
-                    s.seq, self.n_seqs
-                )));
+                return Err(BatchError::BadSequence {
+                    seq: s.seq,
+                    n_seqs: self.n_seqs,
+                }
+                .into());
             }
         }
         Ok(())

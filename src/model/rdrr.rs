@@ -11,6 +11,7 @@
 //! makes a GGUF and its RDRR conversion give the same tokens.
 
 use super::weights::TensorSource;
+use crate::error::ModelError;
 use crate::formats::gguf::{GgufFile, Value};
 use crate::formats::rdrr::{self, GgufMetadata, Manifest, RdrrError, TOKENIZER_FILE};
 use crate::formats::source::ModelFiles;
@@ -62,13 +63,8 @@ impl<F: ModelFiles> RdrrModel<F> {
 /// The GGUF view of an RDRR folder's metadata (`gguf_metadata.json` and the manifest's
 /// tensors): what the configuration, tokenizer and chat template are read from.
 pub fn gguf_view<F: ModelFiles>(manifest: &Manifest, files: &F) -> Result<GgufFile, Error> {
-    let meta = GgufMetadata::load(manifest, files)?.ok_or_else(|| {
-        Error::Usage(format!(
-            "this RDRR folder has no {} (the GGUF metadata that tritium's converters write), \
-             so its architecture and tokenizer settings are unknown; convert the model with \
-             `tritium convert`",
-            rdrr::GGUF_METADATA_FILE
-        ))
+    let meta = GgufMetadata::load(manifest, files)?.ok_or(ModelError::NoGgufMetadata {
+        file: rdrr::GGUF_METADATA_FILE,
     })?;
     Ok(meta.header(manifest)?)
 }
@@ -150,7 +146,7 @@ impl<F: ModelFiles> TensorSource for RdrrModel<F> {
 /// A tensor's bytes from an RDRR folder, joined across shards when it spans several.
 pub fn read<F: ModelFiles>(manifest: &Manifest, files: &F, name: &str) -> Result<Vec<u8>, Error> {
     rdrr::read_tensor(manifest, files, name).map_err(|e| match e {
-        RdrrError::NoSuchTensor(n) => Error::Usage(format!("the model has no tensor {n}")),
+        RdrrError::NoSuchTensor(name) => ModelError::MissingTensor { name }.into(),
         e => e.into(),
     })
 }

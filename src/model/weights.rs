@@ -2,6 +2,7 @@
 
 use super::config::{Arch, ModelConfig};
 use crate::backend::{Backend, Names, Tensor, Weight, WeightData};
+use crate::error::ModelError;
 use crate::formats::gguf::GgufFile;
 use crate::formats::source::ByteSource;
 use crate::quant::{self, GgmlType};
@@ -48,8 +49,8 @@ pub(crate) fn run_ready<T>(
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     match future.as_mut().poll(&mut cx) {
         std::task::Poll::Ready(result) => result,
-        std::task::Poll::Pending => Err(Error::Usage(
-            "internal: a synchronous tensor read did not complete at once".into(),
+        std::task::Poll::Pending => Err(Error::Internal(
+            "a synchronous tensor read did not complete at once",
         )),
     }
 }
@@ -104,16 +105,22 @@ struct Loader<'a, B: Backend, S: AsyncTensorSource> {
 
 impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
     fn missing(name: &str) -> Error {
-        Error::Usage(format!("the model has no tensor {name}"))
+        ModelError::MissingTensor {
+            name: name.to_string(),
+        }
+        .into()
     }
 
     /// A `[rows, cols]` matrix (GGUF shape `[cols, rows]`).
     async fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Weight, Error> {
         let (dtype, shape) = self.src.meta(name).ok_or_else(|| Self::missing(name))?;
         if shape != [cols as u64, rows as u64] {
-            return Err(Error::Usage(format!(
-                "{name} has shape {shape:?}, expected [{cols}, {rows}]"
-            )));
+            return Err(ModelError::WrongShape {
+                name: name.to_string(),
+                shape,
+                expected: format!("[{cols}, {rows}]"),
+            }
+            .into());
         }
         let bytes = self.src.read(name).await?;
         // Upstream llama.cpp's BitNet files carry a ternary weight's scale as its own tensor.
@@ -149,10 +156,12 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
     async fn norm(&mut self, name: &str, dim: usize) -> Result<Tensor, Error> {
         let v = self.vector_values(name).await?;
         if v.len() != dim {
-            return Err(Error::Usage(format!(
-                "{name} has {} values, expected {dim}",
-                v.len()
-            )));
+            return Err(ModelError::WrongLength {
+                name: name.to_string(),
+                len: v.len(),
+                expected: dim,
+            }
+            .into());
         }
         let t = self.b.load_vector(name, &v)?;
         self.names.tensor_named(t, name);

@@ -46,7 +46,7 @@ macro_rules! each {
 }
 
 fn mismatch() -> Error {
-    Error::Usage("internal: a plan or pass of one backend given to another".into())
+    Error::Internal("a plan or pass of one backend given to another")
 }
 
 impl AnyBackend {

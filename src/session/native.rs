@@ -4,7 +4,11 @@ use std::path::{Path, PathBuf};
 
 use super::{load, AnyBackend, BackendChoice, KvCacheType, OpenOptions, OpenedModel, Session};
 use crate::backend::cpu::CpuBackend;
+use crate::error::ModelError;
+use crate::formats::source::SourceError;
+use crate::storage::download::DownloadError;
 use crate::storage::DirFiles;
+use crate::storage::StoreError;
 use crate::Error;
 
 /// Open a model and load it: `reference` is a GGUF file, an RDRR or Trellis folder, the name of
@@ -24,9 +28,10 @@ pub fn resolve(reference: &Path, options: &OpenOptions) -> Result<PathBuf, Error
         Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
             download(url, options)
         }
-        Some(name) if !reference.exists() => {
-            crate::storage::resolve_model(name, options.store.as_deref())
-        }
+        Some(name) if !reference.exists() => Ok(crate::storage::resolve_model(
+            name,
+            options.store.as_deref(),
+        )?),
         // A path that is not UTF-8 can only be a path.
         _ => Ok(reference.to_path_buf()),
     }
@@ -34,19 +39,15 @@ pub fn resolve(reference: &Path, options: &OpenOptions) -> Result<PathBuf, Error
 
 /// Open whatever `path` holds: a GGUF file, or an RDRR or Trellis folder. Errors name the path.
 pub fn open_path(path: &Path) -> Result<OpenedModel<DirFiles>, Error> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::Io {
+    let io = |message: String| SourceError::Io {
         path: path.display().to_string(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| io(e.to_string()))?;
     let opened = if meta.is_file() {
         let (dir, file) = match (path.parent(), path.file_name().and_then(|f| f.to_str())) {
             (Some(dir), Some(file)) => (dir, file),
-            _ => {
-                return Err(Error::Usage(format!(
-                    "{}: not a file name this machine can open",
-                    path.display()
-                )))
-            }
+            _ => return Err(io("not a file name this machine can open".into()).into()),
         };
         let dir = if dir.as_os_str().is_empty() {
             Path::new(".")
@@ -59,7 +60,7 @@ pub fn open_path(path: &Path) -> Result<OpenedModel<DirFiles>, Error> {
     };
     opened.map_err(|e| match e {
         // Already names the path.
-        e @ (Error::Io { .. } | Error::Source(_)) => e,
+        e @ Error::Source(_) => e,
         e => e.at(path),
     })
 }
@@ -92,9 +93,7 @@ pub fn backend(options: &OpenOptions) -> Result<AnyBackend, Error> {
     }
     #[cfg(not(feature = "gpu"))]
     if options.backend == BackendChoice::Gpu {
-        return Err(Error::Usage(
-            "this build has no GPU backend (feature `gpu`)".into(),
-        ));
+        return Err(Error::NotCompiled("gpu"));
     }
     let _ = KvCacheType::Auto;
     Ok(AnyBackend::Cpu(Box::new(CpuBackend::new(batch))))
@@ -105,16 +104,21 @@ pub fn backend(options: &OpenOptions) -> Result<AnyBackend, Error> {
 fn download(url: &str, options: &OpenOptions) -> Result<PathBuf, Error> {
     use crate::storage::download::{pull, DownloadOptions, ReqwestClient};
     let name = crate::storage::model_name_from_url(url)
-        .ok_or_else(|| Error::Usage(format!("cannot make a model name from {url}")))?;
+        .ok_or_else(|| ModelError::UnnamedUrl { url: url.into() })?;
     let store = crate::storage::FsStore::open_default(options.store.as_deref())?;
     if let Some(path) = store.complete_path(&name) {
         return Ok(path);
     }
-    let client = ReqwestClient::new().map_err(|e| Error::Usage(e.message))?;
+    let network = |message: String| DownloadError::Network {
+        url: url.into(),
+        message,
+        failures: 0,
+    };
+    let client = ReqwestClient::new().map_err(|e| network(e.message))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+        .map_err(|e| network(format!("cannot start the async runtime: {e}")))?;
     let summary = rt.block_on(pull(
         &store,
         &client,
@@ -124,7 +128,11 @@ fn download(url: &str, options: &OpenOptions) -> Result<PathBuf, Error> {
         &DownloadOptions::default(),
         &|_| {},
     ))?;
-    store
-        .complete_path(&summary.name)
-        .ok_or_else(|| Error::Usage(format!("{url}: downloaded, but not found in the store")))
+    store.complete_path(&summary.name).ok_or_else(|| {
+        StoreError::NotFound {
+            name: summary.name.clone(),
+            why: format!("downloaded from {url}, but not found in the store"),
+        }
+        .into()
+    })
 }

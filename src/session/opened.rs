@@ -5,6 +5,7 @@
 
 use std::sync::OnceLock;
 
+use crate::error::ModelError;
 use crate::formats::gguf::GgufFile;
 use crate::formats::rdrr::{self, Manifest};
 use crate::formats::source::ModelFiles;
@@ -83,11 +84,7 @@ impl<F: ModelFiles> OpenedModel<F> {
         if TRELLIS_MARKERS.iter().any(|m| files.exists(m)) {
             return Ok(OpenedModel::Trellis(files));
         }
-        Err(Error::Usage(
-            "not a GGUF file, an RDRR folder (manifest.json) or a Trellis folder \
-             (model.safetensors.index.json or quantization_index.json)"
-                .into(),
-        ))
+        Err(ModelError::UnknownFormat.into())
     }
 
     pub fn format(&self) -> Format {
@@ -140,10 +137,8 @@ impl<F: ModelFiles> OpenedModel<F> {
                     .get(name)
                     .ok_or_else(|| self.no_tensor(name))?;
                 let dtype = t.ggml_type()?;
-                let n = t.element_count().ok_or_else(|| {
-                    Error::Usage(format!(
-                        "tensor '{name}': its shape's element count overflows"
-                    ))
+                let n = t.element_count().ok_or_else(|| ModelError::ShapeOverflow {
+                    name: name.to_string(),
                 })?;
                 let raw = rdrr::read_tensor(manifest, files, name)?;
                 Ok(crate::quant::dequantize(dtype, &raw, elements(n)?)?)
@@ -154,40 +149,40 @@ impl<F: ModelFiles> OpenedModel<F> {
 
     /// An error for a tensor the model lacks, naming similar ones.
     fn no_tensor(&self, name: &str) -> Error {
-        let hint = match self.describe() {
-            Ok(d) => {
-                let close: Vec<_> = d
-                    .tensors
-                    .iter()
-                    .filter(|t| t.name.contains(name) || name.contains(t.name.as_str()))
-                    .take(5)
-                    .map(|t| t.name.as_str())
-                    .collect();
-                if close.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (similar: {})", close.join(", "))
-                }
-            }
-            Err(_) => String::new(),
+        let similar = match self.describe() {
+            Ok(d) => d
+                .tensors
+                .iter()
+                .filter(|t| t.name.contains(name) || name.contains(t.name.as_str()))
+                .take(5)
+                .map(|t| t.name.clone())
+                .collect(),
+            Err(_) => Vec::new(),
         };
-        Error::Usage(format!("no tensor named '{name}'{hint}"))
+        ModelError::NoSuchTensor {
+            name: name.to_string(),
+            similar,
+        }
+        .into()
     }
 
     /// An error unless the model can be run (Trellis checkpoints cannot, yet).
     fn runnable(&self) -> Result<(), Error> {
         match self {
-            OpenedModel::Trellis(_) => Err(Error::Usage(
-                "running Trellis models is not supported; give a GGUF file or an RDRR folder"
-                    .into(),
-            )),
+            OpenedModel::Trellis(_) => Err(ModelError::NotRunnable { format: "Trellis" }.into()),
             _ => Ok(()),
         }
     }
 }
 
 fn elements(n: u64) -> Result<usize, Error> {
-    usize::try_from(n).map_err(|_| Error::Usage(format!("{n} elements do not fit in memory here")))
+    usize::try_from(n).map_err(|_| {
+        ModelError::TooLarge {
+            what: "a tensor".into(),
+            elements: n,
+        }
+        .into()
+    })
 }
 
 impl<F: ModelFiles> ModelMeta for OpenedModel<F> {
@@ -206,9 +201,7 @@ impl<F: ModelFiles> ModelMeta for OpenedModel<F> {
                 let h = crate::model::rdrr::gguf_view(manifest, files)?;
                 Ok(view.get_or_init(|| h))
             }
-            OpenedModel::Trellis(_) => {
-                Err(Error::Usage("a Trellis model has no GGUF header".into()))
-            }
+            OpenedModel::Trellis(_) => Err(ModelError::NotRunnable { format: "Trellis" }.into()),
         }
     }
 
@@ -254,10 +247,7 @@ impl<F: ModelFiles> TensorSource for OpenedModel<F> {
             OpenedModel::Rdrr {
                 files, manifest, ..
             } => crate::model::rdrr::read(manifest, files, name),
-            OpenedModel::Trellis(_) => {
-                self.runnable()?;
-                Err(Error::Usage(format!("the model has no tensor {name}")))
-            }
+            OpenedModel::Trellis(_) => Err(ModelError::NotRunnable { format: "Trellis" }.into()),
         }
     }
 }

@@ -559,7 +559,7 @@ fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()
 /// What a model argument names: an existing path (a GGUF file, an RDRR or Trellis folder) as
 /// it is, else the complete model of that name in the store (`store`, else `$TRITIUM_STORE`,
 /// else the cache folder). The error lists what was tried.
-pub fn resolve_model(arg: &str, store: Option<&Path>) -> Result<PathBuf, crate::Error> {
+pub fn resolve_model(arg: &str, store: Option<&Path>) -> Result<PathBuf, StoreError> {
     let path = Path::new(arg);
     if path.exists() {
         return Ok(path.to_path_buf());
@@ -589,8 +589,8 @@ pub fn resolve_model(arg: &str, store: Option<&Path>) -> Result<PathBuf, crate::
     } else {
         tried.push("not a model name either (letters, digits, '.', '_', '-')".to_string());
     }
-    Err(crate::Error::Usage(format!(
-        "cannot find model {arg:?}; tried: {}",
-        tried.join("; ")
-    )))
+    Err(StoreError::Unresolved {
+        arg: arg.to_string(),
+        tried,
+    })
 }

@@ -33,6 +33,9 @@ pub enum StoreError {
     Corrupt { path: String, message: String },
     #[error("no model store folder: {0}")]
     NoRoot(String),
+    /// A model argument that names no file, folder or stored model.
+    #[error("cannot find model {arg:?}; tried: {}", tried.join("; "))]
+    Unresolved { arg: String, tried: Vec<String> },
 }
 
 /// What a stored model is.

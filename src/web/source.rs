@@ -13,8 +13,9 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{Blob, FileSystemDirectoryHandle, FileSystemFileHandle, FileSystemHandle};
 
 use super::errors::WebError;
+use crate::error::ModelError;
 use crate::formats::gguf::GgufFile;
-use crate::formats::rdrr::Manifest;
+use crate::formats::rdrr::{Manifest, RdrrError};
 use crate::formats::source::{ByteSource, MemoryFiles, SourceError};
 use crate::model::{AsyncTensorSource, RdrrModel};
 use crate::quant::GgmlType;
@@ -27,11 +28,19 @@ const FIRST_HEADER_READ: u64 = 4 << 20;
 /// A GGUF header larger than this is refused.
 const MAX_HEADER: u64 = 512 << 20;
 
+fn missing_tensor(name: &str) -> Error {
+    ModelError::MissingTensor {
+        name: name.to_string(),
+    }
+    .into()
+}
+
 fn js_io(what: &str, e: &JsValue) -> Error {
-    Error::Io {
+    SourceError::Io {
         path: what.to_string(),
         message: error_text(e),
     }
+    .into()
 }
 
 /// `blob[offset .. offset + len]` as bytes.
@@ -193,9 +202,12 @@ impl BlobModel {
         let files = directory_blobs(dir, name).await?;
         match gguf_file {
             Some(file) => {
-                let blob = files.get(file).cloned().ok_or_else(|| {
-                    Error::Usage(format!("{name}: the cached GGUF file {file} is missing"))
-                })?;
+                let blob = files
+                    .get(file)
+                    .cloned()
+                    .ok_or_else(|| SourceError::NotFound {
+                        path: format!("{name}/{file}"),
+                    })?;
                 BlobModel::gguf(blob, name).await
             }
             None => BlobModel::rdrr(files, name).await,
@@ -208,7 +220,7 @@ impl BlobModel {
                 let t = self
                     .header
                     .tensor(tensor)
-                    .ok_or_else(|| Error::Usage(format!("the model has no tensor {tensor}")))?;
+                    .ok_or_else(|| missing_tensor(tensor))?;
                 let (start, len) = self.header.tensor_range(t);
                 read_blob(blob, &self.name, start, len).await
             }
@@ -216,24 +228,28 @@ impl BlobModel {
                 let loc = manifest
                     .tensors
                     .get(tensor)
-                    .ok_or_else(|| Error::Usage(format!("the model has no tensor {tensor}")))?;
+                    .ok_or_else(|| missing_tensor(tensor))?;
                 let total: Option<u64> = loc
                     .spans
                     .iter()
                     .try_fold(0u64, |a, s| a.checked_add(s.size));
                 if total != Some(loc.size) {
-                    return Err(Error::Usage(format!(
-                        "{}: the spans of tensor {tensor} do not add up to its size",
-                        self.name
-                    )));
+                    return Err(RdrrError::SpanSizeMismatch {
+                        name: tensor.to_string(),
+                        // u64::MAX stands for "more than 2^64".
+                        spans: total.unwrap_or(u64::MAX),
+                        size: loc.size,
+                    }
+                    .into());
                 }
                 let mut out = Vec::new();
                 for span in &loc.spans {
-                    let file = manifest.shard_file(span.shard).map_err(|e| {
-                        Error::Usage(format!("{}: tensor {tensor}: {e}", self.name))
+                    let file = manifest.shard_file(span.shard).map_err(|e| Error::At {
+                        path: format!("{}: tensor {tensor}", self.name),
+                        source: Box::new(e.into()),
                     })?;
-                    let blob = files.get(file).ok_or_else(|| {
-                        Error::Usage(format!("{}: shard {file} is missing", self.name))
+                    let blob = files.get(file).ok_or_else(|| SourceError::NotFound {
+                        path: format!("{}/{file}", self.name),
                     })?;
                     let part = read_blob(blob, file, span.offset, span.size).await?;
                     if out.is_empty() {

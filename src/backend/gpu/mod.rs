@@ -22,6 +22,7 @@ pub use plan::{GpuOp, GpuPlan, Rules};
 use super::profile::{OpTime, Profiler};
 use super::{Backend, Batch, KvShape, Limits, Logits, Tensor, Tokens, Weight, WeightData};
 use crate::cpu::ops::RopeConfig;
+use crate::error::BackendError;
 use crate::gpu::ops::{AttentionOp, KvCache, KvDtype, Position, RopeTable};
 use crate::gpu::weights::GpuWeight;
 use crate::gpu::{GpuContext, GpuError};
@@ -310,7 +311,10 @@ impl GpuBackend {
         let buffer = self
             .buffers
             .get(t.0 as usize)
-            .ok_or_else(|| Error::Usage(format!("no activation buffer {}", t.0)))?;
+            .ok_or(BackendError::UnknownHandle {
+                what: "activation buffer",
+                id: t.0,
+            })?;
         let len = (len as u64).min(buffer.size() / 4);
         Ok(self.ctx.read_f32(buffer, 0, len).await?)
     }
@@ -364,10 +368,11 @@ impl Backend for GpuBackend {
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, Error> {
         let (rows, cols) = (u32::try_from(w.rows), u32::try_from(w.cols));
         let (Ok(rows), Ok(cols)) = (rows, cols) else {
-            return Err(Error::Usage(format!(
-                "{}: too many rows or columns",
-                w.name
-            )));
+            return Err(BackendError::UnsupportedWeight {
+                name: w.name.to_string(),
+                why: "too many rows or columns".into(),
+            }
+            .into());
         };
         let mut gw = self
             .ctx

@@ -15,6 +15,7 @@ use super::plan::GpuPlan;
 use super::tape::TapeKey;
 use super::GpuBackend;
 use crate::backend::{Batch, Logits, Readback, Tokens};
+use crate::error::BatchError;
 use crate::gpu::GpuError;
 use crate::Error;
 
@@ -145,18 +146,15 @@ impl GpuBackend {
         match tokens {
             Tokens::Ids(ids) if ids.len() == n => self.ctx.write(&self.ids, 0, ids),
             Tokens::Ids(ids) => {
-                return Err(Error::Usage(format!(
-                    "{} token ids for a pass of {n} tokens",
-                    ids.len()
-                )))
+                return Err(BatchError::TokenCount {
+                    ids: ids.len(),
+                    tokens: n,
+                }
+                .into())
             }
             // The best id of the last pass that read back its top-k is in `ids` already.
             Tokens::Chained if n == 1 && self.chain_ready => self.timings.chained += 1,
-            Tokens::Chained => {
-                return Err(Error::Usage(
-                    "a chained pass is one token after a pass that read back its top-k".into(),
-                ))
-            }
+            Tokens::Chained => return Err(BatchError::ChainWithoutTopK.into()),
         }
         let (commands, read, readback) = match pass {
             GpuRecorded::Encoded {

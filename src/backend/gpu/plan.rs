@@ -151,6 +151,16 @@ impl GpuOp {
         }
     }
 
+    /// The tensor whose int8 records (or norm record) the op reads, where it reads records
+    /// instead of the f32 values.
+    pub(super) fn records_of(&self) -> Option<Tensor> {
+        use GpuOp::*;
+        match self {
+            MatvecQ8(_, x, ..) | MatvecQ8Pair(_, _, x, ..) | MatvecQ8AddNorm(_, x, ..) => Some(*x),
+            _ => None,
+        }
+    }
+
     /// The weights the op reads.
     pub(super) fn weights(&self) -> Vec<Weight> {
         use GpuOp::*;
@@ -405,8 +415,9 @@ impl GpuBackend {
         match op {
             K::Embed(w, _) => format!("embed {}", weight(w)),
             K::RmsNorm(_, _, _, rows, dim, _) => format!("rms_norm {rows}x{dim}"),
-            K::Matmul(w, _, _, rows) | K::MatmulShared(w, _, _, rows) => {
-                format!("matmul {} (x{rows})", weight(w))
+            K::Matmul(w, _, _, rows) => format!("matmul {} (x{rows})", weight(w)),
+            K::MatmulShared(w, _, _, rows) => {
+                format!("matmul {} (x{rows}, the f16 input before it)", weight(w))
             }
             K::MatmulAdd(w, _, _, rows) => format!("matmul+add {} (x{rows})", weight(w)),
             K::BitLinear(w, _, _, rows) => format!("bitlinear {} (x{rows})", weight(w)),
@@ -467,7 +478,9 @@ impl GpuBackend {
                         .collect::<Vec<_>>()
                         .join(", ")
                 };
-                let (r, w) = (t(op.reads()), t(op.writes()));
+                let mut reads = op.reads();
+                reads.extend(op.records_of().filter(|x| !reads.contains(x)));
+                let (r, w) = (t(reads), t(op.writes()));
                 let _ = match (r.is_empty(), w.is_empty()) {
                     (false, false) => write!(s, ": {r} -> {w}"),
                     (true, false) => write!(s, ": -> {w}"),

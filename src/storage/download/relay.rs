@@ -243,6 +243,8 @@ impl From<DownloadError> for JobError {
                     StoreError::Io { path, message } => ("Io", path, message),
                     StoreError::Corrupt { path, message } => ("Corrupt", path, message),
                     StoreError::NoRoot(why) => ("NoRoot", why, String::new()),
+                    // Native only (a model argument); never crosses to a worker.
+                    StoreError::Unresolved { arg, tried } => ("NotFound", arg, tried.join("; ")),
                 };
                 JobError::Store {
                     variant: variant.to_string(),

@@ -170,9 +170,9 @@ impl crate::session::ModelMeta for AbortableSource<'_> {
     }
 
     fn tokenizer(&self) -> Result<Tokenizer, crate::Error> {
-        self.model.tokenizer.take().ok_or_else(|| {
-            crate::Error::Usage("internal: the model's tokenizer was taken twice".into())
-        })
+        self.model.tokenizer.take().ok_or(crate::Error::Internal(
+            "the model's tokenizer was taken twice",
+        ))
     }
 
     fn chat_template(&self, _: Option<&Tokenizer>) -> Result<ChatTemplate, crate::Error> {
@@ -187,7 +187,7 @@ impl crate::model::AsyncTensorSource for AbortableSource<'_> {
 
     async fn read(&self, name: &str) -> Result<Vec<u8>, crate::Error> {
         if self.aborted.get() {
-            return Err(crate::Error::Usage("the load was aborted".into()));
+            return Err(crate::error::ModelError::Aborted.into());
         }
         self.model.read(name).await
     }

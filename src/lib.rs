@@ -12,6 +12,7 @@ pub mod formats;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod model;
+pub mod ops;
 pub mod pass;
 pub mod quant;
 pub mod sampling;

@@ -32,7 +32,7 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::cpu::ops::select_order;
+use crate::ops::select_order;
 
 /// Everything that can go wrong in sampling: a bad setting or scores with nothing to pick.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

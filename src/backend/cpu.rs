@@ -12,8 +12,9 @@ use super::{
     Pass, Readback, Tensor, Tokens, Weight, WeightData,
 };
 use crate::cpu::bitlinear::quantize_activations;
-use crate::cpu::ops::{self, RopeConfig};
+use crate::cpu::ops;
 use crate::error::{BackendError, BatchError};
+use crate::ops::RopeConfig;
 use crate::quant::{self, GgmlType};
 use crate::Error;
 

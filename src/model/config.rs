@@ -1,8 +1,8 @@
 //! A model's hyper-parameters, read from GGUF metadata (`<arch>.block_count`, ...).
 
-use crate::cpu::ops::{RopeConfig, RopeStyle};
 use crate::error::ModelError;
 use crate::formats::gguf::GgufFile;
+use crate::ops::{RopeConfig, RopeStyle};
 use crate::Error;
 
 /// The architectures we run.

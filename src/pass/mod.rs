@@ -10,7 +10,7 @@
 
 mod print;
 
-pub use crate::cpu::ops::{AttentionShape, Elementwise, RopeConfig};
+pub use crate::ops::{AttentionShape, Elementwise, RopeConfig};
 pub use print::{readback_name, Names};
 
 /// An f32 buffer owned by a backend.

@@ -21,11 +21,11 @@ pub use plan::{GpuOp, GpuPlan, Rules};
 
 use super::profile::{OpTime, Profiler};
 use super::{Backend, Batch, KvShape, Limits, Logits, Tensor, Tokens, Weight, WeightData};
-use crate::cpu::ops::RopeConfig;
 use crate::error::BackendError;
 use crate::gpu::ops::{AttentionOp, KvCache, KvDtype, Position, RopeTable};
 use crate::gpu::weights::GpuWeight;
 use crate::gpu::{GpuContext, GpuError};
+use crate::ops::RopeConfig;
 use crate::pass::{Names, Pass};
 use crate::Error;
 use tape::{Tape, TapeKey};

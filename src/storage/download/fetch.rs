@@ -4,9 +4,11 @@
 use bytes::Bytes;
 
 use super::groups::ShardTap;
-use super::hashing::{HashKind, Hashing, WorkerPool};
+use super::hash_kind::HashKind;
+use super::hashing::{Hashing, WorkerPool};
 use super::http::{parse_content_range, HttpBody, HttpClient, HttpErrorKind, HttpResponse};
 use super::local::LocalPlan;
+use super::observe::StreamObserver;
 use super::{DownloadError, DownloadEvent, DownloadOptions, RetryPolicy, Tracker};
 use crate::formats::rdrr::HashAlgorithm;
 use crate::storage::store::{ShardStore, ShardWriter};
@@ -22,29 +24,6 @@ pub(crate) struct Ctx<'a, S, C> {
     pub pool: Option<&'a WorkerPool>,
 }
 
-/// Sees a file's bytes as they stream (group hashing).
-#[allow(async_fn_in_trait)]
-pub(crate) trait StreamObserver {
-    /// `data` is the file's bytes at `offset`, in order, each byte once per fetch from 0.
-    async fn bytes(&self, offset: u64, data: &Bytes) -> Result<(), DownloadError>;
-    /// What was seen of this file is void (it starts over, or did not verify).
-    fn void(&self);
-
-    /// For a browser worker fetching the file: the hash streams it may compute itself and the
-    /// byte ranges (offset, length) that must still come here; `None`: every byte comes here.
-    /// The streams are then this observer's to finish through [`local_done`](Self::local_done).
-    #[cfg_attr(not(all(target_arch = "wasm32", feature = "web")), allow(dead_code))]
-    fn take_local(&self) -> Option<LocalPlan> {
-        None
-    }
-
-    /// The digests the worker computed for [`take_local`](Self::take_local)'s streams.
-    #[cfg_attr(not(all(target_arch = "wasm32", feature = "web")), allow(dead_code))]
-    fn local_done(&self, digests: Vec<(usize, String)>) {
-        let _ = digests;
-    }
-}
-
 /// What sees a file's bytes as they stream: nothing, the group checks, or (on a browser
 /// worker fetching a download's shard) the link back to the download. One type rather than a
 /// type parameter, so that the fetch loop is compiled once: each observer type cost the wasm
@@ -53,7 +32,7 @@ pub(crate) enum Observer<'a> {
     None,
     Groups(ShardTap<'a>),
     #[cfg(all(target_arch = "wasm32", feature = "web"))]
-    Worker(&'a super::worker_fetch::LinkObserver<'a>),
+    Worker(&'a super::link::LinkObserver<'a>),
 }
 
 impl StreamObserver for Observer<'_> {

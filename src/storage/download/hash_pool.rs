@@ -14,7 +14,7 @@ use js_sys::{Array, Promise};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-use super::hashing::HashKind;
+use super::hash_kind::HashKind;
 use super::DownloadError;
 
 #[wasm_bindgen]

@@ -10,7 +10,7 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
-use super::hashing::HashKind;
+use super::hash_kind::HashKind;
 use crate::formats::rdrr::{HashAlgorithm, StreamHasher};
 
 /// One stream a worker hashes itself: its index among the download's group streams, what it

@@ -19,13 +19,17 @@
 mod fetch;
 mod gguf;
 mod groups;
+mod hash_kind;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
 mod hash_pool;
 mod hashing;
 mod http;
+#[cfg(all(target_arch = "wasm32", feature = "web"))]
+mod link;
 mod local;
 #[cfg(not(target_arch = "wasm32"))]
 mod native;
+mod observe;
 mod rdrr;
 mod relay;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
@@ -47,13 +51,15 @@ pub use http::{
     parse_content_range, ContentRange, HttpBody, HttpClient, HttpError, HttpErrorKind,
     HttpResponse, ResponseHeaders,
 };
+#[cfg(all(target_arch = "wasm32", feature = "web"))]
+pub(crate) use link::JobLink;
 #[cfg(not(target_arch = "wasm32"))]
 pub use native::{ReqwestBody, ReqwestClient};
 pub use rdrr::{base_url, download_rdrr, join_url};
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
 pub(crate) use relay::{JobError, JobSpec};
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
-pub(crate) use worker_fetch::{run_job, JobLink};
+pub(crate) use worker_fetch::run_job;
 
 use super::store::{check_model_name, ModelKind, ShardStore, StoreError};
 use crate::formats::rdrr::{HashAlgorithm, RdrrError};

@@ -49,7 +49,7 @@ impl OpfsFiles {
     /// Open every file of the complete model `name` (a handful: shards and JSON files).
     pub async fn open(store: &OpfsStore, name: &str) -> Result<OpfsFiles, OpfsFilesError> {
         let (dir, kind, gguf_file) = store.complete_files(name).await?;
-        let prefix = format!("opfs:/{}/models/{name}/files", super::store::OPFS_ROOT);
+        let prefix = format!("opfs:/{}/models/{name}/files", super::js::OPFS_ROOT);
         let store_err = |e: &JsValue| StoreError::Io {
             path: prefix.clone(),
             message: js::error_text(e),

@@ -10,6 +10,21 @@ use web_sys::{
     FileSystemHandleKind, FileSystemRemoveOptions, FileSystemWritableFileStream, StorageManager,
 };
 
+use crate::storage::store::StoreError;
+
+/// The folder under the origin's OPFS root the store keeps everything in.
+pub const OPFS_ROOT: &str = "tritium";
+/// Complete and in-progress models, under [`OPFS_ROOT`].
+pub(crate) const MODELS: &str = "models";
+
+/// A failed OPFS call on `path` (relative to the models folder) as a store error.
+pub(crate) fn io(path: &str, e: &JsValue) -> StoreError {
+    StoreError::Io {
+        path: format!("opfs:/{OPFS_ROOT}/{MODELS}/{path}"),
+        message: error_text(e),
+    }
+}
+
 /// Await a JS promise.
 pub(crate) async fn wait(promise: Promise) -> Result<JsValue, JsValue> {
     JsFuture::from(promise).await

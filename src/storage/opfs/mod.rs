@@ -26,7 +26,8 @@ mod store;
 mod writer;
 
 pub use files::{OpfsFiles, OpfsFilesError};
-pub use store::{OpfsStore, OPFS_ROOT};
+pub use js::OPFS_ROOT;
+pub use store::OpfsStore;
 pub use writer::OpfsWriter;
 
 pub(crate) use js::error_text;

@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use futures_util::lock::Mutex;
 use serde::{Deserialize, Serialize};
-use wasm_bindgen::JsValue;
 use web_sys::{FileSystemDirectoryHandle, FileSystemFileHandle};
 
 use super::js;
@@ -15,9 +14,7 @@ use crate::storage::store::{
     check_model_name, shard_count, ModelKind, PartialModel, ShardStore, StoreError, StoredModel,
 };
 
-/// The store's folder in the origin's OPFS.
-pub const OPFS_ROOT: &str = "tritium";
-const MODELS: &str = "models";
+use super::js::{io, MODELS, OPFS_ROOT};
 const FILES: &str = "files";
 const STATE: &str = "state.json";
 const COMPLETE: &str = "complete";
@@ -37,13 +34,6 @@ struct Marker {
     /// The model file of a GGUF model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     file: Option<String>,
-}
-
-pub(super) fn io(path: &str, e: &JsValue) -> StoreError {
-    StoreError::Io {
-        path: format!("opfs:/{OPFS_ROOT}/{MODELS}/{path}"),
-        message: js::error_text(e),
-    }
 }
 
 fn not_begun(model: &str) -> StoreError {

@@ -13,7 +13,7 @@ use web_sys::{
 };
 
 use super::js;
-use super::store::io;
+use super::js::io;
 use crate::storage::store::{ShardWriter, StoreError};
 
 /// Bytes gathered before one `write()` on a writable stream: each write is a round trip to

@@ -36,9 +36,9 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use super::fetch::StreamObserver;
 use super::hashing::{Hashing, WorkerPool};
 use super::local::LocalPlan;
+use super::observe::StreamObserver;
 use super::DownloadError;
 use crate::formats::rdrr::{blake3_subtree_root, HashAlgorithm, Manifest};
 use crate::storage::store::ShardStore;

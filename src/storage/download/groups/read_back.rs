@@ -8,7 +8,8 @@ use bytes::Bytes;
 use super::taps::TapState;
 use super::GroupChecks;
 use crate::formats::rdrr::Manifest;
-use crate::storage::download::hashing::{HashKind, Hashing};
+use crate::storage::download::hash_kind::HashKind;
+use crate::storage::download::hashing::Hashing;
 use crate::storage::download::DownloadError;
 use crate::storage::store::ShardStore;
 

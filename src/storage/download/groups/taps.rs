@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 use super::blake3_tree::Tree;
 use crate::formats::rdrr::{HashAlgorithm, Manifest, TensorSpan};
-use crate::storage::download::hashing::HashKind;
+use crate::storage::download::hash_kind::HashKind;
 use crate::storage::download::local::{LocalPlan, LocalStream};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use super::taps::{Fed, GroupTaps, TapState};
 use super::*;
 use crate::formats::rdrr::{RdrrWriter, WriterOptions};
 use crate::formats::source::MemoryFiles;
-use crate::storage::download::hashing::HashKind;
+use crate::storage::download::hash_kind::HashKind;
 use crate::storage::{MemoryStore, ShardWriter};
 
 /// A model whose layer groups straddle shard boundaries.

@@ -468,3 +468,40 @@ fn add_norm_folds_llama_norms_into_the_add_before_and_the_op_after() {
         Same::Range(2e-3),
     );
 }
+
+/// share_f16_input takes cooperative matrices (a GPU's tensor cores; not lavapipe): there, the
+/// k and v products of a prefill take q's converted f16 input, and up takes gate's (the same
+/// values, converted once), so the logits are the same bits. Without them the rule has nothing
+/// to do and the plans are the same.
+#[test]
+fn share_f16_input_converts_a_prefill_input_once_for_its_products() {
+    let coop = {
+        let ctx = pollster::block_on(GpuContext::new(&DeviceOptions::default())).expect("adapter");
+        tritium::gpu::matmul::has_coop_subgroups(&ctx)
+    };
+    let (removes, makes): (&[(&str, usize)], &[(&str, usize)]) = if coop {
+        (
+            &[
+                ("matmul Q4_K 128x512 (x3)", 2),
+                ("matmul Q6_K 128x512 (x3)", 2),
+                ("matmul Q4_K 1536x512 (x3)", 2),
+            ],
+            &[
+                ("matmul Q4_K 128x512 (x3, the f16 input before it)", 2),
+                ("matmul Q6_K 128x512 (x3, the f16 input before it)", 2),
+                ("matmul Q4_K 1536x512 (x3, the f16 input before it)", 2),
+            ],
+        )
+    } else {
+        (&[], &[])
+    };
+    check_rule(
+        llama(),
+        |r| r.share_f16_input = false,
+        none,
+        3,
+        removes,
+        makes,
+        Same::Bits,
+    );
+}

@@ -17,7 +17,7 @@
 
 mod decode_support;
 
-use decode_support::{decode, gpu_backend, synth_llama};
+use decode_support::{decode, gpu_backend, relative_diff, synth_llama};
 use tritium::backend::cpu::CpuBackend;
 use tritium::backend::gpu::GpuBackend;
 
@@ -30,22 +30,6 @@ fn gpu(fuse: bool) -> GpuBackend {
     b.set_fuse_add_norm(fuse);
     b.set_attention_splits(Some(4));
     b
-}
-
-/// The largest |a - b| over the logit range of `a`.
-fn relative_diff(a: &[f32], b: &[f32]) -> f32 {
-    let (lo, hi) = a
-        .iter()
-        .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-    let d = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(
-            0f32,
-            |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
-        );
-    d / (hi - lo)
 }
 
 #[test]

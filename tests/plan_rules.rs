@@ -25,8 +25,12 @@
 //!   to the CPU and to llama.cpp by tests/llama_reference.rs and tests/bitnet_reference.rs. The
 //!   distances to the CPU's logits are printed for both.
 
+#[allow(dead_code)]
+mod decode_support;
+
 use std::sync::OnceLock;
 
+use decode_support::relative_diff;
 use tritium::backend::cpu::CpuBackend;
 use tritium::backend::gpu::{GpuBackend, Rules};
 use tritium::backend::{Backend, Batch, Logits, Readback};
@@ -143,28 +147,6 @@ fn all_rules() -> Rules {
         "the integer-dot decode path is off on this adapter"
     );
     rules
-}
-
-/// The largest |a - b| over the logit range of `a`.
-fn relative_diff(a: &[f32], b: &[f32]) -> f32 {
-    let (lo, hi) = a
-        .iter()
-        .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-    let d = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(
-            0f32,
-            |m, d| {
-                if d.is_nan() {
-                    f32::INFINITY
-                } else {
-                    m.max(d)
-                }
-            },
-        );
-    d / (hi - lo)
 }
 
 /// The lines of `plan` that `other` does not have (as many times as they are missing).

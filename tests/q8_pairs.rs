@@ -5,6 +5,7 @@
 //! arithmetic is the single kernel's at the same workgroup size). The kernels themselves are
 //! checked against the integer reference by the self-test (`q8/matvec_pair_*`).
 
+#[allow(dead_code)]
 mod decode_support;
 
 use decode_support::{decode, gpu_backend, synth_llama};

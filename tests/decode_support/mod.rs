@@ -51,3 +51,19 @@ pub fn decode<B: Backend>(bytes: &Vec<u8>, backend: B) -> (Vec<Vec<f32>>, Model<
     }
     (out, m)
 }
+
+/// The largest |a - b| over the logit range of `a`.
+pub fn relative_diff(a: &[f32], b: &[f32]) -> f32 {
+    let (lo, hi) = a
+        .iter()
+        .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let d = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(
+            0f32,
+            |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
+        );
+    d / (hi - lo)
+}

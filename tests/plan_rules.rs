@@ -40,6 +40,9 @@ use tritium::gpu::ops::KvDtype;
 use tritium::gpu::{DeviceOptions, GpuContext};
 use tritium::model::{GgufTensors, Model, ModelConfig};
 
+/// A plan line's label and how many times it appears.
+type Count<'a> = (&'a str, usize);
+
 /// How the logits of the pass with the rule on may differ from those with it off.
 #[derive(Copy, Clone, Debug)]
 enum Same {
@@ -173,8 +176,8 @@ fn check_rule(
     off: impl Fn(&mut Rules),
     also_off: impl Fn(&mut Rules),
     tokens: usize,
-    removes: &[(&str, usize)],
-    makes: &[(&str, usize)],
+    removes: &[Count],
+    makes: &[Count],
     same: Same,
 ) {
     let reference = reference(bytes);
@@ -461,7 +464,7 @@ fn share_f16_input_converts_a_prefill_input_once_for_its_products() {
         let ctx = pollster::block_on(GpuContext::new(&DeviceOptions::default())).expect("adapter");
         tritium::gpu::matmul::has_coop_subgroups(&ctx)
     };
-    let (removes, makes): (&[(&str, usize)], &[(&str, usize)]) = if coop {
+    let (removes, makes): (&[Count], &[Count]) = if coop {
         (
             &[
                 ("matmul Q4_K 128x512 (x3)", 2),

@@ -141,6 +141,51 @@ pub async fn load_async<B: Backend, S: ModelMeta + AsyncTensorSource>(
     })
 }
 
+/// A model with its tokenizer already parsed by the caller (who needed it before the weights:
+/// to encode a prompt, or to measure what opening the model cost), handed to the load instead
+/// of parsed twice.
+pub struct WithTokenizer<'a, S> {
+    model: &'a S,
+    tokenizer: std::cell::Cell<Option<Tokenizer>>,
+}
+
+impl<'a, S> WithTokenizer<'a, S> {
+    pub fn new(model: &'a S, tokenizer: Tokenizer) -> Self {
+        WithTokenizer {
+            model,
+            tokenizer: std::cell::Cell::new(Some(tokenizer)),
+        }
+    }
+}
+
+impl<S: ModelMeta> ModelMeta for WithTokenizer<'_, S> {
+    fn header(&self) -> Result<&crate::formats::gguf::GgufFile, Error> {
+        self.model.header()
+    }
+
+    /// The caller's tokenizer (once; the model's own after that).
+    fn tokenizer(&self) -> Result<Tokenizer, Error> {
+        match self.tokenizer.take() {
+            Some(t) => Ok(t),
+            None => self.model.tokenizer(),
+        }
+    }
+
+    fn chat_template(&self, tokenizer: Option<&Tokenizer>) -> Result<ChatTemplate, Error> {
+        self.model.chat_template(tokenizer)
+    }
+}
+
+impl<S: TensorSource> TensorSource for WithTokenizer<'_, S> {
+    fn meta(&self, name: &str) -> Option<(crate::quant::GgmlType, Vec<u64>)> {
+        self.model.meta(name)
+    }
+
+    fn read(&self, name: &str) -> Result<Vec<u8>, Error> {
+        self.model.read(name)
+    }
+}
+
 /// A model whose reads are always ready, seen as an asynchronous one.
 struct Ready<'a, S>(&'a S);
 

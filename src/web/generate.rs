@@ -13,7 +13,7 @@ use crate::engine::{Engine, GenerateOptions, Generation, TokenControl};
 use crate::formats::source::MemoryFiles;
 use crate::gpu::{DeviceOptions, GpuContext};
 use crate::sampling::SamplerConfig;
-use crate::session::{ModelMeta, OpenOptions, OpenedModel};
+use crate::session::{ModelMeta, OpenOptions, OpenedModel, Session, WithTokenizer};
 use crate::storage::opfs::{OpfsFiles, OpfsStore};
 use crate::text::{TextStream, Tokenizer};
 
@@ -81,7 +81,14 @@ pub async fn generate_greedy(
         .ok_or_else(|| fail("the model has no tokenizer"))?;
     let prompt_ids = tokenizer.encode(&prompt, true).map_err(fail)?;
     let load_ms = js_sys::Date::now() - start;
-    let mut engine = session.engine;
+    let (mut engine, tokenizer) = match session {
+        Session {
+            engine,
+            tokenizer: Some(tokenizer),
+            ..
+        } => (engine, tokenizer),
+        _ => return Err(WebError::new("ModelError", "the model has no tokenizer").into()),
+    };
     let (g, text) = greedy_text(&mut engine, &tokenizer, &prompt_ids, max_tokens)
         .await
         .map_err(fail)?;
@@ -197,14 +204,24 @@ pub async fn opfs_generate_greedy(
         .map_err(WebError::from)?;
     let adapter = format!("{} ({})", ctx.adapter.name, ctx.adapter.backend);
     let backend = GpuBackend::new(ctx, 64).map_err(WebError::from)?;
-    let session =
-        crate::session::load(&opened, backend, &options(ctx_tokens)).map_err(WebError::from)?;
+    // The tokenizer parsed above goes to the session (not parsed again while loading).
+    let with_tokenizer = WithTokenizer::new(&opened, tokenizer);
+    let session = crate::session::load(&with_tokenizer, backend, &options(ctx_tokens))
+        .map_err(WebError::from)?;
+    drop(with_tokenizer);
     // Close the sync access handles: the weights are on the GPU now.
     drop(opened);
     let wasm_memory_after_load = wasm_memory_bytes();
     let load_ms = js_sys::Date::now() - start;
 
-    let mut engine = session.engine;
+    let (mut engine, tokenizer) = match session {
+        Session {
+            engine,
+            tokenizer: Some(tokenizer),
+            ..
+        } => (engine, tokenizer),
+        _ => return Err(WebError::new("ModelError", "the model has no tokenizer").into()),
+    };
     let (g, text) = greedy_text(&mut engine, &tokenizer, &prompt_ids, max_tokens)
         .await
         .map_err(WebError::from)?;

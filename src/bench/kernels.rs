@@ -241,9 +241,17 @@ fn random_weight(
     cols: u32,
 ) -> Result<GpuWeight, GpuError> {
     let n = u64::from(rows) * u64::from(cols);
-    let bytes = dtype
-        .tensor_bytes(n)
+    let data = random_weight_bytes(dtype, n)
         .ok_or_else(|| GpuError::Unsupported(format!("{dtype} with {cols} columns")))?;
+    ctx.upload_weight(&format!("bench.{dtype}"), dtype, rows, cols, &data)
+}
+
+/// The bytes of [`random_weight`]: `n` weights of random bytes in `dtype`'s layout with tame
+/// scales (I2_S: valid codes and a trailing scale), or `None` where `n` is not a whole number
+/// of blocks (public for tests/kernel_snapshot.rs).
+#[doc(hidden)]
+pub fn random_weight_bytes(dtype: GgmlType, n: u64) -> Option<Vec<u8>> {
+    let bytes = dtype.tensor_bytes(n)?;
     let mut data = random_bytes(bytes as usize, n ^ u64::from(dtype.id()));
     tame(dtype, &mut data);
     if dtype == GgmlType::I2_S {
@@ -254,7 +262,7 @@ fn random_weight(
         }
         data[codes..codes + 4].copy_from_slice(&1.0f32.to_le_bytes());
     }
-    ctx.upload_weight(&format!("bench.{dtype}"), dtype, rows, cols, &data)
+    Some(data)
 }
 
 /// A prepared matvec: the op and the buffers it uses.

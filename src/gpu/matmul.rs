@@ -170,9 +170,17 @@ pub const SOFTWARE_MATVEC_WG: u32 = 4;
 /// rather than with the work: the legacy matvec takes [`SOFTWARE_MATVEC_WG`], the legacy
 /// matmul 16-token tiles.
 fn adapter_workgroup_size(ctx: &GpuContext, kernel: Kernel, wg: u32) -> u32 {
-    if !ctx.is_software() {
-        return wg;
+    if ctx.is_software() {
+        software_workgroup_size(kernel, wg)
+    } else {
+        wg
     }
+}
+
+/// The workgroup size of `kernel` on a CPU adapter (see [`adapter_workgroup_size`]; public for
+/// tests/kernel_snapshot.rs).
+#[doc(hidden)]
+pub fn software_workgroup_size(kernel: Kernel, wg: u32) -> u32 {
     match kernel {
         Kernel::Matvec(t) | Kernel::MatvecAdd(t) if legacy::is_legacy(t) => SOFTWARE_MATVEC_WG,
         Kernel::Matmul(t) if legacy::is_legacy(t) => 64,
@@ -201,8 +209,10 @@ pub fn uses_coop(ctx: &GpuContext, dtype: GgmlType) -> bool {
         && Kernel::MatmulF16(false).source().is_some()
 }
 
-/// Workgroups a family's kernel needs for `rows` rows and `n_tokens` tokens.
-fn workgroups(
+/// Workgroups a family's kernel needs for `rows` rows and `n_tokens` tokens (public for
+/// tests/kernel_snapshot.rs).
+#[doc(hidden)]
+pub fn workgroups(
     kernel: Kernel,
     rows: u32,
     n_tokens: u32,
@@ -227,6 +237,22 @@ fn workgroups(
     }
 }
 
+/// The workgroup size [`MatmulOp::new`] gives `kernel` (a matvec or matmul) for `rows` rows
+/// and `n_tokens` tokens on a device with `workgroup_storage` bytes of workgroup memory, before
+/// [`adapter_workgroup_size`] (public for tests/kernel_snapshot.rs).
+#[doc(hidden)]
+pub fn product_workgroup_size(
+    kernel: Kernel,
+    workgroup_storage: u32,
+    rows: u32,
+    n_tokens: u32,
+) -> u32 {
+    if let Kernel::Matmul(GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) = kernel {
+        return kquants::matmul_workgroup_size(workgroup_storage, rows, n_tokens);
+    }
+    kernel.source().map_or(64, |s| s.default_workgroup_size)
+}
+
 impl MatmulOp {
     /// `x` holds `n_tokens` rows of `w.cols` values (for I2_S: the int8-quantized activations
     /// from the QuantizeActivations kernel, see [`crate::gpu::bitlinear`]); `y` receives
@@ -246,11 +272,8 @@ impl MatmulOp {
         } else {
             Kernel::Matmul(w.dtype)
         };
-        let mut wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
-        if let Kernel::Matmul(GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) = kernel {
-            let bytes = ctx.limits.max_compute_workgroup_storage_size;
-            wg = kquants::matmul_workgroup_size(bytes, w.rows, n_tokens);
-        }
+        let storage = ctx.limits.max_compute_workgroup_storage_size;
+        let wg = product_workgroup_size(kernel, storage, w.rows, n_tokens);
         let wg = adapter_workgroup_size(ctx, kernel, wg);
         Self::with_kernel(ctx, kernel, wg, w, x, y, n_tokens)
     }

@@ -107,8 +107,10 @@ fn planes_in_pieces<B, E>(
     Ok(buffers)
 }
 
-/// Split a chunk of rows into the planes its family's kernels read.
-fn planes(dtype: GgmlType, data: &[u8], rows: u32, cols: u32) -> Vec<Vec<u8>> {
+/// Split a chunk of rows into the planes its family's kernels read (public for
+/// tests/kernel_snapshot.rs).
+#[doc(hidden)]
+pub fn planes(dtype: GgmlType, data: &[u8], rows: u32, cols: u32) -> Vec<Vec<u8>> {
     use GgmlType::*;
     match dtype {
         Q4_K | Q5_K | Q6_K => kquants::planes(dtype, data, rows, cols),

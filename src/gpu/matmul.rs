@@ -8,7 +8,7 @@ use super::kernels::{kquants, legacy, ternary, Kernel};
 use super::weights::GpuWeight;
 use super::{GpuContext, GpuError, Pooled};
 use crate::gpu_uniform;
-use crate::quant::GgmlType;
+use crate::quant::{Family, GgmlType};
 
 gpu_uniform! {
     /// Parameters of every matvec/matmul kernel.
@@ -181,9 +181,12 @@ fn adapter_workgroup_size(ctx: &GpuContext, kernel: Kernel, wg: u32) -> u32 {
 /// tests/kernel_snapshot.rs).
 #[doc(hidden)]
 pub fn software_workgroup_size(kernel: Kernel, wg: u32) -> u32 {
+    if kernel.family() != Some(Family::Legacy) {
+        return wg;
+    }
     match kernel {
-        Kernel::Matvec(t) | Kernel::MatvecAdd(t) if legacy::is_legacy(t) => SOFTWARE_MATVEC_WG,
-        Kernel::Matmul(t) if legacy::is_legacy(t) => 64,
+        Kernel::Matvec(_) | Kernel::MatvecAdd(_) => SOFTWARE_MATVEC_WG,
+        Kernel::Matmul(_) => 64,
         _ => wg,
     }
 }
@@ -219,19 +222,20 @@ pub fn workgroups(
     workgroup_size: u32,
     mapping: Option<(u32, u32)>,
 ) -> u32 {
-    use GgmlType::*;
     match kernel {
-        Kernel::Matvec(t)
-        | Kernel::MatvecAdd(t)
-        | Kernel::MatvecQ8(t)
-        | Kernel::MatvecQ8Add(t)
-        | Kernel::MatvecQ8AddNorm(t)
-        | Kernel::Matmul(t) => match t {
-            Q4_K | Q5_K | Q6_K => kquants::workgroups(kernel, rows, n_tokens, workgroup_size),
-            I2_S | TQ1_0 | TQ2_0 => {
+        Kernel::Matvec(_)
+        | Kernel::MatvecAdd(_)
+        | Kernel::MatvecQ8(_)
+        | Kernel::MatvecQ8Add(_)
+        | Kernel::MatvecQ8AddNorm(_)
+        | Kernel::Matmul(_) => match kernel.family() {
+            Some(Family::KQuant(_)) => kquants::workgroups(kernel, rows, n_tokens, workgroup_size),
+            Some(Family::Ternary | Family::I2S) => {
                 ternary::workgroups(kernel, rows, n_tokens, workgroup_size, mapping)
             }
-            _ => legacy::workgroups(kernel, rows, n_tokens, workgroup_size),
+            Some(Family::Legacy) | None => {
+                legacy::workgroups(kernel, rows, n_tokens, workgroup_size)
+            }
         },
         _ => 1,
     }
@@ -247,7 +251,7 @@ pub fn product_workgroup_size(
     rows: u32,
     n_tokens: u32,
 ) -> u32 {
-    if let Kernel::Matmul(GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) = kernel {
+    if let (Kernel::Matmul(_), Some(Family::KQuant(_))) = (kernel, kernel.family()) {
         return kquants::matmul_workgroup_size(workgroup_storage, rows, n_tokens);
     }
     kernel.source().map_or(64, |s| s.default_workgroup_size)

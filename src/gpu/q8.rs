@@ -25,7 +25,7 @@ use super::matmul::{grid, Dispatch, MatmulOp};
 use super::weights::GpuWeight;
 use super::{GpuContext, GpuError, Pooled};
 use crate::gpu_uniform;
-use crate::quant::GgmlType;
+use crate::quant::{Family, GgmlType};
 
 gpu_uniform! {
     /// Parameters of the QuantizeQ8 kernel.
@@ -285,10 +285,8 @@ fn check_norm_record(xq: &wgpu::Buffer, cols: u32) -> Result<(), GpuError> {
 /// tests/kernel_snapshot.rs).
 #[doc(hidden)]
 pub fn q8_workgroup_size(kernel: Kernel, dtype: GgmlType, bytes: u64, cols: u32) -> u32 {
-    match dtype {
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
-            kquants::matvec_q8_workgroup_size(dtype, bytes, cols)
-        }
+    match crate::quant::kernels(dtype).map(|k| k.family) {
+        Some(Family::KQuant(tuning)) => kquants::matvec_q8_workgroup_size(&tuning, bytes, cols),
         _ => kernel.source().map_or(64, |s| s.default_workgroup_size),
     }
 }
@@ -302,8 +300,8 @@ pub fn add_norm_workgroup_size(
     cols: u32,
     limits: &crate::gpu::GpuLimits,
 ) -> u32 {
-    match dtype {
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => kquants::add_norm_workgroup_size(
+    match crate::quant::kernels(dtype).map(|k| k.family) {
+        Some(Family::KQuant(_)) => kquants::add_norm_workgroup_size(
             cols,
             limits.max_compute_invocations_per_workgroup,
             limits.max_compute_workgroup_storage_size,
@@ -425,7 +423,7 @@ pub fn q8_matvec_pair(
         )));
     }
     let kernel = Kernel::MatvecQ8Pair(a.dtype);
-    let wg = kquants::matvec_q8_workgroup_size(a.dtype, a.bytes + b.bytes, a.cols);
+    let wg = q8_workgroup_size(kernel, a.dtype, a.bytes + b.bytes, a.cols);
     let span = kquants::matvec_q8_span(kernel, a.bytes + b.bytes, a.cols);
     MatmulOp::pair(ctx, (kernel, wg, span), a, b, xq, ya, yb)
 }

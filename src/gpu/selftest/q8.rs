@@ -478,7 +478,7 @@ async fn matvec_pair(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String>
             .map_err(gpu_err)?;
         let quant = QuantizeQ8Op::new(ctx, &xb, &xqb, cols as u32, 1).map_err(gpu_err)?;
         let kernel = Kernel::MatvecQ8Pair(dtype);
-        let wg = kquants::matvec_q8_workgroup_size(dtype, wa.bytes + wb.bytes, wa.cols);
+        let wg = crate::gpu::q8::q8_workgroup_size(kernel, dtype, wa.bytes + wb.bytes, wa.cols);
         // The pair as the backend makes it, then with two units per step (the large matrices'
         // mapping), each against the single kernel at the same workgroup size and span.
         let chosen = kquants::matvec_q8_span(kernel, wa.bytes + wb.bytes, wa.cols);

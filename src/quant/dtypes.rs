@@ -4,7 +4,19 @@
 //! CPU dispatch, the kernel registry, the uploads and the plans all look them up here. Lookups
 //! happen when weights are loaded and when plans and pipelines are built, never per dispatch.
 //!
+//! Adding a dtype of an existing family:
+//! 1. `dtypes/<name>.rs`: its block struct with its size check, `impl Block` for it (with its
+//!    [`Kernels`] where it runs on the GPU), and its entry `pub const <NAME>: Blocks<..> =
+//!    Blocks::NEW` (which checks the struct against the GGUF table);
+//! 2. its decode files under `shaders/quant/`, implementing its family's interface (found by
+//!    name: nothing lists shader files);
+//! 3. here, its `mod` line and its row.
+//!
+//! The kernels, uploads, dispatch sizes and self-tests follow from the registry. The golden
+//! test (`tests/quant_goldens.rs`) asks for gguf-py's bytes of every dequantizable type.
+//!
 //! [`Block`]: super::Block
+//! [`Kernels`]: super::Kernels
 
 pub mod float;
 pub mod i2s;

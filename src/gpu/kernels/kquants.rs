@@ -1,5 +1,5 @@
 //! The K-quant family (256-weight super-blocks: Q4_K, Q5_K, Q6_K, the dtypes whose
-//! [`Family`](crate::quant::Family) is `KQuant`): matvec, matmul and embedding kernels, and the
+//! [`Family`] is `KQuant`): matvec, matmul and embedding kernels, and the
 //! cooperative-matrix prefill every family with f16 tiles shares.
 //!
 //! Each kernel kind has one skeleton (`matvec_kquants.wgsl`, `matmul_kquants.wgsl`,
@@ -17,13 +17,13 @@
 //!   would only add planes (bindings) for the same transactions (a timing variant reading the
 //!   headers from a compact array of 16 bytes per block ran at 73% against 77% of copy
 //!   bandwidth for Q4_K on an H200). The 12 scale bytes of each header are permuted at upload
-//!   ([`crate::quant::permute_k4_scales`]) so that a pair of sub-blocks' four 6-bit values are one
-//!   byte-aligned word: unpacking ggml's order takes about 36 WGSL operations per unit and row,
-//!   this one about 26 (counted in the source, not profiled). Q5_K's 32 `qh` bytes are also
-//!   permuted ([`crate::quant::permute_q5k_qh`]): in ggml's order every unit needs two bits of each of 16
-//!   bytes, so each unit loaded a whole 16-byte `qh` half (two per step of a sub-block pair:
-//!   80 bytes loaded per 64 weights against Q4_K's 48); one word per unit makes a unit's
-//!   fifth bits one 4-byte load. On an H200 the integer-dot matvec went from 80.5-80.6 to
+//!   ([`crate::quant::permute_k4_scales`]) so that a pair of sub-blocks' four 6-bit values are
+//!   one byte-aligned word: unpacking ggml's order takes about 36 WGSL operations per unit and
+//!   row, this one about 26 (counted in the source, not profiled). Q5_K's 32 `qh` bytes are also
+//!   permuted ([`crate::quant::permute_q5k_qh`]): in ggml's order every unit needs two bits of
+//!   each of 16 bytes, so each unit loaded a whole 16-byte `qh` half (two per step of a
+//!   sub-block pair: 80 bytes loaded per 64 weights against Q4_K's 48); one word per unit makes
+//!   a unit's fifth bits one 4-byte load. On an H200 the integer-dot matvec went from 80.5-80.6 to
 //!   84.0-84.2% of the copy bandwidth at 256 MiB (with one unit per step on 64 invocations,
 //!   now faster there than two on 32) and from 69 to 75% at 32 MiB, the f32 one from 42 to 45%
 //!   (BENCHMARKS.md, "Q5_K's fifth bits by unit").
@@ -153,9 +153,9 @@ pub fn matvec_q8_workgroup_size(tuning: &Q8Tuning, bytes: u64, cols: u32) -> u32
 /// everywhere else: small matrices are latency-bound and slower with two (Q4_K 2048 x 2048:
 /// 3.78 -> 4.55 us, 8192 x 2048: 6.28 -> 7.82), and large Q4_K rows of at most 2048 columns
 /// were not measured with two. Q5_K takes one unit at every size since its fifth bits are one
-/// word per unit ([`permute_q5k_qh`]): at 256 MiB of 4096-column rows on an H200 (2026-11-28)
-/// one unit on 64 invocations ran at 84.0-84.2% of the copy bandwidth against 81.2-81.8% for
-/// two on 32 (80.8% two on 64; one on 32, 128, 256: 78.3, 72.1, 36.5%).
+/// word per unit ([`crate::quant::permute_q5k_qh`]): at 256 MiB of 4096-column rows on an H200
+/// (2026-11-28) one unit on 64 invocations ran at 84.0-84.2% of the copy bandwidth against
+/// 81.2-81.8% for two on 32 (80.8% two on 64; one on 32, 128, 256: 78.3, 72.1, 36.5%).
 pub fn matvec_q8_span(kernel: Kernel, bytes: u64, cols: u32) -> Option<u32> {
     let (Kernel::MatvecQ8(_)
     | Kernel::MatvecQ8Add(_)

@@ -13,7 +13,8 @@ use crate::quant::{F16Le, GgmlType};
 /// The registry entry.
 pub const Q4_0: Blocks<BlockQ4_0, QK> = Blocks::NEW;
 
-/// Element `j` is the low nibble of `qs[j]`, element `16 + j` the high nibble.
+/// A Q4_0 block (ggml's `block_q4_0`): element `j` is the low nibble of `qs[j]`, element
+/// `16 + j` the high nibble.
 #[derive(Copy, Clone, Debug, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockQ4_0 {

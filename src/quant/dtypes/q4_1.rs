@@ -13,6 +13,7 @@ use crate::quant::{F16Le, GgmlType};
 /// The registry entry.
 pub const Q4_1: Blocks<BlockQ4_1, QK> = Blocks::NEW;
 
+/// A Q4_1 block (ggml's `block_q4_1`).
 #[derive(Copy, Clone, Debug, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockQ4_1 {

@@ -16,6 +16,7 @@ use crate::quant::{F16Le, GgmlType};
 /// The registry entry.
 pub const Q5_0: Blocks<BlockQ5_0, QK> = Blocks::NEW;
 
+/// A Q5_0 block (ggml's `block_q5_0`).
 #[derive(Copy, Clone, Debug, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockQ5_0 {

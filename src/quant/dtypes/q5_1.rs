@@ -15,6 +15,7 @@ use crate::quant::{F16Le, GgmlType};
 /// The registry entry.
 pub const Q5_1: Blocks<BlockQ5_1, QK> = Blocks::NEW;
 
+/// A Q5_1 block (ggml's `block_q5_1`).
 #[derive(Copy, Clone, Debug, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockQ5_1 {

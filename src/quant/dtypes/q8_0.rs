@@ -13,6 +13,7 @@ use crate::quant::{F16Le, GgmlType};
 /// The registry entry.
 pub const Q8_0: Blocks<BlockQ8_0, QK> = Blocks::NEW;
 
+/// A Q8_0 block (ggml's `block_q8_0`).
 #[derive(Copy, Clone, Debug, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockQ8_0 {

@@ -146,11 +146,17 @@ fn cooperative_matrix_kernels_validate_and_translate() {
             .unwrap_or_else(|e| panic!("{}: {e}", kernel.label()));
         n += 1;
     }
+    // Every dtype the registry says converts to f16 tiles has its conversion.
+    let tiles = tritium::quant::dtypes::all()
+        .iter()
+        .filter(|d| d.kernels().is_some_and(|k| k.f16_tiles))
+        .count();
     assert_eq!(
-        n, 16,
-        "the product and its sum (each also added to its output), the input scaling, to f16: \
-         Q4_K, Q5_K, Q6_K, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and the prefill attention for \
-         heads of 64 and 128"
+        n,
+        7 + tiles,
+        "the product and its sum (each also added to its output), the input scaling, the \
+         prefill attention for heads of 64 and 128, and the conversion to f16 of every dtype \
+         with f16 tiles"
     );
 }
 

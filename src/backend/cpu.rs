@@ -35,24 +35,15 @@ impl CpuWeight {
     /// Decode row `r` into `out` (`cols` values, before `scale`).
     fn decode_row(&self, r: usize, out: &mut [f32]) -> Result<(), Error> {
         let bytes = &self.data[r * self.row_bytes..][..self.row_bytes];
-        if self.dtype == GgmlType::I2_S {
-            // Rows are whole 128-weight blocks: byte j of a block holds weights j, 32 + j,
-            // 64 + j, 96 + j at shifts 6, 4, 2, 0; code c means c - 1.
-            for (i, o) in out.iter_mut().enumerate() {
-                let (block, within) = (i / 128, i % 128);
-                let code = (bytes[block * 32 + within % 32] >> (6 - 2 * (within / 32))) & 3;
-                if code == 3 {
-                    return Err(Error::Quant(quant::QuantError::Invalid(format!(
-                        "{}: I2_S code 3 at row {r}, column {i}",
-                        self.name
-                    ))));
-                }
-                *o = f32::from(code) - 1.0;
+        quant::dequantize_rows(self.dtype, bytes, out).map_err(|e| match e {
+            quant::QuantError::InvalidCode { dtype, index, code } => {
+                Error::Quant(quant::QuantError::Invalid(format!(
+                    "{}: {dtype} code {code} at row {r}, column {index}",
+                    self.name
+                )))
             }
-            Ok(())
-        } else {
-            Ok(quant::dequantize_into(self.dtype, bytes, out)?)
-        }
+            e => e.into(),
+        })
     }
 }
 
@@ -458,30 +449,16 @@ impl Backend for CpuBackend {
 
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, Error> {
         let n = w.rows as u64 * w.cols as u64;
-        let (row_bytes, own_scale) = if w.dtype == GgmlType::I2_S {
-            if w.cols % 128 != 0 {
-                return Err(BackendError::UnsupportedWeight {
-                    name: w.name.to_string(),
-                    why: format!(
-                        "I2_S rows of {} weights (must be whole 128-weight blocks)",
-                        w.cols
-                    ),
-                }
-                .into());
-            }
-            (w.cols / 4, quant::i2s_weight_scale(w.bytes, n as usize)?)
-        } else {
-            let rb = w.dtype.tensor_bytes(w.cols as u64).ok_or_else(|| {
-                Error::from(BackendError::UnsupportedWeight {
-                    name: w.name.to_string(),
-                    why: format!("rows of {} {} values are not whole blocks", w.cols, w.dtype),
-                })
-            })?;
-            if !w.dtype.can_dequantize() {
-                return Err(quant::QuantError::Unsupported(w.dtype).into());
-            }
-            (rb as usize, 1.0)
-        };
+        let row_bytes = w.dtype.row_bytes(w.cols as u64).ok_or_else(|| {
+            Error::from(BackendError::UnsupportedWeight {
+                name: w.name.to_string(),
+                why: format!("rows of {} {} values are not whole blocks", w.cols, w.dtype),
+            })
+        })? as usize;
+        if !w.dtype.can_dequantize() {
+            return Err(quant::QuantError::Unsupported(w.dtype).into());
+        }
+        let own_scale = quant::tensor_scale(w.dtype, w.bytes, n as usize)?.unwrap_or(1.0);
         let data_len = row_bytes * w.rows;
         if w.bytes.len() < data_len {
             return Err(BackendError::WeightBytes {
@@ -546,7 +523,7 @@ impl Backend for CpuBackend {
         for op in &pass.ops {
             if let Op::BitLinear { w, .. } = op {
                 let cw = self.weight(*w)?;
-                if !matches!(cw.dtype, GgmlType::I2_S | GgmlType::TQ1_0 | GgmlType::TQ2_0) {
+                if quant::bitlinear_input(cw.dtype).is_none() {
                     return Err(BackendError::UnsupportedWeight {
                         name: cw.name.clone(),
                         why: format!("BitLinear over {} weights (ternary types only)", cw.dtype),

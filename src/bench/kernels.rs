@@ -201,37 +201,6 @@ fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
     out
 }
 
-/// Byte offsets of the f16 scale fields inside one block of `dtype`.
-fn f16_fields(dtype: GgmlType) -> &'static [usize] {
-    use GgmlType::*;
-    match dtype {
-        Q4_0 | Q5_0 | Q8_0 => &[0],
-        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
-        Q6_K => &[208],
-        TQ1_0 => &[52],
-        TQ2_0 => &[64],
-        _ => &[],
-    }
-}
-
-/// Make random bytes look like real weights where it could matter to the hardware: every f16
-/// or f32 value finite and below 2 in magnitude (no NaN, infinity or huge scales).
-fn tame(dtype: GgmlType, data: &mut [u8]) {
-    match dtype {
-        GgmlType::F16 | GgmlType::BF16 => data.chunks_exact_mut(2).for_each(|h| h[1] &= 0xbf),
-        GgmlType::F32 => data.chunks_exact_mut(4).for_each(|f| f[3] &= 0xbf),
-        t => {
-            if let Some(b) = t.block() {
-                for block in data.chunks_exact_mut(b.block_bytes as usize) {
-                    for &o in f16_fields(t) {
-                        block[o + 1] &= 0xbf;
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// A weight of random bytes in `dtype`'s layout with tame scales (I2_S: valid codes and a
 /// trailing scale).
 fn random_weight(
@@ -241,20 +210,22 @@ fn random_weight(
     cols: u32,
 ) -> Result<GpuWeight, GpuError> {
     let n = u64::from(rows) * u64::from(cols);
-    let bytes = dtype
-        .tensor_bytes(n)
+    let data = random_weight_bytes(dtype, n)
         .ok_or_else(|| GpuError::Unsupported(format!("{dtype} with {cols} columns")))?;
-    let mut data = random_bytes(bytes as usize, n ^ u64::from(dtype.id()));
-    tame(dtype, &mut data);
-    if dtype == GgmlType::I2_S {
-        // Codes 0..2 only, then the f32 scale.
-        let codes = (n / 4) as usize;
-        for b in &mut data[..codes] {
-            *b &= 0b0101_0101;
-        }
-        data[codes..codes + 4].copy_from_slice(&1.0f32.to_le_bytes());
-    }
     ctx.upload_weight(&format!("bench.{dtype}"), dtype, rows, cols, &data)
+}
+
+/// The bytes of [`random_weight`]: `n` weights of random bytes in `dtype`'s layout made to
+/// look like real weights where it could matter to the hardware ([`crate::quant::tame`]: every
+/// f16 or f32 value finite and below 2 in magnitude, no NaN, infinity or huge scales; I2_S:
+/// valid codes and a trailing scale), or `None` where `n` is not a whole number of blocks
+/// (public for tests/kernel_snapshot.rs).
+#[doc(hidden)]
+pub fn random_weight_bytes(dtype: GgmlType, n: u64) -> Option<Vec<u8>> {
+    let bytes = dtype.tensor_bytes(n)?;
+    let mut data = random_bytes(bytes as usize, n ^ u64::from(dtype.id()));
+    crate::quant::tame(dtype, &mut data);
+    Some(data)
 }
 
 /// A prepared matvec: the op and the buffers it uses.

@@ -61,7 +61,7 @@ fn quantize_parallel(
     row_len: usize,
 ) -> Result<Vec<u8>, QuantError> {
     let rows = values.len() / row_len.max(1);
-    if dtype == GgmlType::I2_S || rows < 2 || values.len() < (1 << 16) {
+    if !quant::rows_independent(dtype) || rows < 2 || values.len() < (1 << 16) {
         return quant::quantize(dtype, values);
     }
     let rows_per_chunk = (1usize << 16).div_ceil(row_len.max(1)).max(1);

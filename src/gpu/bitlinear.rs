@@ -36,7 +36,7 @@ use super::matmul::{grid, Dispatch, MatmulOp};
 use super::weights::GpuWeight;
 use super::{GpuContext, GpuError, GpuFeatures, Pooled};
 use crate::gpu_uniform;
-use crate::quant::GgmlType;
+use crate::quant::{BitLinearInput, GgmlType};
 
 gpu_uniform! {
     /// Parameters of the QuantizeActivations kernel.
@@ -355,7 +355,8 @@ impl BitLinearOp {
         int_dot: bool,
     ) -> Result<Self, GpuError> {
         let label = format!("{}.xq", w.name);
-        let q8 = matches!(w.dtype, GgmlType::TQ1_0 | GgmlType::TQ2_0)
+        let input = crate::quant::bitlinear_input(w.dtype);
+        let q8 = input == Some(BitLinearInput::FakeQuant)
             && int_dot
             && n_tokens == 1
             && crate::gpu::q8::has_q8_matvec(w.dtype, w.cols);
@@ -369,25 +370,25 @@ impl BitLinearOp {
                 xq,
             });
         }
-        let (quantize, xq) = match w.dtype {
-            GgmlType::I2_S => {
+        let (quantize, xq) = match input {
+            Some(BitLinearInput::Records) => {
                 let xq = ctx.storage(&label, activations_bytes(w.cols, n_tokens))?;
                 (
                     QuantizeActivationsOp::new(ctx, x, &xq, w.cols, n_tokens)?,
                     xq,
                 )
             }
-            GgmlType::TQ1_0 | GgmlType::TQ2_0 => {
+            Some(BitLinearInput::FakeQuant) => {
                 let xq = ctx.storage(&label, fake_activations_bytes(w.cols, n_tokens))?;
                 (
                     QuantizeActivationsOp::fake(ctx, x, &xq, w.cols, n_tokens)?,
                     xq,
                 )
             }
-            t => {
+            None => {
                 return Err(GpuError::Unsupported(format!(
-                    "BitLinear over {t} weights ({}: ternary types only)",
-                    w.name
+                    "BitLinear over {} weights ({}: ternary types only)",
+                    w.dtype, w.name
                 )))
             }
         };

@@ -8,7 +8,7 @@ use super::kernels::{kquants, legacy, ternary, Kernel};
 use super::weights::GpuWeight;
 use super::{GpuContext, GpuError, Pooled};
 use crate::gpu_uniform;
-use crate::quant::GgmlType;
+use crate::quant::{Family, GgmlType};
 
 gpu_uniform! {
     /// Parameters of every matvec/matmul kernel.
@@ -170,12 +170,23 @@ pub const SOFTWARE_MATVEC_WG: u32 = 4;
 /// rather than with the work: the legacy matvec takes [`SOFTWARE_MATVEC_WG`], the legacy
 /// matmul 16-token tiles.
 fn adapter_workgroup_size(ctx: &GpuContext, kernel: Kernel, wg: u32) -> u32 {
-    if !ctx.is_software() {
+    if ctx.is_software() {
+        software_workgroup_size(kernel, wg)
+    } else {
+        wg
+    }
+}
+
+/// The workgroup size of `kernel` on a CPU adapter (see [`adapter_workgroup_size`]; public for
+/// tests/kernel_snapshot.rs).
+#[doc(hidden)]
+pub fn software_workgroup_size(kernel: Kernel, wg: u32) -> u32 {
+    if kernel.family() != Some(Family::Legacy) {
         return wg;
     }
     match kernel {
-        Kernel::Matvec(t) | Kernel::MatvecAdd(t) if legacy::is_legacy(t) => SOFTWARE_MATVEC_WG,
-        Kernel::Matmul(t) if legacy::is_legacy(t) => 64,
+        Kernel::Matvec(_) | Kernel::MatvecAdd(_) => SOFTWARE_MATVEC_WG,
+        Kernel::Matmul(_) => 64,
         _ => wg,
     }
 }
@@ -201,30 +212,49 @@ pub fn uses_coop(ctx: &GpuContext, dtype: GgmlType) -> bool {
         && Kernel::MatmulF16(false).source().is_some()
 }
 
-/// Workgroups a family's kernel needs for `rows` rows and `n_tokens` tokens.
-fn workgroups(
+/// Workgroups a family's kernel needs for `rows` rows and `n_tokens` tokens (public for
+/// tests/kernel_snapshot.rs).
+#[doc(hidden)]
+pub fn workgroups(
     kernel: Kernel,
     rows: u32,
     n_tokens: u32,
     workgroup_size: u32,
     mapping: Option<(u32, u32)>,
 ) -> u32 {
-    use GgmlType::*;
     match kernel {
-        Kernel::Matvec(t)
-        | Kernel::MatvecAdd(t)
-        | Kernel::MatvecQ8(t)
-        | Kernel::MatvecQ8Add(t)
-        | Kernel::MatvecQ8AddNorm(t)
-        | Kernel::Matmul(t) => match t {
-            Q4_K | Q5_K | Q6_K => kquants::workgroups(kernel, rows, n_tokens, workgroup_size),
-            I2_S | TQ1_0 | TQ2_0 => {
+        Kernel::Matvec(_)
+        | Kernel::MatvecAdd(_)
+        | Kernel::MatvecQ8(_)
+        | Kernel::MatvecQ8Add(_)
+        | Kernel::MatvecQ8AddNorm(_)
+        | Kernel::Matmul(_) => match kernel.family() {
+            Some(Family::KQuant(_)) => kquants::workgroups(kernel, rows, n_tokens, workgroup_size),
+            Some(Family::Ternary | Family::I2S) => {
                 ternary::workgroups(kernel, rows, n_tokens, workgroup_size, mapping)
             }
-            _ => legacy::workgroups(kernel, rows, n_tokens, workgroup_size),
+            Some(Family::Legacy) | None => {
+                legacy::workgroups(kernel, rows, n_tokens, workgroup_size)
+            }
         },
         _ => 1,
     }
+}
+
+/// The workgroup size [`MatmulOp::new`] gives `kernel` (a matvec or matmul) for `rows` rows
+/// and `n_tokens` tokens on a device with `workgroup_storage` bytes of workgroup memory, before
+/// [`adapter_workgroup_size`] (public for tests/kernel_snapshot.rs).
+#[doc(hidden)]
+pub fn product_workgroup_size(
+    kernel: Kernel,
+    workgroup_storage: u32,
+    rows: u32,
+    n_tokens: u32,
+) -> u32 {
+    if let (Kernel::Matmul(_), Some(Family::KQuant(_))) = (kernel, kernel.family()) {
+        return kquants::matmul_workgroup_size(workgroup_storage, rows, n_tokens);
+    }
+    kernel.source().map_or(64, |s| s.default_workgroup_size)
 }
 
 impl MatmulOp {
@@ -246,11 +276,8 @@ impl MatmulOp {
         } else {
             Kernel::Matmul(w.dtype)
         };
-        let mut wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
-        if let Kernel::Matmul(GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) = kernel {
-            let bytes = ctx.limits.max_compute_workgroup_storage_size;
-            wg = kquants::matmul_workgroup_size(bytes, w.rows, n_tokens);
-        }
+        let storage = ctx.limits.max_compute_workgroup_storage_size;
+        let wg = product_workgroup_size(kernel, storage, w.rows, n_tokens);
         let wg = adapter_workgroup_size(ctx, kernel, wg);
         Self::with_kernel(ctx, kernel, wg, w, x, y, n_tokens)
     }

@@ -25,7 +25,7 @@ use super::matmul::{grid, Dispatch, MatmulOp};
 use super::weights::GpuWeight;
 use super::{GpuContext, GpuError, Pooled};
 use crate::gpu_uniform;
-use crate::quant::GgmlType;
+use crate::quant::{Family, GgmlType};
 
 gpu_uniform! {
     /// Parameters of the QuantizeQ8 kernel.
@@ -280,13 +280,33 @@ fn check_norm_record(xq: &wgpu::Buffer, cols: u32) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// The integer-dot matvec's workgroup size for `w` (K-quants: by shape; legacy: the kernel's).
-fn q8_workgroup_size(kernel: Kernel, w: &GpuWeight) -> u32 {
-    match w.dtype {
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
-            kquants::matvec_q8_workgroup_size(w.dtype, w.bytes, w.cols)
-        }
+/// The integer-dot matvec's workgroup size for `kernel` over `bytes` of `dtype` weights with
+/// rows of `cols` (K-quants: by shape; legacy: the kernel's; public for
+/// tests/kernel_snapshot.rs).
+#[doc(hidden)]
+pub fn q8_workgroup_size(kernel: Kernel, dtype: GgmlType, bytes: u64, cols: u32) -> u32 {
+    match crate::quant::kernels(dtype).map(|k| k.family) {
+        Some(Family::KQuant(tuning)) => kquants::matvec_q8_workgroup_size(&tuning, bytes, cols),
         _ => kernel.source().map_or(64, |s| s.default_workgroup_size),
+    }
+}
+
+/// The workgroup size of [`Kernel::MatvecQ8AddNorm`] over `dtype` weights with rows of `cols`
+/// on a device with `limits` (public for tests/kernel_snapshot.rs).
+#[doc(hidden)]
+pub fn add_norm_workgroup_size(
+    kernel: Kernel,
+    dtype: GgmlType,
+    cols: u32,
+    limits: &crate::gpu::GpuLimits,
+) -> u32 {
+    match crate::quant::kernels(dtype).map(|k| k.family) {
+        Some(Family::KQuant(_)) => kquants::add_norm_workgroup_size(
+            cols,
+            limits.max_compute_invocations_per_workgroup,
+            limits.max_compute_workgroup_storage_size,
+        ),
+        _ => kernel.source().map_or(256, |s| s.default_workgroup_size),
     }
 }
 
@@ -335,14 +355,7 @@ pub fn q8_matvec_add_norm(
     }
     check_norm_record(norm_out, w.rows)?;
     let kernel = Kernel::MatvecQ8AddNorm(w.dtype);
-    let wg = match w.dtype {
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => kquants::add_norm_workgroup_size(
-            w.cols,
-            ctx.limits.max_compute_invocations_per_workgroup,
-            ctx.limits.max_compute_workgroup_storage_size,
-        ),
-        _ => kernel.source().map_or(256, |s| s.default_workgroup_size),
-    };
+    let wg = add_norm_workgroup_size(kernel, w.dtype, w.cols, &ctx.limits);
     let span = kquants::matvec_q8_span(kernel, w.bytes, w.cols);
     let extra = [
         (ADD_NORM_WEIGHT_BINDING, norm_w),
@@ -376,7 +389,8 @@ pub fn q8_matvec(
     } else {
         Kernel::MatvecQ8(w.dtype)
     };
-    MatmulOp::with_kernel(ctx, kernel, q8_workgroup_size(kernel, w), w, xq, y, 1)
+    let wg = q8_workgroup_size(kernel, w.dtype, w.bytes, w.cols);
+    MatmulOp::with_kernel(ctx, kernel, wg, w, xq, y, 1)
 }
 
 /// Whether [`q8_matvec_pair`] takes `a` and `b`: the same K-quant format and row length, each
@@ -409,7 +423,7 @@ pub fn q8_matvec_pair(
         )));
     }
     let kernel = Kernel::MatvecQ8Pair(a.dtype);
-    let wg = kquants::matvec_q8_workgroup_size(a.dtype, a.bytes + b.bytes, a.cols);
+    let wg = q8_workgroup_size(kernel, a.dtype, a.bytes + b.bytes, a.cols);
     let span = kquants::matvec_q8_span(kernel, a.bytes + b.bytes, a.cols);
     MatmulOp::pair(ctx, (kernel, wg, span), a, b, xq, ya, yb)
 }

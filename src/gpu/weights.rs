@@ -2,7 +2,6 @@
 //! aligned planes, losslessly), and split by rows into chunks that each fit one storage binding,
 //! so a 657 MB embedding works on a device with a 128 MiB binding limit.
 
-use super::kernels::{kquants, legacy, ternary};
 use super::{GpuContext, GpuError};
 use crate::quant::{self, GgmlType};
 
@@ -28,12 +27,10 @@ pub struct GpuWeight {
     pub bytes: u64,
 }
 
-/// Bytes one row of `cols` weights occupies in the file format (I2_S: the packed codes only).
+/// Bytes one row of `cols` weights occupies in the file format (without a per-tensor trailer:
+/// [`GgmlType::row_bytes`]).
 pub fn row_bytes(dtype: GgmlType, cols: u64) -> Option<u64> {
-    match dtype {
-        GgmlType::I2_S => (cols % 128 == 0).then_some(cols / 4),
-        t => t.tensor_bytes(cols),
-    }
+    dtype.row_bytes(cols)
 }
 
 /// Rows of a large chunk are turned into planes and uploaded about this many file bytes at a
@@ -107,14 +104,13 @@ fn planes_in_pieces<B, E>(
     Ok(buffers)
 }
 
-/// Split a chunk of rows into the planes its family's kernels read.
-fn planes(dtype: GgmlType, data: &[u8], rows: u32, cols: u32) -> Vec<Vec<u8>> {
-    use GgmlType::*;
-    match dtype {
-        Q4_K | Q5_K | Q6_K => kquants::planes(dtype, data, rows, cols),
-        I2_S | TQ1_0 | TQ2_0 => ternary::planes(dtype, data, rows, cols),
-        _ => legacy::planes(dtype, data, rows, cols),
-    }
+/// Split a chunk of rows into the planes its dtype's kernels read
+/// ([`quant::Kernels::planes`]; a type without kernels: its bytes, padded; public for
+/// tests/kernel_snapshot.rs).
+#[doc(hidden)]
+pub fn planes(dtype: GgmlType, data: &[u8], rows: u32, cols: u32) -> Vec<Vec<u8>> {
+    let planes = quant::kernels(dtype).map_or(quant::planes::padded as quant::Planes, |k| k.planes);
+    planes(data, rows, cols)
 }
 
 impl GpuContext {
@@ -159,11 +155,7 @@ impl GpuContext {
             }
             .into());
         }
-        let scale = if dtype == GgmlType::I2_S {
-            quant::i2s_weight_scale(data, n as usize)?
-        } else {
-            1.0
-        };
+        let scale = quant::tensor_scale(dtype, data, n as usize)?.unwrap_or(1.0);
         let row = row_bytes(dtype, u64::from(cols)).unwrap_or(expected);
         // Leave room for planes padded to 4 bytes.
         let rows_per_chunk = (max_chunk_bytes.saturating_sub(16) / row.max(1)).min(u64::from(rows));
@@ -233,21 +225,17 @@ mod tests {
     /// Uploading in pieces gives the same bytes as the planes of the whole chunk.
     #[test]
     fn planes_in_pieces_equal_whole_planes() {
-        let cases = [
-            (GgmlType::Q8_0, 64u32),
-            (GgmlType::Q4_0, 64),
-            (GgmlType::Q4_1, 96),
-            (GgmlType::Q5_0, 64),
-            (GgmlType::Q5_1, 64),
-            (GgmlType::F32, 20),
-            (GgmlType::F16, 24),
-            (GgmlType::F32, 5),
-            (GgmlType::Q4_K, 256),
-            (GgmlType::Q6_K, 256),
-            (GgmlType::TQ1_0, 256),
-            (GgmlType::TQ2_0, 256),
-            (GgmlType::I2_S, 128),
-        ];
+        // Every dtype with kernels, at rows of 2, 3 and 8 times its granularity (for F32 and
+        // F16 row lengths that are whole 16-byte slots and ones that are not).
+        let mut cases = Vec::new();
+        for d in quant::dtypes::all()
+            .iter()
+            .filter(|d| d.kernels().is_some())
+        {
+            let g = d.ggml().row_granularity() as u32;
+            cases.extend([2, 3, 8].map(|k| (d.ggml(), k * g)));
+        }
+        cases.extend([(GgmlType::F32, 20), (GgmlType::F16, 24), (GgmlType::F32, 5)]);
         for (dtype, cols) in cases {
             let row = row_bytes(dtype, u64::from(cols)).unwrap();
             for rows in [65u64, 96, 97, 130] {

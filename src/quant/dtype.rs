@@ -204,7 +204,7 @@ impl GgmlType {
 
     /// Block geometry, or `None` for types whose byte size is not a whole number of blocks
     /// (I2_S, whose size is `n/4 + 32`) or is unknown (TL1).
-    pub fn block(self) -> Option<BlockGeometry> {
+    pub const fn block(self) -> Option<BlockGeometry> {
         use GgmlType::*;
         let (block_elems, block_bytes) = match self {
             F32 => (1, 4),
@@ -281,25 +281,19 @@ impl GgmlType {
         }
     }
 
-    /// Whether [`crate::quant::dequantize`] can turn this type into f32.
+    /// Bytes one row of `cols` elements occupies, without a per-tensor trailer (I2_S: the
+    /// packed codes only), or `None` where the row is not a whole number of blocks.
+    pub fn row_bytes(self, cols: u64) -> Option<u64> {
+        match self {
+            GgmlType::I2_S => (cols % 128 == 0).then_some(cols / 4),
+            t => t.tensor_bytes(cols),
+        }
+    }
+
+    /// Whether [`crate::quant::dequantize`] can turn this type into f32 (whether tritium runs
+    /// it: the registry, [`crate::quant::dtypes`]).
     pub fn can_dequantize(self) -> bool {
-        use GgmlType::*;
-        matches!(
-            self,
-            F32 | F16
-                | BF16
-                | Q4_0
-                | Q4_1
-                | Q5_0
-                | Q5_1
-                | Q8_0
-                | Q4_K
-                | Q5_K
-                | Q6_K
-                | TQ1_0
-                | TQ2_0
-                | I2_S
-        )
+        super::lookup(self).is_some()
     }
 }
 

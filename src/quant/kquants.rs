@@ -1,4 +1,6 @@
-//! The 256-weight K-quant "super-block" formats we run: Q4_K, Q5_K and Q6_K.
+//! What the 256-weight K-quant super-block formats share (Q4_K, Q5_K and Q6_K, each in its own
+//! file under `dtypes/`): ggml's reference quantizers, the 6-bit scale packing, and the
+//! rearrangements of the header bytes for the GPU.
 //!
 //! Dequantization repeats gguf-py's f32 operations in the same order (`(d * sc) * q - dmin * m`
 //! with each product rounded separately, never fused), so it is bit identical to gguf-py 0.19.
@@ -9,54 +11,14 @@
 //! identical to llama.cpp's for any finite input. ggml compiles these in its base library without
 //! `-march` flags, so no multiply-add is fused there either; Rust never fuses.
 
-use bytemuck::{Pod, Zeroable};
-
 use super::float::F16Le;
+use super::q8dot::IntBlock;
 
 /// Elements per K-quant super-block.
 pub const QK_K: usize = 256;
 
 /// ggml's `GROUP_MAX_EPS`: a group whose largest magnitude is below this is all zeros.
-const GROUP_MAX_EPS: f32 = 1e-15;
-
-/// `Q4_K`: eight 32-weight sub-blocks, `x = (d * sc[s]) * q - dmin * m[s]` with 6-bit `sc`/`m`
-/// packed in `scales` (see [`scale_min_k4`]) and 4-bit `q`: in each 32-byte chunk `c` of `qs`,
-/// the low nibbles are sub-block `2c`, the high nibbles sub-block `2c + 1`.
-#[derive(Copy, Clone, Debug, Pod, Zeroable)]
-#[repr(C)]
-pub struct BlockQ4K {
-    pub d: F16Le,
-    pub dmin: F16Le,
-    pub scales: [u8; 12],
-    pub qs: [u8; QK_K / 2],
-}
-const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
-
-/// `Q5_K`: as Q4_K plus a fifth bit: bit `s` of `qh[l]` is the high bit of element `l` of
-/// sub-block `s`.
-#[derive(Copy, Clone, Debug, Pod, Zeroable)]
-#[repr(C)]
-pub struct BlockQ5K {
-    pub d: F16Le,
-    pub dmin: F16Le,
-    pub scales: [u8; 12],
-    pub qh: [u8; QK_K / 8],
-    pub qs: [u8; QK_K / 2],
-}
-const _: () = assert!(std::mem::size_of::<BlockQ5K>() == 176);
-
-/// `Q6_K`: sixteen 16-weight sub-blocks, `x = (d * scales[e / 16]) * (q - 32)` with 6-bit `q`.
-/// For element `e = 128h + r`: low 4 bits are nibble `r / 64` of `ql[64h + r % 64]`, high 2
-/// bits are bits `2 (r / 32)` of `qh[32h + r % 32]`. `d` comes last.
-#[derive(Copy, Clone, Debug, Pod, Zeroable)]
-#[repr(C)]
-pub struct BlockQ6K {
-    pub ql: [u8; QK_K / 2],
-    pub qh: [u8; QK_K / 4],
-    pub scales: [i8; QK_K / 16],
-    pub d: F16Le,
-}
-const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
+pub(super) const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// ggml's `get_scale_min_k4`: the 6-bit (scale, min) of sub-block `j` (0..8; taken mod 8).
 ///
@@ -79,7 +41,7 @@ pub fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
 
 /// The inverse of [`scale_min_k4`]: pack eight 6-bit (scale, min) pairs (each `< 64`) the way
 /// ggml's `quantize_row_q4_K_ref` does.
-fn pack_scale_min_k4(scales: &[u8; 8], mins: &[u8; 8]) -> [u8; 12] {
+pub(super) fn pack_scale_min_k4(scales: &[u8; 8], mins: &[u8; 8]) -> [u8; 12] {
     let mut packed = [0u8; 12];
     for (j, (&ls, &lm)) in scales.iter().zip(mins).enumerate() {
         debug_assert!(ls < 64 && lm < 64, "6-bit scale/min out of range");
@@ -99,164 +61,41 @@ fn pack_scale_min_k4(scales: &[u8; 8], mins: &[u8; 8]) -> [u8; 12] {
 /// (half to even), then read the integer out of the mantissa. Exact below 2^22 in magnitude,
 /// where it equals `round_ties_even`; beyond that it returns what ggml's release build returns
 /// (its range check is an `assert`, compiled out).
-fn nearest_int(x: f32) -> i32 {
+pub(super) fn nearest_int(x: f32) -> i32 {
     let val = x + 12_582_912.0;
     (val.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
-impl BlockQ4K {
-    pub fn dequantize(&self, out: &mut [f32; QK_K]) {
-        let d = self.d.to_f32();
-        let dmin = self.dmin.to_f32();
-        for (c, chunk) in out.chunks_exact_mut(64).enumerate() {
-            let (lo, hi) = chunk.split_at_mut(32);
-            let (sc0, m0) = scale_min_k4(2 * c, &self.scales);
-            let (sc1, m1) = scale_min_k4(2 * c + 1, &self.scales);
-            let (d0, dm0) = (d * f32::from(sc0), dmin * f32::from(m0));
-            let (d1, dm1) = (d * f32::from(sc1), dmin * f32::from(m1));
-            let qs = &self.qs[32 * c..32 * c + 32];
-            for ((l, h), &q) in lo.iter_mut().zip(hi.iter_mut()).zip(qs) {
-                *l = d0 * f32::from(q & 0x0f) - dm0;
-                *h = d1 * f32::from(q >> 4) - dm1;
+/// The integer form of a Q4_K / Q5_K block: per 32-weight sub-block `s`, codes `q` (with the
+/// fifth bit from `qh` for Q5_K), scale `d * sc` and offset `-(dmin * m)`.
+pub(super) fn k4_int_form(
+    (d, dmin): (f32, f32),
+    scales: &[u8; 12],
+    qh: Option<&[u8; QK_K / 8]>,
+    qs: &[u8; QK_K / 2],
+) -> IntBlock {
+    let mut codes = Vec::with_capacity(256);
+    let mut groups = Vec::with_capacity(8);
+    for j in 0..8 {
+        let (sc, m) = scale_min_k4(j, scales);
+        let (c, shift) = (j / 2, 4 * (j % 2));
+        for k in 0..32 {
+            let mut q = i32::from((qs[32 * c + k] >> shift) & 0x0f);
+            if let Some(qh) = qh {
+                q |= i32::from((qh[k] >> j) & 1) << 4;
             }
+            codes.push(q);
         }
+        groups.push((32, d * f32::from(sc), -(dmin * f32::from(m))));
     }
-
-    /// ggml's `quantize_row_q4_K_ref` for one super-block.
-    pub fn quantize(x: &[f32; QK_K]) -> Self {
-        let (packed, d, dmin, l_codes) = quantize_k4(x, 15, -1.0, 20);
-        let mut qs = [0u8; QK_K / 2];
-        for c in 0..4 {
-            for l in 0..32 {
-                qs[32 * c + l] = l_codes[64 * c + l] | (l_codes[64 * c + l + 32] << 4);
-            }
-        }
-        BlockQ4K {
-            d,
-            dmin,
-            scales: packed,
-            qs,
-        }
-    }
-}
-
-impl BlockQ5K {
-    /// ggml's `quantize_row_q5_K_ref` for one super-block.
-    pub fn quantize(x: &[f32; QK_K]) -> Self {
-        let (packed, d, dmin, l_codes) = quantize_k4(x, 31, -0.5, 15);
-        let mut qs = [0u8; QK_K / 2];
-        let mut qh = [0u8; QK_K / 8];
-        // Chunk c of 64 codes: the low nibbles of codes 64c..64c+32 and the high nibbles of
-        // 64c+32..64c+64 share qs[32c..32c+32]; their fifth bits are bits 2c and 2c+1 of qh.
-        for c in 0..4 {
-            for j in 0..32 {
-                let (l1, l2) = (l_codes[64 * c + j], l_codes[64 * c + j + 32]);
-                qh[j] |= ((l1 >> 4) << (2 * c)) | ((l2 >> 4) << (2 * c + 1));
-                qs[32 * c + j] = (l1 & 0x0f) | ((l2 & 0x0f) << 4);
-            }
-        }
-        BlockQ5K {
-            d,
-            dmin,
-            scales: packed,
-            qh,
-            qs,
-        }
-    }
-
-    pub fn dequantize(&self, out: &mut [f32; QK_K]) {
-        let d = self.d.to_f32();
-        let dmin = self.dmin.to_f32();
-        for (s, sub) in out.chunks_exact_mut(32).enumerate() {
-            let (sc, m) = scale_min_k4(s, &self.scales);
-            let (ds, dm) = (d * f32::from(sc), dmin * f32::from(m));
-            let c = s / 2;
-            let shift = 4 * (s % 2);
-            let qs = &self.qs[32 * c..32 * c + 32];
-            for ((o, &ql), &qh) in sub.iter_mut().zip(qs).zip(&self.qh) {
-                let q = ((ql >> shift) & 0x0f) | (((qh >> s) & 1) << 4);
-                *o = ds * f32::from(q) - dm;
-            }
-        }
-    }
-}
-
-impl BlockQ6K {
-    pub fn dequantize(&self, out: &mut [f32; QK_K]) {
-        let d = self.d.to_f32();
-        for (e, o) in out.iter_mut().enumerate() {
-            let (h, r) = (e / 128, e % 128);
-            let ql = (self.ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0f;
-            let qh = (self.qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
-            let q = i32::from(ql | (qh << 4)) - 32;
-            *o = (d * f32::from(self.scales[e / 16])) * q as f32;
-        }
-    }
-
-    /// ggml's `quantize_row_q6_K_ref` for one super-block.
-    pub fn quantize(x: &[f32; QK_K]) -> Self {
-        // Codes biased by +32 (0..=63).
-        let mut l_codes = [0u8; QK_K];
-        let mut scales = [0f32; 16];
-        let mut max_scale = 0f32;
-        let mut max_abs_scale = 0f32;
-        for (ib, scale_out) in scales.iter_mut().enumerate() {
-            let xs: [f32; 16] = std::array::from_fn(|l| x[16 * ib + l]);
-            let (scale, codes) = make_qx_quants::<16>(32, &xs);
-            l_codes[16 * ib..16 * ib + 16].copy_from_slice(&codes);
-            *scale_out = scale;
-            if scale.abs() > max_abs_scale {
-                max_abs_scale = scale.abs();
-                max_scale = scale;
-            }
-        }
-        if max_abs_scale < GROUP_MAX_EPS {
-            return BlockQ6K::zeroed();
-        }
-
-        let iscale = -128.0 / max_scale;
-        let d = F16Le::from_f32(1.0 / iscale);
-        let mut sc = [0i8; 16];
-        for (s, &scale) in sc.iter_mut().zip(&scales) {
-            // ggml: `int8_t = MIN(127, nearest_int(..))`, a wrapping conversion.
-            *s = nearest_int(iscale * scale).min(127) as i8;
-        }
-        for j in 0..16 {
-            let dj = d.to_f32() * f32::from(sc[j]);
-            if dj == 0.0 {
-                continue;
-            }
-            for (ii, code) in l_codes[16 * j..16 * j + 16].iter_mut().enumerate() {
-                let l = nearest_int(x[16 * j + ii] / dj).clamp(-32, 31);
-                *code = (l + 32) as u8;
-            }
-        }
-
-        let mut ql = [0u8; QK_K / 2];
-        let mut qh = [0u8; QK_K / 4];
-        for h in 0..2 {
-            let l_h = &l_codes[128 * h..128 * h + 128];
-            for l in 0..32 {
-                let (q1, q2, q3, q4) = (l_h[l], l_h[l + 32], l_h[l + 64], l_h[l + 96]);
-                ql[64 * h + l] = (q1 & 0x0f) | ((q3 & 0x0f) << 4);
-                ql[64 * h + l + 32] = (q2 & 0x0f) | ((q4 & 0x0f) << 4);
-                qh[32 * h + l] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6);
-            }
-        }
-        BlockQ6K {
-            ql,
-            qh,
-            scales: sc,
-            d,
-        }
-    }
+    IntBlock { codes, groups }
 }
 
 /// The shared part of ggml's `quantize_row_q4_K_ref` / `quantize_row_q5_K_ref`: fit each
 /// 32-weight sub-block with [`make_qkx2_quants`] (weights `sqrt(mean(x^2)) + |x|`), quantize the
 /// sub-scales and sub-mins to 6 bits against the super-block's `d` / `dmin`, then requantize
 /// every code against the rounded scales. Returns `(packed scales, d, dmin, codes 0..=nmax)`.
-fn quantize_k4(
+pub(super) fn quantize_k4(
     x: &[f32; QK_K],
     nmax: i32,
     rmin: f32,
@@ -397,7 +236,7 @@ fn make_qkx2_quants<const N: usize>(
 /// ggml's `make_qx_quants` with `rmse_type = 1` and no importance weights: fit
 /// `x ≈ scale * l` with `l` in `-nmax..nmax`, weights `x^2`, trying 19 scales around
 /// `nmax / max`. Returns `(scale, l + nmax)`.
-fn make_qx_quants<const N: usize>(nmax: i32, x: &[f32; N]) -> (f32, [u8; N]) {
+pub(super) fn make_qx_quants<const N: usize>(nmax: i32, x: &[f32; N]) -> (f32, [u8; N]) {
     let mut codes = [0u8; N];
     let mut max = 0f32;
     let mut amax = 0f32;
@@ -446,8 +285,76 @@ fn make_qx_quants<const N: usize>(nmax: i32, x: &[f32; N]) -> (f32, [u8; N]) {
     (scale, codes)
 }
 
+/// A Q4_K / Q5_K block's 12 scale bytes (ggml's packing, [`crate::quant::scale_min_k4`])
+/// rearranged for `k4_unit_scales` in quant/kquants.wgsl. Sub-blocks 2p and 2p + 1 (a "pair",
+/// p = 0..4) have the four 6-bit values (scale 2p, scale 2p + 1, min 2p, min 2p + 1). Pair p < 3
+/// is word p (bytes 4p .. 4p + 4), one value in the low 6 bits of each byte; the top two bits of
+/// byte f of word p hold bits 2p, 2p + 1 of pair 3's value f. Lossless: 16 values of 6 bits in
+/// 96 bits.
+pub fn permute_k4_scales(q: &[u8; 12]) -> [u8; 12] {
+    let pair = |p: usize| {
+        let (s0, m0) = scale_min_k4(2 * p, q);
+        let (s1, m1) = scale_min_k4(2 * p + 1, q);
+        [s0, s1, m0, m1]
+    };
+    let last = pair(3);
+    let mut out = [0u8; 12];
+    for p in 0..3 {
+        let values = pair(p);
+        for f in 0..4 {
+            out[4 * p + f] = values[f] | (((last[f] >> (2 * p)) & 3) << 6);
+        }
+    }
+    out
+}
+
+/// A Q5_K block's 32 `qh` bytes rearranged by unit, for `q5k_high` in quant/q5_k.wgsl. In
+/// ggml's order bit s of byte l is the fifth bit of element l of sub-block s, so a unit (u = 0..8:
+/// elements 16 h .. 16 h + 16, h = u % 2, of sub-blocks 2p and 2p + 1, p = u / 2) needs two bits
+/// of 16 bytes, and every unit loaded all 32. Here word u (bytes 4u .. 4u + 4) holds exactly
+/// those 32 bits: byte f, bits 2m and 2m + 1, are the bits of element 16 h + 4m + f of sub-block
+/// 2p and 2p + 1, so `(word >> 2m) & 0x01010101` puts the fifth bits of the unit's code word m
+/// (elements 4m .. 4m + 4 of its 16) one per byte, in the byte order of the codes. Lossless: a
+/// permutation of the 256 bits.
+pub fn permute_q5k_qh(qh: &[u8; 32]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    for u in 0..8 {
+        let (p, h) = (u / 2, u % 2);
+        let mut word = 0u32;
+        for f in 0..4 {
+            for m in 0..4 {
+                let byte = u32::from(qh[16 * h + 4 * m + f]);
+                let a = (byte >> (2 * p)) & 1;
+                let b = (byte >> (2 * p + 1)) & 1;
+                word |= (a | (b << 1)) << (8 * f + 2 * m);
+            }
+        }
+        out[4 * u..4 * u + 4].copy_from_slice(&word.to_le_bytes());
+    }
+    out
+}
+
+/// The planes of Q4_K and Q5_K: one, the blocks of `size` bytes as stored but for what
+/// `permute` rearranges in each ([`permute_k4_scales`], [`permute_q5k_qh`]).
+pub(super) fn permuted_blocks(data: &[u8], size: usize, permute: fn(&mut [u8])) -> Vec<Vec<u8>> {
+    let mut out = data.to_vec();
+    for block in out.chunks_exact_mut(size) {
+        permute(block);
+    }
+    vec![out]
+}
+
+/// Apply [`permute_k4_scales`] to the 12 bytes at `at` of `block`.
+pub(super) fn permute_k4_scales_at(block: &mut [u8], at: usize) {
+    let scales = &mut block[at..at + 12];
+    let packed: [u8; 12] = (&*scales).try_into().expect("12 scale bytes");
+    scales.copy_from_slice(&permute_k4_scales(&packed));
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::block::Block;
+    use super::super::{BlockQ4K, BlockQ6K};
     use super::*;
 
     #[test]
@@ -497,5 +404,69 @@ mod tests {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         assert!(max6 < 1.0 / 31.0, "Q6_K max error {max6}");
+    }
+
+    /// The WGSL decode of a permuted header (`k4_unit_scales` in quant/kquants.wgsl, word by
+    /// word) gives ggml's 6-bit values for every sub-block, and the permutation loses nothing,
+    /// over random scale bytes (every bit pattern of the 12 bytes is a valid packing).
+    #[test]
+    fn permuted_k4_scales_decode_to_ggml_values() {
+        use crate::quant::scale_min_k4;
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..10_000 {
+            let mut q = [0u8; 12];
+            for b in &mut q {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                *b = (state >> 56) as u8;
+            }
+            let permuted = permute_k4_scales(&q);
+            let w = |i: usize| u32::from_le_bytes(permuted[4 * i..4 * i + 4].try_into().unwrap());
+            let (h1, h2, h3) = (w(0), w(1), w(2));
+            let hi3 =
+                ((h1 >> 6) & 0x0303_0303) | ((h2 >> 4) & 0x0c0c_0c0c) | ((h3 >> 2) & 0x3030_3030);
+            for p in 0..4 {
+                let v = [h1 & 0x3f3f_3f3f, h2 & 0x3f3f_3f3f, h3 & 0x3f3f_3f3f, hi3][p];
+                let byte = |f: u32| ((v >> (8 * f)) & 0xff) as u8;
+                assert_eq!((byte(0), byte(2)), scale_min_k4(2 * p, &q));
+                assert_eq!((byte(1), byte(3)), scale_min_k4(2 * p + 1, &q));
+            }
+            seen.insert(permuted);
+        }
+        // Distinct inputs stay distinct (no two of 10,000 random headers collide).
+        assert_eq!(seen.len(), 10_000);
+    }
+
+    /// Every fifth bit lands where quant/q5_k.wgsl's `q5k_high` reads it: for unit u, code word
+    /// m, byte f, `(word u >> 2m) & 1` and `>> 2m + 1` of byte f are bits 2p and 2p + 1 of ggml's
+    /// byte 16 h + 4m + f (all 256 output bits checked, so the permutation loses nothing).
+    #[test]
+    fn permuted_q5k_qh_puts_each_bit_where_the_shader_reads_it() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..2_000 {
+            let mut qh = [0u8; 32];
+            for b in &mut qh {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *b = (state >> 24) as u8;
+            }
+            let out = permute_q5k_qh(&qh);
+            for u in 0..8 {
+                let (p, h) = (u / 2, u % 2);
+                let word = u32::from_le_bytes(out[4 * u..4 * u + 4].try_into().unwrap());
+                for m in 0..4 {
+                    let a = (word >> (2 * m)) & 0x0101_0101;
+                    let b = (word >> (2 * m + 1)) & 0x0101_0101;
+                    for f in 0..4 {
+                        let src = qh[16 * h + 4 * m + f];
+                        assert_eq!((a >> (8 * f)) & 1, u32::from((src >> (2 * p)) & 1));
+                        assert_eq!((b >> (8 * f)) & 1, u32::from((src >> (2 * p + 1)) & 1));
+                    }
+                }
+            }
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! The 32-weight "legacy" block formats: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0.
+//! What the 32-weight "legacy" block formats share (Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, each in
+//! its own file under `dtypes/`).
 //!
 //! Layouts are ggml's (`ggml-common.h`). Dequantization repeats gguf-py's f32 operations in
 //! the same order (`d * q`, `d * q + m` as two roundings, never fused), so results are bit
@@ -6,66 +7,11 @@
 //! reproduces exactly; we reproduce it too (round half away from zero for Q8_0, truncation
 //! of `x * id + 8.5` etc. for the others).
 
-use bytemuck::{Pod, Zeroable};
-
-use super::float::F16Le;
-
 /// Elements per legacy block.
 pub const QK: usize = 32;
 
-/// `Q4_0`: `x = d * (q - 8)`, 4-bit `q`. Element `j` is the low nibble of `qs[j]`, element
-/// `16 + j` the high nibble.
-#[derive(Copy, Clone, Debug, Pod, Zeroable)]
-#[repr(C)]
-pub struct BlockQ4_0 {
-    pub d: F16Le,
-    pub qs: [u8; QK / 2],
-}
-const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
-
-/// `Q4_1`: `x = d * q + m`, 4-bit `q`, nibbles as in Q4_0.
-#[derive(Copy, Clone, Debug, Pod, Zeroable)]
-#[repr(C)]
-pub struct BlockQ4_1 {
-    pub d: F16Le,
-    pub m: F16Le,
-    pub qs: [u8; QK / 2],
-}
-const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
-
-/// `Q5_0`: `x = d * (q - 16)`, 5-bit `q`: low 4 bits as in Q4_0, bit 4 of element `j` is
-/// bit `j` of the little-endian u32 `qh`.
-#[derive(Copy, Clone, Debug, Pod, Zeroable)]
-#[repr(C)]
-pub struct BlockQ5_0 {
-    pub d: F16Le,
-    pub qh: [u8; 4],
-    pub qs: [u8; QK / 2],
-}
-const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
-
-/// `Q5_1`: `x = d * q + m`, 5-bit `q` packed as in Q5_0.
-#[derive(Copy, Clone, Debug, Pod, Zeroable)]
-#[repr(C)]
-pub struct BlockQ5_1 {
-    pub d: F16Le,
-    pub m: F16Le,
-    pub qh: [u8; 4],
-    pub qs: [u8; QK / 2],
-}
-const _: () = assert!(std::mem::size_of::<BlockQ5_1>() == 24);
-
-/// `Q8_0`: `x = q * d`, signed 8-bit `q`.
-#[derive(Copy, Clone, Debug, Pod, Zeroable)]
-#[repr(C)]
-pub struct BlockQ8_0 {
-    pub d: F16Le,
-    pub qs: [i8; QK],
-}
-const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
-
 /// The signed value of largest magnitude (the first one on ties), as ggml picks it.
-fn signed_absmax(x: &[f32; QK]) -> f32 {
+pub(super) fn signed_absmax(x: &[f32; QK]) -> f32 {
     let mut max = x[0];
     let mut amax = max.abs();
     for &v in &x[1..] {
@@ -77,7 +23,8 @@ fn signed_absmax(x: &[f32; QK]) -> f32 {
     max
 }
 
-fn min_max(x: &[f32; QK]) -> (f32, f32) {
+/// The smallest and the largest value.
+pub(super) fn min_max(x: &[f32; QK]) -> (f32, f32) {
     let mut min = x[0];
     let mut max = x[0];
     for &v in &x[1..] {
@@ -92,7 +39,7 @@ fn min_max(x: &[f32; QK]) -> (f32, f32) {
 }
 
 /// `1/d`, or 0 where `d == 0` (gguf-py's `np.where(d == 0, 0, 1 / d)`).
-fn inverse(d: f32) -> f32 {
+pub(super) fn inverse(d: f32) -> f32 {
     if d == 0.0 {
         0.0
     } else {
@@ -101,65 +48,12 @@ fn inverse(d: f32) -> f32 {
 }
 
 /// ggml's `(uint8_t)MIN(top, (int8_t)(v))` for the non-negative `v` these quantizers make.
-fn trunc_clamp(v: f32, top: u8) -> u8 {
+pub(super) fn trunc_clamp(v: f32, top: u8) -> u8 {
     (v.trunc() as u8).min(top)
 }
 
-impl BlockQ4_0 {
-    pub fn dequantize(&self, out: &mut [f32; QK]) {
-        let d = self.d.to_f32();
-        for (j, &q) in self.qs.iter().enumerate() {
-            out[j] = d * (i32::from(q & 0x0f) - 8) as f32;
-            out[j + QK / 2] = d * (i32::from(q >> 4) - 8) as f32;
-        }
-    }
-
-    pub fn quantize(x: &[f32; QK]) -> Self {
-        let d = signed_absmax(x) / -8.0;
-        let id = inverse(d);
-        let mut qs = [0u8; QK / 2];
-        for (j, q) in qs.iter_mut().enumerate() {
-            let lo = trunc_clamp(x[j] * id + 8.5, 15);
-            let hi = trunc_clamp(x[j + QK / 2] * id + 8.5, 15);
-            *q = lo | (hi << 4);
-        }
-        BlockQ4_0 {
-            d: F16Le::from_f32(d),
-            qs,
-        }
-    }
-}
-
-impl BlockQ4_1 {
-    pub fn dequantize(&self, out: &mut [f32; QK]) {
-        let d = self.d.to_f32();
-        let m = self.m.to_f32();
-        for (j, &q) in self.qs.iter().enumerate() {
-            out[j] = d * f32::from(q & 0x0f) + m;
-            out[j + QK / 2] = d * f32::from(q >> 4) + m;
-        }
-    }
-
-    pub fn quantize(x: &[f32; QK]) -> Self {
-        let (min, max) = min_max(x);
-        let d = (max - min) / 15.0;
-        let id = inverse(d);
-        let mut qs = [0u8; QK / 2];
-        for (j, q) in qs.iter_mut().enumerate() {
-            let lo = trunc_clamp((x[j] - min) * id + 0.5, 15);
-            let hi = trunc_clamp((x[j + QK / 2] - min) * id + 0.5, 15);
-            *q = lo | (hi << 4);
-        }
-        BlockQ4_1 {
-            d: F16Le::from_f32(d),
-            m: F16Le::from_f32(min),
-            qs,
-        }
-    }
-}
-
 /// The 5-bit codes of a Q5 block, element order.
-fn unpack_q5(qh: [u8; 4], qs: &[u8; QK / 2]) -> [u8; QK] {
+pub(super) fn unpack_q5(qh: [u8; 4], qs: &[u8; QK / 2]) -> [u8; QK] {
     let qh = u32::from_le_bytes(qh);
     let mut q = [0u8; QK];
     for (j, &b) in qs.iter().enumerate() {
@@ -172,7 +66,7 @@ fn unpack_q5(qh: [u8; 4], qs: &[u8; QK / 2]) -> [u8; QK] {
 }
 
 /// Pack 5-bit codes into `(qh, qs)`.
-fn pack_q5(q: &[u8; QK]) -> ([u8; 4], [u8; QK / 2]) {
+pub(super) fn pack_q5(q: &[u8; QK]) -> ([u8; 4], [u8; QK / 2]) {
     let mut qs = [0u8; QK / 2];
     let mut qh = 0u32;
     for (j, b) in qs.iter_mut().enumerate() {
@@ -184,87 +78,27 @@ fn pack_q5(q: &[u8; QK]) -> ([u8; 4], [u8; QK / 2]) {
     (qh.to_le_bytes(), qs)
 }
 
-impl BlockQ5_0 {
-    pub fn dequantize(&self, out: &mut [f32; QK]) {
-        let d = self.d.to_f32();
-        let q = unpack_q5(self.qh, &self.qs);
-        for (o, &q) in out.iter_mut().zip(&q) {
-            *o = d * (i32::from(q) - 16) as f32;
-        }
-    }
-
-    pub fn quantize(x: &[f32; QK]) -> Self {
-        let d = signed_absmax(x) / -16.0;
-        let id = inverse(d);
-        let mut q = [0u8; QK];
-        for (q, &v) in q.iter_mut().zip(x) {
-            *q = trunc_clamp(v * id + 16.5, 31);
-        }
-        let (qh, qs) = pack_q5(&q);
-        BlockQ5_0 {
-            d: F16Le::from_f32(d),
-            qh,
-            qs,
-        }
-    }
+/// 4-bit codes of a 32-weight block as integers (the integer form): element j the low nibble
+/// of `qs[j]`, 16 + j the high.
+pub(super) fn nibbles32(qs: &[u8]) -> Vec<i32> {
+    let mut c: Vec<i32> = qs.iter().map(|&q| i32::from(q & 0x0f)).collect();
+    c.extend(qs.iter().map(|&q| i32::from(q >> 4)));
+    c
 }
 
-impl BlockQ5_1 {
-    pub fn dequantize(&self, out: &mut [f32; QK]) {
-        let d = self.d.to_f32();
-        let m = self.m.to_f32();
-        let q = unpack_q5(self.qh, &self.qs);
-        for (o, &q) in out.iter_mut().zip(&q) {
-            *o = d * f32::from(q) + m;
-        }
+/// The fifth bits of a Q5_0/Q5_1 block (bit j of the little-endian u32 `qh`) on top.
+pub(super) fn with_qh(mut c: Vec<i32>, qh: &[u8; 4]) -> Vec<i32> {
+    let h = u32::from_le_bytes(*qh);
+    for (j, v) in c.iter_mut().enumerate() {
+        *v |= (((h >> j) & 1) as i32) << 4;
     }
-
-    pub fn quantize(x: &[f32; QK]) -> Self {
-        let (min, max) = min_max(x);
-        let d = (max - min) / 31.0;
-        let id = inverse(d);
-        let mut q = [0u8; QK];
-        for (q, &v) in q.iter_mut().zip(x) {
-            *q = trunc_clamp((v - min) * id + 0.5, 31);
-        }
-        let (qh, qs) = pack_q5(&q);
-        BlockQ5_1 {
-            d: F16Le::from_f32(d),
-            m: F16Le::from_f32(min),
-            qh,
-            qs,
-        }
-    }
-}
-
-impl BlockQ8_0 {
-    pub fn dequantize(&self, out: &mut [f32; QK]) {
-        let d = self.d.to_f32();
-        for (o, &q) in out.iter_mut().zip(&self.qs) {
-            *o = f32::from(q) * d;
-        }
-    }
-
-    /// ggml's `quantize_row_q8_0_ref`: `d = amax / 127`, `q = round(x / d)` with rounding half
-    /// away from zero (`roundf`, gguf-py's `np_roundf`), computed as `x * (1/d)`.
-    pub fn quantize(x: &[f32; QK]) -> Self {
-        let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-        let d = amax / 127.0;
-        let id = inverse(d);
-        let mut qs = [0i8; QK];
-        for (q, &v) in qs.iter_mut().zip(x) {
-            // |v * id| <= 127 (plus rounding), so the saturating cast never saturates.
-            *q = (v * id).round() as i8;
-        }
-        BlockQ8_0 {
-            d: F16Le::from_f32(d),
-            qs,
-        }
-    }
+    c
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::block::Block;
+    use super::super::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
     use super::*;
 
     fn ramp() -> [f32; QK] {

@@ -2,12 +2,16 @@
 //! dequantization (and, for the converter, quantization) for every dtype we run.
 //! Pure: no I/O, no GPU.
 //!
-//! One file per family, each block type with its CPU dequantize next to it:
-//! - `float`: F32, F16, BF16 and the [`F16Le`] scale field;
-//! - `legacy`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (32-weight blocks);
-//! - `kquants`: Q4_K, Q5_K, Q6_K (256-weight super-blocks);
-//! - `ternary`: TQ1_0, TQ2_0 (upstream ggml's ternary types);
-//! - `i2s`: I2_S (BitNet's ternary type with one per-tensor scale).
+//! A dtype is one implementation in its own file under `dtypes/` (its block struct and its
+//! [`Block`] impl: layout, CPU decode and encode, integer form, and what its GPU kernels are
+//! made of, as data), registered by one row in [`dtypes`]; the functions here dispatch through
+//! that registry. The families' shared code sits beside it:
+//! - `float`: the [`F16Le`] scale field and the f16/bf16 conversions;
+//! - `legacy`: the 32-weight block formats' helpers;
+//! - `kquants`: the 256-weight K-quant super-blocks' reference quantizers and header layout;
+//! - `ternary`: upstream ggml's ternary types' trit packing;
+//! - [`planes`]: the upload layouts the GPU kernels read;
+//! - `block`: the traits ([`Block`], [`Dtype`]) and the kernel data ([`Kernels`]).
 //!
 //! Dequantization is bit identical to gguf-py 0.19 (tested against goldens it wrote);
 //! quantization matches gguf-py/ggml byte for byte where they define it (Q8_0, the other legacy
@@ -16,22 +20,32 @@
 //! `llama-quantize` does.
 //! Everything here takes untrusted bytes: sizes are checked up front and nothing panics.
 
+mod block;
 mod dtype;
+pub mod dtypes;
 mod float;
-mod i2s;
 mod kquants;
 mod legacy;
+pub mod planes;
 pub mod q8dot;
 mod ternary;
 
+pub use block::{BitLinearInput, Block, Blocks, Dtype, Family, Kernels, Planes, Q8Tuning, Span};
 pub use dtype::{BlockGeometry, GgmlType};
+pub use dtypes::i2s::{ternary_code, BlockI2S, I2S_TRAILER_BYTES, QK_I2S};
+pub use dtypes::lookup;
+pub use dtypes::q4_0::BlockQ4_0;
+pub use dtypes::q4_1::BlockQ4_1;
+pub use dtypes::q4_k::BlockQ4K;
+pub use dtypes::q5_0::BlockQ5_0;
+pub use dtypes::q5_1::BlockQ5_1;
+pub use dtypes::q5_k::BlockQ5K;
+pub use dtypes::q6_k::BlockQ6K;
+pub use dtypes::q8_0::BlockQ8_0;
+pub use dtypes::tq1_0::BlockTQ1_0;
+pub use dtypes::tq2_0::BlockTQ2_0;
 pub use float::{bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, F16Le};
-pub use i2s::{ternary_code, BlockI2S, I2S_TRAILER_BYTES, QK_I2S};
-pub use kquants::{scale_min_k4, BlockQ4K, BlockQ5K, BlockQ6K, QK_K};
-pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
-pub use ternary::{BlockTQ1_0, BlockTQ2_0};
-
-use bytemuck::Pod;
+pub use kquants::{permute_k4_scales, permute_q5k_qh, scale_min_k4, QK_K};
 
 /// Errors of the quantization layer.
 #[derive(Debug, thiserror::Error)]
@@ -74,23 +88,7 @@ pub mod trellis;
 
 /// Whether [`quantize`] can produce this type.
 pub fn can_quantize(dtype: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(
-        dtype,
-        F32 | F16
-            | BF16
-            | Q4_0
-            | Q4_1
-            | Q5_0
-            | Q5_1
-            | Q8_0
-            | Q4_K
-            | Q5_K
-            | Q6_K
-            | TQ1_0
-            | TQ2_0
-            | I2_S
-    )
+    lookup(dtype).is_some_and(|d| d.can_quantize())
 }
 
 /// Decode `n_elements` values of `dtype` from `data` (exactly `dtype.tensor_bytes(n)` bytes).
@@ -107,10 +105,65 @@ pub fn dequantize_into(dtype: GgmlType, data: &[u8], out: &mut [f32]) -> Result<
     dequantize_checked(dtype, data, out)
 }
 
+/// Decode whole rows of `dtype` (`data` exactly `dtype.row_bytes(out.len())` bytes) into `out`,
+/// without the per-tensor scale of types that have one ([`tensor_scale`]).
+pub fn dequantize_rows(dtype: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    let imp = lookup(dtype).ok_or(QuantError::Unsupported(dtype))?;
+    let n = out.len() as u64;
+    let expected = dtype.row_bytes(n).ok_or(QuantError::PartialBlock {
+        dtype,
+        n_elements: n,
+        block: dtype.row_granularity(),
+    })?;
+    if data.len() as u64 != expected {
+        return Err(QuantError::SizeMismatch {
+            dtype,
+            n_elements: n,
+            expected,
+            got: data.len() as u64,
+        });
+    }
+    imp.dequantize_rows(data, out)
+}
+
+/// The per-tensor scale a tensor of `n_elements` values of `dtype` carries in `data` (I2_S's
+/// `weight_scale`), which every product applies; `None` for types without one.
+pub fn tensor_scale(
+    dtype: GgmlType,
+    data: &[u8],
+    n_elements: usize,
+) -> Result<Option<f32>, QuantError> {
+    lookup(dtype).map_or(Ok(None), |d| d.tensor_scale(data, n_elements))
+}
+
 /// The per-tensor `weight_scale` of an I2_S tensor: the f32 at byte `n_elements / 4`.
 pub fn i2s_weight_scale(data: &[u8], n_elements: usize) -> Result<f32, QuantError> {
-    expect_len(GgmlType::I2_S, data, n_elements)?;
-    i2s::scale_at(data, n_elements).ok_or_else(|| QuantError::Invalid("I2_S: no scale".into()))
+    tensor_scale(GgmlType::I2_S, data, n_elements)?
+        .ok_or_else(|| QuantError::Invalid("I2_S: no scale".into()))
+}
+
+/// How a BitLinear op feeds `dtype`, or `None` where it is not a BitLinear weight type.
+pub fn bitlinear_input(dtype: GgmlType) -> Option<BitLinearInput> {
+    lookup(dtype)?.bitlinear()
+}
+
+/// Whether rows of `dtype` may be quantized apart and concatenated (not where the tensor
+/// shares one scale).
+pub fn rows_independent(dtype: GgmlType) -> bool {
+    lookup(dtype).is_none_or(|d| d.rows_independent())
+}
+
+/// Make random bytes of a `dtype` tensor tame data ([`Dtype::tame`]; unchanged for types we do
+/// not run).
+pub fn tame(dtype: GgmlType, data: &mut [u8]) {
+    if let Some(d) = lookup(dtype) {
+        d.tame(data);
+    }
+}
+
+/// What the GPU kernels of `dtype` are made of, if it has any.
+pub fn kernels(dtype: GgmlType) -> Option<&'static Kernels> {
+    lookup(dtype)?.kernels()
 }
 
 /// Encode `values` as `dtype`. Block types need a whole number of blocks and finite values;
@@ -120,27 +173,9 @@ pub fn i2s_weight_scale(data: &[u8], n_elements: usize) -> Result<f32, QuantErro
 /// there is no importance matrix), K-quants included; I2_S
 /// ternarizes with the tensor's absmean (see [`ternary_code`]) and appends the scale.
 pub fn quantize(dtype: GgmlType, values: &[f32]) -> Result<Vec<u8>, QuantError> {
-    use GgmlType::*;
-    match dtype {
-        F32 => Ok(float::quantize_f32(values)),
-        F16 => Ok(float::quantize_f16(values)),
-        BF16 => Ok(float::quantize_bf16(values)),
-        Q4_0 => quantize_blocks(dtype, values, BlockQ4_0::quantize),
-        Q4_1 => quantize_blocks(dtype, values, BlockQ4_1::quantize),
-        Q5_0 => quantize_blocks(dtype, values, BlockQ5_0::quantize),
-        Q5_1 => quantize_blocks(dtype, values, BlockQ5_1::quantize),
-        Q8_0 => quantize_blocks(dtype, values, BlockQ8_0::quantize),
-        Q4_K => quantize_blocks(dtype, values, BlockQ4K::quantize),
-        Q5_K => quantize_blocks(dtype, values, BlockQ5K::quantize),
-        Q6_K => quantize_blocks(dtype, values, BlockQ6K::quantize),
-        TQ1_0 => quantize_blocks(dtype, values, BlockTQ1_0::quantize),
-        TQ2_0 => quantize_blocks(dtype, values, BlockTQ2_0::quantize),
-        I2_S => {
-            check_finite(dtype, values)?;
-            i2s::quantize(values)
-        }
-        _ => Err(QuantError::QuantizeUnsupported(dtype)),
-    }
+    lookup(dtype)
+        .ok_or(QuantError::QuantizeUnsupported(dtype))?
+        .quantize(values)
 }
 
 /// The byte size `n_elements` of `dtype` must have, as a `usize`.
@@ -161,6 +196,7 @@ fn expected_bytes(dtype: GgmlType, n_elements: usize) -> Result<usize, QuantErro
     }
 }
 
+/// Fail unless `data` is exactly the bytes of `n_elements` values of `dtype`.
 fn expect_len(dtype: GgmlType, data: &[u8], n_elements: usize) -> Result<(), QuantError> {
     let expected = expected_bytes(dtype, n_elements)?;
     if data.len() != expected {
@@ -183,107 +219,14 @@ fn check_input(dtype: GgmlType, data: &[u8], n_elements: usize) -> Result<(), Qu
 
 /// Dispatch after the size check.
 fn dequantize_checked(dtype: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
-    use GgmlType::*;
-    match dtype {
-        F32 => float::dequantize_f32(data, out),
-        F16 => float::dequantize_f16(data, out),
-        BF16 => float::dequantize_bf16(data, out),
-        Q4_0 => dequantize_blocks(data, out, BlockQ4_0::dequantize)?,
-        Q4_1 => dequantize_blocks(data, out, BlockQ4_1::dequantize)?,
-        Q5_0 => dequantize_blocks(data, out, BlockQ5_0::dequantize)?,
-        Q5_1 => dequantize_blocks(data, out, BlockQ5_1::dequantize)?,
-        Q8_0 => dequantize_blocks(data, out, BlockQ8_0::dequantize)?,
-        Q4_K => dequantize_blocks(data, out, BlockQ4K::dequantize)?,
-        Q5_K => dequantize_blocks(data, out, BlockQ5K::dequantize)?,
-        Q6_K => dequantize_blocks(data, out, BlockQ6K::dequantize)?,
-        TQ1_0 => dequantize_blocks(data, out, BlockTQ1_0::dequantize)?,
-        TQ2_0 => dequantize_blocks(data, out, BlockTQ2_0::dequantize)?,
-        I2_S => i2s::dequantize(data, out)?,
-        _ => return Err(QuantError::Unsupported(dtype)),
-    }
-    Ok(())
-}
-
-/// View `data` as blocks (all block types have alignment 1) and decode each into `N` outputs.
-fn dequantize_blocks<B: Pod, const N: usize>(
-    data: &[u8],
-    out: &mut [f32],
-    decode: fn(&B, &mut [f32; N]),
-) -> Result<(), QuantError> {
-    let blocks: &[B] =
-        bytemuck::try_cast_slice(data).map_err(|e| QuantError::Invalid(format!("{e}")))?;
-    if blocks.len().checked_mul(N) != Some(out.len()) {
-        return Err(QuantError::Invalid(format!(
-            "{} blocks cannot fill {} elements",
-            blocks.len(),
-            out.len()
-        )));
-    }
-    for (block, chunk) in blocks.iter().zip(out.chunks_exact_mut(N)) {
-        let chunk = <&mut [f32; N]>::try_from(chunk)
-            .map_err(|_| QuantError::Invalid("ragged block".into()))?;
-        decode(block, chunk);
-    }
-    Ok(())
-}
-
-fn check_finite(dtype: GgmlType, values: &[f32]) -> Result<(), QuantError> {
-    match values.iter().position(|v| !v.is_finite()) {
-        Some(i) => Err(QuantError::NonFinite {
-            dtype,
-            index: i as u64,
-            value: values[i],
-        }),
-        None => Ok(()),
-    }
-}
-
-fn quantize_blocks<B: Pod, const N: usize>(
-    dtype: GgmlType,
-    values: &[f32],
-    encode: fn(&[f32; N]) -> B,
-) -> Result<Vec<u8>, QuantError> {
-    if values.len() % N != 0 {
-        return Err(QuantError::PartialBlock {
-            dtype,
-            n_elements: values.len() as u64,
-            block: N as u64,
-        });
-    }
-    check_finite(dtype, values)?;
-    let mut out = Vec::with_capacity(values.len() / N * std::mem::size_of::<B>());
-    for chunk in values.chunks_exact(N) {
-        let chunk =
-            <&[f32; N]>::try_from(chunk).map_err(|_| QuantError::Invalid("ragged block".into()))?;
-        out.extend_from_slice(bytemuck::bytes_of(&encode(chunk)));
-    }
-    Ok(out)
+    lookup(dtype)
+        .ok_or(QuantError::Unsupported(dtype))?
+        .dequantize(data, out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn block_sizes_agree_with_the_dtype_table() {
-        use std::mem::size_of;
-        let sizes = [
-            (GgmlType::Q4_0, size_of::<BlockQ4_0>(), 32),
-            (GgmlType::Q4_1, size_of::<BlockQ4_1>(), 32),
-            (GgmlType::Q5_0, size_of::<BlockQ5_0>(), 32),
-            (GgmlType::Q5_1, size_of::<BlockQ5_1>(), 32),
-            (GgmlType::Q8_0, size_of::<BlockQ8_0>(), 32),
-            (GgmlType::Q4_K, size_of::<BlockQ4K>(), 256),
-            (GgmlType::Q5_K, size_of::<BlockQ5K>(), 256),
-            (GgmlType::Q6_K, size_of::<BlockQ6K>(), 256),
-            (GgmlType::TQ1_0, size_of::<BlockTQ1_0>(), 256),
-            (GgmlType::TQ2_0, size_of::<BlockTQ2_0>(), 256),
-        ];
-        for (t, bytes, elems) in sizes {
-            let g = t.block().unwrap();
-            assert_eq!((g.block_elems, g.block_bytes), (elems, bytes as u64), "{t}");
-        }
-    }
 
     #[test]
     fn every_dequantizable_type_is_dispatched() {

@@ -20,7 +20,7 @@
 //! [`vec_dot_q8`] returns that sum and the magnitude `sum |d8| (|scale| sum|code x_q| +
 //! |offset| sum|x_q|)` that bounds the rounding of any f32 evaluation of the same terms.
 
-use super::{f16_bits_to_f32, scale_min_k4, GgmlType, QuantError};
+use super::{lookup, GgmlType, QuantError};
 
 /// Values per activation block.
 pub const QK8: usize = 32;
@@ -73,125 +73,27 @@ pub fn quantize_q8(x: &[f32]) -> Result<Q8Row, QuantError> {
 }
 
 /// The integer form of one weight block: `codes` (one per weight) and consecutive groups
-/// `(len, scale, offset)` covering them, `w = scale * code + offset`.
-struct IntBlock {
-    codes: Vec<i32>,
-    groups: Vec<(usize, f32, f32)>,
+/// `(len, scale, offset)` covering them, `w = scale * code + offset` (each dtype's
+/// [`crate::quant::Block::INT_FORM`]).
+pub struct IntBlock {
+    pub codes: Vec<i32>,
+    pub groups: Vec<(usize, f32, f32)>,
 }
 
-fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16_bits_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
-}
-
-/// 4-bit codes of a 32-weight legacy block: element j the low nibble of qs[j], 16 + j the high.
-fn nibbles32(qs: &[u8]) -> Vec<i32> {
-    let mut c: Vec<i32> = qs.iter().map(|&q| i32::from(q & 0x0f)).collect();
-    c.extend(qs.iter().map(|&q| i32::from(q >> 4)));
-    c
-}
-
-/// The fifth bits of a Q5_0/Q5_1 block (bit j of the little-endian u32 at `qh`) on top.
-fn with_qh(mut c: Vec<i32>, qh: &[u8]) -> Vec<i32> {
-    let h = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
-    for (j, v) in c.iter_mut().enumerate() {
-        *v |= (((h >> j) & 1) as i32) << 4;
+impl IntBlock {
+    /// All codes in one group.
+    pub fn one_group(codes: Vec<i32>, scale: f32, offset: f32) -> Self {
+        let len = codes.len();
+        IntBlock {
+            codes,
+            groups: vec![(len, scale, offset)],
+        }
     }
-    c
 }
 
-fn int_block(dtype: GgmlType, b: &[u8]) -> Option<IntBlock> {
-    use GgmlType::*;
-    let legacy = |codes: Vec<i32>, scale: f32, offset: f32| IntBlock {
-        codes,
-        groups: vec![(32, scale, offset)],
-    };
-    Some(match dtype {
-        Q4_0 => legacy(
-            nibbles32(&b[2..18]).iter().map(|q| q - 8).collect(),
-            f16_at(b, 0),
-            0.0,
-        ),
-        Q4_1 => legacy(nibbles32(&b[4..20]), f16_at(b, 0), f16_at(b, 2)),
-        Q5_0 => {
-            let c = with_qh(nibbles32(&b[6..22]), &b[2..6]);
-            legacy(c.iter().map(|q| q - 16).collect(), f16_at(b, 0), 0.0)
-        }
-        Q5_1 => legacy(
-            with_qh(nibbles32(&b[8..24]), &b[4..8]),
-            f16_at(b, 0),
-            f16_at(b, 2),
-        ),
-        Q8_0 => legacy(
-            b[2..34].iter().map(|&q| i32::from(q as i8)).collect(),
-            f16_at(b, 0),
-            0.0,
-        ),
-        Q4_K | Q5_K => {
-            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-            let scales: &[u8; 12] = b[4..16].try_into().ok()?;
-            let (qh, qs) = if dtype == Q4_K {
-                (None, &b[16..144])
-            } else {
-                (Some(&b[16..48]), &b[48..176])
-            };
-            let mut codes = Vec::with_capacity(256);
-            let mut groups = Vec::with_capacity(8);
-            for j in 0..8 {
-                let (sc, m) = scale_min_k4(j, scales);
-                let (c, shift) = (j / 2, 4 * (j % 2));
-                for k in 0..32 {
-                    let mut q = i32::from((qs[32 * c + k] >> shift) & 0x0f);
-                    if let Some(qh) = qh {
-                        q |= i32::from((qh[k] >> j) & 1) << 4;
-                    }
-                    codes.push(q);
-                }
-                groups.push((32, d * f32::from(sc), -(dmin * f32::from(m))));
-            }
-            IntBlock { codes, groups }
-        }
-        Q6_K => {
-            let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
-            let d = f16_at(b, 208);
-            let codes = (0..256)
-                .map(|e| {
-                    let (h, r) = (e / 128, e % 128);
-                    let l = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0f;
-                    let hb = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
-                    i32::from(l | (hb << 4)) - 32
-                })
-                .collect();
-            let groups = sc
-                .iter()
-                .map(|&s| (16, d * f32::from(s as i8), 0.0))
-                .collect();
-            IntBlock { codes, groups }
-        }
-        TQ1_0 | TQ2_0 => {
-            let (codes, d) = if dtype == TQ1_0 {
-                let b: &super::BlockTQ1_0 = bytemuck::try_from_bytes(b).ok()?;
-                (b.codes(), b.d.to_f32())
-            } else {
-                let b: &super::BlockTQ2_0 = bytemuck::try_from_bytes(b).ok()?;
-                (b.codes(), b.d.to_f32())
-            };
-            // One scale per block, in groups of the activations' 32 (each its own d8).
-            IntBlock {
-                codes: codes.iter().map(|&c| i32::from(c) - 1).collect(),
-                groups: vec![(QK8, d, 0.0); 256 / QK8],
-            }
-        }
-        _ => return None,
-    })
-}
-
-/// Whether [`vec_dot_q8`] knows `dtype`.
+/// Whether [`vec_dot_q8`] knows `dtype` (it has an integer form).
 pub fn has_q8_dot(dtype: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(
-        dtype,
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K | TQ1_0 | TQ2_0
-    )
+    lookup(dtype).is_some_and(|d| d.has_int_form())
 }
 
 /// One weight row (`row`: its blocks in the file format) dotted with quantized activations
@@ -209,9 +111,10 @@ pub fn vec_dot_q8(dtype: GgmlType, row: &[u8], x: &Q8Row) -> Result<(f64, f64), 
             x.qs.len()
         )));
     }
+    let imp = lookup(dtype).ok_or(QuantError::Unsupported(dtype))?;
     let (mut sum, mut mag) = (0f64, 0f64);
     for (bi, block) in row.chunks_exact(bb).enumerate() {
-        let ib = int_block(dtype, block).ok_or(QuantError::Unsupported(dtype))?;
+        let ib = imp.int_block(block).ok_or(QuantError::Unsupported(dtype))?;
         let mut e = bi * be;
         let mut k = 0;
         for &(len, scale, offset) in &ib.groups {

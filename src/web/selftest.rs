@@ -63,11 +63,11 @@ pub async fn gpu_selftest(prefix: String, on_result: Option<Function>) -> Result
 
     let mut results = Vec::new();
     for check in selftest::all_checks()
-        .into_iter()
+        .iter()
         .filter(|c| c.name.starts_with(&prefix))
     {
         let start = js_sys::Date::now();
-        let outcome = (check.run)(&ctx).await;
+        let outcome = check.run(&ctx).await;
         // Error events are tasks: let the ones this check caused arrive before judging it.
         next_task().await;
         let errors = std::mem::take(&mut *uncaptured.lock().unwrap_or_else(|p| p.into_inner()));

@@ -128,7 +128,10 @@ impl GpuBackend {
             GpuOp::Quantize(x, _, cols) | GpuOp::RmsNormQuantize(_, _, x, _, cols, _) => {
                 Some(self.bitlinear_records(x, cols)?)
             }
-            GpuOp::BitLinear(w, x, ..) if self.weight(w).dtype == crate::quant::GgmlType::I2_S => {
+            GpuOp::BitLinear(w, x, ..)
+                if crate::quant::bitlinear_input(self.weight(w).dtype)
+                    == Some(crate::quant::BitLinearInput::Records) =>
+            {
                 let cols = self.weight(w).cols as usize;
                 Some(self.bitlinear_records(x, cols)?)
             }

@@ -12,7 +12,7 @@ use crate::gpu::bitlinear::NormBitLinearMode;
 use crate::gpu::q8::has_q8_matvec;
 use crate::gpu::GpuError;
 use crate::pass::{Names, Pass};
-use crate::quant::GgmlType;
+use crate::quant::BitLinearInput;
 use crate::Error;
 
 /// One step of a GPU pass, with the arguments that identify it (a tape built for a plan is
@@ -350,15 +350,17 @@ impl GpuBackend {
             }
             Op::BitLinear { w, x, out: o, rows } => {
                 let gw = self.weight(w);
-                match gw.dtype {
-                    GgmlType::I2_S => {
+                match crate::quant::bitlinear_input(gw.dtype) {
+                    // The records come from a step of their own (which a norm may fold in).
+                    Some(BitLinearInput::Records) => {
                         out.push(GpuOp::Quantize(x, rows, gw.cols as usize));
                         out.push(GpuOp::BitLinear(w, x, o, rows));
                     }
-                    GgmlType::TQ1_0 | GgmlType::TQ2_0 => out.push(GpuOp::BitLinear(w, x, o, rows)),
-                    dtype => {
+                    Some(BitLinearInput::FakeQuant) => out.push(GpuOp::BitLinear(w, x, o, rows)),
+                    None => {
                         return Err(GpuError::Unsupported(format!(
-                            "BitLinear over {dtype} weights on the GPU (ternary types only)"
+                            "BitLinear over {} weights on the GPU (ternary types only)",
+                            gw.dtype
                         ))
                         .into())
                     }

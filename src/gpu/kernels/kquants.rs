@@ -1,12 +1,15 @@
-//! K-quants (Q4_K, Q5_K, Q6_K: 256-weight super-blocks): matvec, matmul and embedding kernels.
+//! The K-quant family (256-weight super-blocks: Q4_K, Q5_K, Q6_K, the dtypes whose
+//! [`Family`] is `KQuant`): matvec, matmul and embedding kernels, and the
+//! cooperative-matrix prefill every family with f16 tiles shares.
 //!
 //! Each kernel kind has one skeleton (`matvec_kquants.wgsl`, `matmul_kquants.wgsl`,
-//! `embedding_kquants.wgsl`); the format is a decode file prepended to it
-//! (`quant/q4_k.wgsl`, `quant/q5_k.wgsl`, `quant/q6_k.wgsl`, on top of the shared
-//! `quant/kquants.wgsl`). All three formats decode in the same unit, 32 weights whose 4-bit low
-//! quants fill one 16-byte `vec4<u32>`, so the skeletons never see a format's layout.
+//! `embedding_kquants.wgsl`); the format is a decode file prepended to it (its
+//! [`Kernels::decode`], such as `quant/q4_k.wgsl`, on top of the shared `quant/kquants.wgsl`).
+//! Every format decodes in the same unit, 32 weights whose 4-bit low quants fill one 16-byte
+//! `vec4<u32>` (`kq_load`, `KqRaw`), so the skeletons never see a format's layout.
 //!
-//! Layouts on the GPU (all lossless: the same bits as the file):
+//! Layouts on the GPU (all lossless: the same bits as the file; each format's
+//! [`Kernels::planes`] in `src/quant/dtypes/`):
 //! - Q4_K (144 bytes = 9 x 16) and Q5_K (176 bytes = 11 x 16): blocks are already multiples
 //!   of 16 bytes, so a row of blocks is an `array<vec4<u32>>` in which every header, `qh` half
 //!   and `qs` quarter is one aligned 16-byte load. A consecutive run of threads reads a
@@ -14,13 +17,13 @@
 //!   would only add planes (bindings) for the same transactions (a timing variant reading the
 //!   headers from a compact array of 16 bytes per block ran at 73% against 77% of copy
 //!   bandwidth for Q4_K on an H200). The 12 scale bytes of each header are permuted at upload
-//!   ([`permute_k4_scales`]) so that a pair of sub-blocks' four 6-bit values are one
-//!   byte-aligned word: unpacking ggml's order takes about 36 WGSL operations per unit and row,
-//!   this one about 26 (counted in the source, not profiled). Q5_K's 32 `qh` bytes are also
-//!   permuted ([`permute_q5k_qh`]): in ggml's order every unit needs two bits of each of 16
-//!   bytes, so each unit loaded a whole 16-byte `qh` half (two per step of a sub-block pair:
-//!   80 bytes loaded per 64 weights against Q4_K's 48); one word per unit makes a unit's
-//!   fifth bits one 4-byte load. On an H200 the integer-dot matvec went from 80.5-80.6 to
+//!   ([`crate::quant::permute_k4_scales`]) so that a pair of sub-blocks' four 6-bit values are
+//!   one byte-aligned word: unpacking ggml's order takes about 36 WGSL operations per unit and
+//!   row, this one about 26 (counted in the source, not profiled). Q5_K's 32 `qh` bytes are also
+//!   permuted ([`crate::quant::permute_q5k_qh`]): in ggml's order every unit needs two bits of
+//!   each of 16 bytes, so each unit loaded a whole 16-byte `qh` half (two per step of a
+//!   sub-block pair: 80 bytes loaded per 64 weights against Q4_K's 48); one word per unit makes
+//!   a unit's fifth bits one 4-byte load. On an H200 the integer-dot matvec went from 80.5-80.6 to
 //!   84.0-84.2% of the copy bandwidth at 256 MiB (with one unit per step on 64 invocations,
 //!   now faster there than two on 32) and from 69 to 75% at 32 MiB, the f32 one from 42 to 45%
 //!   (BENCHMARKS.md, "Q5_K's fifth bits by unit").
@@ -54,91 +57,10 @@
 //! 2048-column matrices and on large Q6_K ([`matvec_q8_workgroup_size`]); 8 rows per
 //! workgroup and a loop with the unit index fixed per thread were slower.
 
-use super::{Kernel, KernelSource};
-use crate::quant::GgmlType;
+use std::borrow::Cow;
 
-/// The cooperative-matrix matmul and its operands' conversions to f16 tiles, native only
-/// (WebGPU has no cooperative matrices: the browser's package does not carry them).
-#[cfg(not(target_arch = "wasm32"))]
-pub const NATIVE_FILES: &[(&str, &str)] = &[
-    (
-        "f16_tiles.wgsl",
-        include_str!("../../../shaders/f16_tiles.wgsl"),
-    ),
-    (
-        "dequant_f16_kquants.wgsl",
-        include_str!("../../../shaders/dequant_f16_kquants.wgsl"),
-    ),
-    (
-        "scale_f16.wgsl",
-        include_str!("../../../shaders/scale_f16.wgsl"),
-    ),
-    (
-        "matmul_f16_coop.wgsl",
-        include_str!("../../../shaders/matmul_f16_coop.wgsl"),
-    ),
-    (
-        "matmul_f16_sum.wgsl",
-        include_str!("../../../shaders/matmul_f16_sum.wgsl"),
-    ),
-];
-#[cfg(target_arch = "wasm32")]
-pub const NATIVE_FILES: &[(&str, &str)] = &[];
-
-pub const FILES: &[(&str, &str)] = &[
-    (
-        "quant/kquants.wgsl",
-        include_str!("../../../shaders/quant/kquants.wgsl"),
-    ),
-    (
-        "quant/q4_k.wgsl",
-        include_str!("../../../shaders/quant/q4_k.wgsl"),
-    ),
-    (
-        "quant/q5_k.wgsl",
-        include_str!("../../../shaders/quant/q5_k.wgsl"),
-    ),
-    (
-        "quant/q6_k.wgsl",
-        include_str!("../../../shaders/quant/q6_k.wgsl"),
-    ),
-    (
-        "quant/q4_k_q8.wgsl",
-        include_str!("../../../shaders/quant/q4_k_q8.wgsl"),
-    ),
-    (
-        "quant/q5_k_q8.wgsl",
-        include_str!("../../../shaders/quant/q5_k_q8.wgsl"),
-    ),
-    (
-        "quant/q6_k_q8.wgsl",
-        include_str!("../../../shaders/quant/q6_k_q8.wgsl"),
-    ),
-    (
-        "matvec_kquants_q8.wgsl",
-        include_str!("../../../shaders/matvec_kquants_q8.wgsl"),
-    ),
-    (
-        "matvec_kquants_q8_pair.wgsl",
-        include_str!("../../../shaders/matvec_kquants_q8_pair.wgsl"),
-    ),
-    (
-        "matvec_kquants_q8_add_norm.wgsl",
-        include_str!("../../../shaders/matvec_kquants_q8_add_norm.wgsl"),
-    ),
-    (
-        "matvec_kquants.wgsl",
-        include_str!("../../../shaders/matvec_kquants.wgsl"),
-    ),
-    (
-        "matmul_kquants.wgsl",
-        include_str!("../../../shaders/matmul_kquants.wgsl"),
-    ),
-    (
-        "embedding_kquants.wgsl",
-        include_str!("../../../shaders/embedding_kquants.wgsl"),
-    ),
-];
+use super::{Kernel, KernelSource, NATIVE};
+use crate::quant::{Family, Kernels, Q8Tuning, Span};
 
 /// Rows per matvec workgroup (`ROWS` in matvec_kquants.wgsl).
 pub const MATVEC_ROWS: u32 = 4;
@@ -191,9 +113,10 @@ pub fn matmul_workgroup_size(workgroup_bytes: u32, rows: u32, n_tokens: u32) -> 
 /// [`matvec_q8_workgroup_size`]).
 pub const MATVEC_Q8_LARGE_BYTES: u64 = 64 << 20;
 
-/// The integer-dot matvec's workgroup size for a `dtype` (K-quant) matrix of `cols` columns
-/// and `bytes` of weights: [`MATVEC_WG`], except for large matrices with rows of at most 2048
-/// columns (64 units), and large Q6_K matrices of any width (large Q5_K ones too until its
+/// The integer-dot matvec's workgroup size for a K-quant matrix of `cols` columns and `bytes`
+/// of weights, its format tuned as `tuning`: [`MATVEC_WG`], except for large matrices with rows
+/// of at most 2048 columns (64 units), and large matrices of any width where the format says so
+/// ([`Q8Tuning::narrow_at_any_width`]: Q6_K) (large Q5_K ones too until its
 /// fifth bits were one word per unit: [`matvec_q8_span`]), which take 32 so that
 /// each thread has two units or steps in flight per row rather than one (the skeleton's paired
 /// loads). On an H100 the Q6_K head of Llama-3.2-1B (128256 x 2048) went from 90.5 to 79.5 us;
@@ -207,9 +130,9 @@ pub const MATVEC_Q8_LARGE_BYTES: u64 = 64 << 20;
 /// 77.3-77.5 -> 79.2-79.6%, Q6_K 85.7-85.8 -> 86.7-86.9%; H100 Q5_K 85.3-85.4 -> 88.5-89.0%,
 /// Q6_K 94.9-95.0 -> 91.8-91.9% (a loss there, kept for the H200, where Q6_K was at the edge
 /// of 85%).
-pub fn matvec_q8_workgroup_size(dtype: GgmlType, bytes: u64, cols: u32) -> u32 {
+pub fn matvec_q8_workgroup_size(tuning: &Q8Tuning, bytes: u64, cols: u32) -> u32 {
     let large = bytes >= MATVEC_Q8_LARGE_BYTES;
-    if large && (cols <= 2048 || dtype == GgmlType::Q6_K) {
+    if large && (cols <= 2048 || tuning.narrow_at_any_width) {
         32
     } else {
         MATVEC_WG
@@ -218,7 +141,8 @@ pub fn matvec_q8_workgroup_size(dtype: GgmlType, bytes: u64, cols: u32) -> u32 {
 
 /// Units per step (`SPAN` in matvec_kquants_q8.wgsl) of a K-quant integer-dot matvec
 /// (`kernel`: [`Kernel::MatvecQ8`], [`Kernel::MatvecQ8Add`] or [`Kernel::MatvecQ8Pair`]) over
-/// `bytes` of weights with rows of `cols`; `None` for other kernels.
+/// `bytes` of weights with rows of `cols`, as the format's [`Q8Tuning::span`] says; `None` for
+/// other kernels and families.
 ///
 /// Two units (a Q4_K/Q5_K sub-block pair, whose scales and mins share one header word,
 /// unpacked once for both) where that measured faster, on an H200 (2026-11-27, `tritium bench
@@ -229,23 +153,25 @@ pub fn matvec_q8_workgroup_size(dtype: GgmlType, bytes: u64, cols: u32) -> u32 {
 /// everywhere else: small matrices are latency-bound and slower with two (Q4_K 2048 x 2048:
 /// 3.78 -> 4.55 us, 8192 x 2048: 6.28 -> 7.82), and large Q4_K rows of at most 2048 columns
 /// were not measured with two. Q5_K takes one unit at every size since its fifth bits are one
-/// word per unit ([`permute_q5k_qh`]): at 256 MiB of 4096-column rows on an H200 (2026-11-28)
-/// one unit on 64 invocations ran at 84.0-84.2% of the copy bandwidth against 81.2-81.8% for
-/// two on 32 (80.8% two on 64; one on 32, 128, 256: 78.3, 72.1, 36.5%).
+/// word per unit ([`crate::quant::permute_q5k_qh`]): at 256 MiB of 4096-column rows on an H200
+/// (2026-11-28) one unit on 64 invocations ran at 84.0-84.2% of the copy bandwidth against
+/// 81.2-81.8% for two on 32 (80.8% two on 64; one on 32, 128, 256: 78.3, 72.1, 36.5%).
 pub fn matvec_q8_span(kernel: Kernel, bytes: u64, cols: u32) -> Option<u32> {
-    let t = match kernel {
-        Kernel::MatvecQ8(t)
-        | Kernel::MatvecQ8Add(t)
-        | Kernel::MatvecQ8Pair(t)
-        | Kernel::MatvecQ8AddNorm(t) => t,
-        _ => return None,
+    let (Kernel::MatvecQ8(_)
+    | Kernel::MatvecQ8Add(_)
+    | Kernel::MatvecQ8Pair(_)
+    | Kernel::MatvecQ8AddNorm(_)) = kernel
+    else {
+        return None;
     };
-    format_index(t)?;
+    let Some(Family::KQuant(tuning)) = kernel.family() else {
+        return None;
+    };
     let large = bytes >= MATVEC_Q8_LARGE_BYTES;
-    let two = match t {
-        GgmlType::Q4_K => large && cols > 2048,
-        GgmlType::Q5_K => false,
-        _ => large,
+    let two = match tuning.span {
+        Span::One => false,
+        Span::TwoWhenLarge => large,
+        Span::TwoWhenLargeAndWiderThan(cols_above) => large && cols > cols_above,
     };
     Some(if two { 2 } else { 1 })
 }
@@ -261,125 +187,6 @@ pub const COOP_SUBGROUP: u32 = 32;
 /// Tiles below which the matmul takes the smaller tile (see [`matmul_workgroup_size`]).
 pub const MATMUL_MIN_TILES: u32 = 256;
 const EMBEDDING_WG: u32 = 64;
-
-/// The files of one kernel kind for Q4_K, Q5_K and Q6_K (indexed by [`format_index`]):
-/// the kind's parameter struct, the shared decode helpers, the format's, then the skeleton.
-macro_rules! files {
-    ($params:literal, $skeleton:literal) => {
-        [
-            &[$params, "quant/kquants.wgsl", "quant/q4_k.wgsl", $skeleton],
-            &[$params, "quant/kquants.wgsl", "quant/q5_k.wgsl", $skeleton],
-            &[$params, "quant/kquants.wgsl", "quant/q6_k.wgsl", $skeleton],
-        ]
-    };
-}
-
-const MATVEC_FILES: [&[&str]; 3] = files!("matmul_params.wgsl", "matvec_kquants.wgsl");
-const MATMUL_FILES: [&[&str]; 3] = files!("matmul_params.wgsl", "matmul_kquants.wgsl");
-const EMBEDDING_FILES: [&[&str]; 3] = files!("embedding_params.wgsl", "embedding_kquants.wgsl");
-/// The conversion to f16 tiles: `files!` with the tile layout before the skeleton.
-const DEQUANT_F16_FILES: [&[&str]; 3] = [
-    &[
-        "matmul_params.wgsl",
-        "f16_tiles.wgsl",
-        "quant/kquants.wgsl",
-        "quant/q4_k.wgsl",
-        "dequant_f16_kquants.wgsl",
-    ],
-    &[
-        "matmul_params.wgsl",
-        "f16_tiles.wgsl",
-        "quant/kquants.wgsl",
-        "quant/q5_k.wgsl",
-        "dequant_f16_kquants.wgsl",
-    ],
-    &[
-        "matmul_params.wgsl",
-        "f16_tiles.wgsl",
-        "quant/kquants.wgsl",
-        "quant/q6_k.wgsl",
-        "dequant_f16_kquants.wgsl",
-    ],
-];
-/// The integer-dot decode kernels: the f32 matvec's decode files, the activation record
-/// helpers, the format's integer dot, then the skeleton.
-const MATVEC_Q8_FILES: [&[&str]; 3] = {
-    const P: &str = "matmul_params.wgsl";
-    const K: &str = "quant/kquants.wgsl";
-    const Q: &str = "quant/q8.wgsl";
-    const S: &str = "matvec_kquants_q8.wgsl";
-    [
-        &[P, K, "quant/q4_k.wgsl", Q, "quant/q4_k_q8.wgsl", S],
-        &[P, K, "quant/q5_k.wgsl", Q, "quant/q5_k_q8.wgsl", S],
-        &[P, K, "quant/q6_k.wgsl", Q, "quant/q6_k_q8.wgsl", S],
-    ]
-};
-/// Two integer-dot products of one input in one dispatch: the same files and the pair entry
-/// (the second weight's plane declarations and loads are appended by [`pair_wgsl`]).
-const MATVEC_Q8_PAIR_FILES: [&[&str]; 3] = {
-    const P: &str = "matmul_params.wgsl";
-    const K: &str = "quant/kquants.wgsl";
-    const Q: &str = "quant/q8.wgsl";
-    const S: &str = "matvec_kquants_q8.wgsl";
-    const T: &str = "matvec_kquants_q8_pair.wgsl";
-    [
-        &[P, K, "quant/q4_k.wgsl", Q, "quant/q4_k_q8.wgsl", S, T],
-        &[P, K, "quant/q5_k.wgsl", Q, "quant/q5_k_q8.wgsl", S, T],
-        &[P, K, "quant/q6_k.wgsl", Q, "quant/q6_k_q8.wgsl", S, T],
-    ]
-};
-
-/// The product added to the residual with the next norm's record (`main_add_norm`): the
-/// integer-dot files, the record block arithmetic (scale_for_absmax, q8_quarter.wgsl), the
-/// shared epilogue and this family's entry.
-const MATVEC_Q8_ADD_NORM_FILES: [&[&str]; 3] = {
-    const P: &str = "matmul_params.wgsl";
-    const K: &str = "quant/kquants.wgsl";
-    const Q: &str = "quant/q8.wgsl";
-    const S: &str = "matvec_kquants_q8.wgsl";
-    const A: &str = "absmax_scale.wgsl";
-    const R: &str = "q8_quarter.wgsl";
-    const N: &str = "q8_add_norm.wgsl";
-    const E: &str = "matvec_kquants_q8_add_norm.wgsl";
-    [
-        &[
-            P,
-            K,
-            "quant/q4_k.wgsl",
-            Q,
-            "quant/q4_k_q8.wgsl",
-            S,
-            A,
-            R,
-            N,
-            E,
-        ],
-        &[
-            P,
-            K,
-            "quant/q5_k.wgsl",
-            Q,
-            "quant/q5_k_q8.wgsl",
-            S,
-            A,
-            R,
-            N,
-            E,
-        ],
-        &[
-            P,
-            K,
-            "quant/q6_k.wgsl",
-            Q,
-            "quant/q6_k_q8.wgsl",
-            S,
-            A,
-            R,
-            N,
-            E,
-        ],
-    ]
-};
 
 /// Rows per workgroup of [`Kernel::MatvecQ8AddNorm`]: one q8 block.
 pub const ADD_NORM_ROWS: u32 = 32;
@@ -510,156 +317,88 @@ pub fn pair_wgsl(wgsl: &str) -> Option<String> {
     ))
 }
 
-fn format_index(t: GgmlType) -> Option<usize> {
-    match t {
-        GgmlType::Q4_K => Some(0),
-        GgmlType::Q5_K => Some(1),
-        GgmlType::Q6_K => Some(2),
-        _ => None,
-    }
-}
-
-pub fn source(kernel: Kernel) -> Option<KernelSource> {
-    let (files, default_workgroup_size) = match kernel {
-        Kernel::Matvec(t) => (MATVEC_FILES[format_index(t)?], MATVEC_WG),
-        Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => {
-            (MATVEC_Q8_FILES[format_index(t)?], MATVEC_WG)
+/// The files of `kernel` for a format of this family: the kind's parameter struct, the shared
+/// decode helpers, the format's decode file (and for the integer-dot kernels the activation
+/// record helpers and the format's integer dot), then the skeleton.
+pub fn source(kernel: Kernel, k: &Kernels) -> Option<KernelSource> {
+    const P: &str = "matmul_params.wgsl";
+    const K: &str = "quant/kquants.wgsl";
+    const Q: &str = "quant/q8.wgsl";
+    const S: &str = "matvec_kquants_q8.wgsl";
+    let d = k.decode;
+    let (files, entry, default_workgroup_size) = match kernel {
+        Kernel::Matvec(_) => (vec![P, K, d, "matvec_kquants.wgsl"], "main", MATVEC_WG),
+        Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_) => {
+            (vec![P, K, d, Q, k.decode_q8?, S], "main", MATVEC_WG)
         }
-        Kernel::MatvecQ8Pair(t) => {
-            return Some(KernelSource {
-                files: MATVEC_Q8_PAIR_FILES[format_index(t)?],
-                entry: "main_pair",
-                default_workgroup_size: MATVEC_WG,
-            })
-        }
-        Kernel::MatvecQ8AddNorm(t) => {
-            return Some(KernelSource {
-                files: MATVEC_Q8_ADD_NORM_FILES[format_index(t)?],
-                entry: "main_add_norm",
-                default_workgroup_size: ADD_NORM_WG,
-            })
-        }
-        Kernel::Matmul(t) => (MATMUL_FILES[format_index(t)?], MATMUL_WG),
-        Kernel::Embedding(t) => (EMBEDDING_FILES[format_index(t)?], EMBEDDING_WG),
-        // Native only, as their files are.
-        Kernel::DequantF16(t) if !NATIVE_FILES.is_empty() => {
-            (DEQUANT_F16_FILES[format_index(t)?], COOP_WG)
-        }
-        Kernel::ScaleF16 if !NATIVE_FILES.is_empty() => (
-            &["matmul_params.wgsl", "f16_tiles.wgsl", "scale_f16.wgsl"][..],
+        // Two integer-dot products of one input in one dispatch: the same files and the pair
+        // entry (the second weight's plane declarations and loads are appended by
+        // [`pair_wgsl`]).
+        Kernel::MatvecQ8Pair(_) => (
+            vec![P, K, d, Q, k.decode_q8?, S, "matvec_kquants_q8_pair.wgsl"],
+            "main_pair",
+            MATVEC_WG,
+        ),
+        // The product added to the residual with the next norm's record: the integer-dot files,
+        // the record block arithmetic (scale_for_absmax, q8_quarter.wgsl), the shared epilogue
+        // and this family's entry.
+        Kernel::MatvecQ8AddNorm(_) => (
+            vec![
+                P,
+                K,
+                d,
+                Q,
+                k.decode_q8?,
+                S,
+                "absmax_scale.wgsl",
+                "q8_quarter.wgsl",
+                "q8_add_norm.wgsl",
+                "matvec_kquants_q8_add_norm.wgsl",
+            ],
+            "main_add_norm",
+            ADD_NORM_WG,
+        ),
+        Kernel::Matmul(_) => (vec![P, K, d, "matmul_kquants.wgsl"], "main", MATMUL_WG),
+        Kernel::Embedding(_) => (
+            vec!["embedding_params.wgsl", K, d, "embedding_kquants.wgsl"],
+            "main",
+            EMBEDDING_WG,
+        ),
+        // The conversion to f16 tiles: the tile layout before the skeleton; native only.
+        Kernel::DequantF16(_) if NATIVE && k.f16_tiles => (
+            vec![P, "f16_tiles.wgsl", K, d, "dequant_f16_kquants.wgsl"],
+            "main",
             COOP_WG,
         ),
-        Kernel::MatmulF16(_) if !NATIVE_FILES.is_empty() => (
-            &["matmul_params.wgsl", "matmul_f16_coop.wgsl"][..],
-            MATMUL_F16_WG,
-        ),
-        Kernel::SplitSum(_) if !NATIVE_FILES.is_empty() => {
-            (&["matmul_params.wgsl", "matmul_f16_sum.wgsl"][..], COOP_WG)
-        }
         _ => return None,
     };
     Some(KernelSource {
-        files,
-        entry: "main",
+        files: Cow::Owned(files),
+        entry,
         default_workgroup_size,
     })
 }
 
-/// Q6_K block bytes before its trailing f16 `d`.
-const Q6K_BODY: usize = 208;
-const Q6K_BLOCK: usize = 210;
-
-/// Bytes of a Q4_K / Q5_K block before its 12 scale bytes (`d`, `dmin`).
-const K4_SCALES_AT: usize = 4;
-
-/// A Q4_K / Q5_K block's 12 scale bytes (ggml's packing, [`crate::quant::scale_min_k4`])
-/// rearranged for `k4_unit_scales` in quant/kquants.wgsl. Sub-blocks 2p and 2p + 1 (a "pair",
-/// p = 0..4) have the four 6-bit values (scale 2p, scale 2p + 1, min 2p, min 2p + 1). Pair p < 3
-/// is word p (bytes 4p .. 4p + 4), one value in the low 6 bits of each byte; the top two bits of
-/// byte f of word p hold bits 2p, 2p + 1 of pair 3's value f. Lossless: 16 values of 6 bits in
-/// 96 bits.
-pub fn permute_k4_scales(q: &[u8; 12]) -> [u8; 12] {
-    use crate::quant::scale_min_k4;
-    let pair = |p: usize| {
-        let (s0, m0) = scale_min_k4(2 * p, q);
-        let (s1, m1) = scale_min_k4(2 * p + 1, q);
-        [s0, s1, m0, m1]
+/// The cooperative-matrix matmul and the conversion of its input to f16 tiles, native only
+/// (WebGPU has no cooperative matrices: the browser's package does not carry their files).
+pub fn coop_source(kernel: Kernel) -> Option<KernelSource> {
+    let (files, default_workgroup_size): (&'static [&'static str], u32) = match kernel {
+        Kernel::ScaleF16 if NATIVE => (
+            &["matmul_params.wgsl", "f16_tiles.wgsl", "scale_f16.wgsl"],
+            COOP_WG,
+        ),
+        Kernel::MatmulF16(_) if NATIVE => (
+            &["matmul_params.wgsl", "matmul_f16_coop.wgsl"],
+            MATMUL_F16_WG,
+        ),
+        Kernel::SplitSum(_) if NATIVE => (&["matmul_params.wgsl", "matmul_f16_sum.wgsl"], COOP_WG),
+        _ => return None,
     };
-    let last = pair(3);
-    let mut out = [0u8; 12];
-    for p in 0..3 {
-        let values = pair(p);
-        for f in 0..4 {
-            out[4 * p + f] = values[f] | (((last[f] >> (2 * p)) & 3) << 6);
-        }
-    }
-    out
-}
-
-/// Bytes of a Q5_K block before its 32 `qh` bytes (`d`, `dmin`, the 12 scale bytes).
-const Q5K_QH_AT: usize = 16;
-
-/// A Q5_K block's 32 `qh` bytes rearranged by unit, for `q5k_high` in quant/q5_k.wgsl. In
-/// ggml's order bit s of byte l is the fifth bit of element l of sub-block s, so a unit (u = 0..8:
-/// elements 16 h .. 16 h + 16, h = u % 2, of sub-blocks 2p and 2p + 1, p = u / 2) needs two bits
-/// of 16 bytes, and every unit loaded all 32. Here word u (bytes 4u .. 4u + 4) holds exactly
-/// those 32 bits: byte f, bits 2m and 2m + 1, are the bits of element 16 h + 4m + f of sub-block
-/// 2p and 2p + 1, so `(word >> 2m) & 0x01010101` puts the fifth bits of the unit's code word m
-/// (elements 4m .. 4m + 4 of its 16) one per byte, in the byte order of the codes. Lossless: a
-/// permutation of the 256 bits.
-pub fn permute_q5k_qh(qh: &[u8; 32]) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    for u in 0..8 {
-        let (p, h) = (u / 2, u % 2);
-        let mut word = 0u32;
-        for f in 0..4 {
-            for m in 0..4 {
-                let byte = u32::from(qh[16 * h + 4 * m + f]);
-                let a = (byte >> (2 * p)) & 1;
-                let b = (byte >> (2 * p + 1)) & 1;
-                word |= (a | (b << 1)) << (8 * f + 2 * m);
-            }
-        }
-        out[4 * u..4 * u + 4].copy_from_slice(&word.to_le_bytes());
-    }
-    out
-}
-
-/// The planes a chunk of rows is uploaded as (see the module docs): Q4_K and Q5_K as stored
-/// but for the scale bytes ([`permute_k4_scales`]) and Q5_K's `qh` bytes ([`permute_q5k_qh`]),
-/// Q6_K as (blocks without `d`, the `d` values).
-pub fn planes(dtype: GgmlType, data: &[u8], _rows: u32, _cols: u32) -> Vec<Vec<u8>> {
-    match dtype {
-        GgmlType::Q4_K | GgmlType::Q5_K => {
-            let block_bytes = dtype
-                .block()
-                .expect("K-quants are block formats")
-                .block_bytes;
-            let mut out = data.to_vec();
-            for block in out.chunks_exact_mut(block_bytes as usize) {
-                let scales = &mut block[K4_SCALES_AT..K4_SCALES_AT + 12];
-                let packed: [u8; 12] = (&*scales).try_into().expect("12 scale bytes");
-                scales.copy_from_slice(&permute_k4_scales(&packed));
-                if dtype == GgmlType::Q5_K {
-                    let qh = &mut block[Q5K_QH_AT..Q5K_QH_AT + 32];
-                    let bits: [u8; 32] = (&*qh).try_into().expect("32 qh bytes");
-                    qh.copy_from_slice(&permute_q5k_qh(&bits));
-                }
-            }
-            vec![out]
-        }
-        GgmlType::Q6_K => {
-            let n = data.len() / Q6K_BLOCK;
-            let mut body = Vec::with_capacity(n * Q6K_BODY);
-            let mut d = Vec::with_capacity(n * 2);
-            for block in data.chunks_exact(Q6K_BLOCK) {
-                body.extend_from_slice(&block[..Q6K_BODY]);
-                d.extend_from_slice(&block[Q6K_BODY..]);
-            }
-            vec![body, d]
-        }
-        _ => vec![data.to_vec()],
-    }
+    Some(KernelSource {
+        files: Cow::Borrowed(files),
+        entry: "main",
+        default_workgroup_size,
+    })
 }
 
 /// Workgroups for `rows` rows and `n_tokens` tokens.
@@ -687,6 +426,7 @@ pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::GgmlType;
 
     #[test]
     fn add_norm_workgroups_fit_the_device() {
@@ -720,81 +460,5 @@ mod tests {
         assert!(matmul.contains("var<workgroup> xs: array<vec4<f32>, 512>;"));
         // The small tile fits the 16 KiB every WebGPU device has.
         assert_eq!(matmul_workgroup_bytes(MATMUL_WG), 16 * 1024);
-    }
-
-    /// The WGSL decode of a permuted header (`k4_unit_scales` in quant/kquants.wgsl, word by
-    /// word) gives ggml's 6-bit values for every sub-block, and the permutation loses nothing,
-    /// over random scale bytes (every bit pattern of the 12 bytes is a valid packing).
-    #[test]
-    fn permuted_k4_scales_decode_to_ggml_values() {
-        use crate::quant::scale_min_k4;
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut seen = std::collections::HashSet::new();
-        for _ in 0..10_000 {
-            let mut q = [0u8; 12];
-            for b in &mut q {
-                state = state
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                *b = (state >> 56) as u8;
-            }
-            let permuted = permute_k4_scales(&q);
-            let w = |i: usize| u32::from_le_bytes(permuted[4 * i..4 * i + 4].try_into().unwrap());
-            let (h1, h2, h3) = (w(0), w(1), w(2));
-            let hi3 =
-                ((h1 >> 6) & 0x0303_0303) | ((h2 >> 4) & 0x0c0c_0c0c) | ((h3 >> 2) & 0x3030_3030);
-            for p in 0..4 {
-                let v = [h1 & 0x3f3f_3f3f, h2 & 0x3f3f_3f3f, h3 & 0x3f3f_3f3f, hi3][p];
-                let byte = |f: u32| ((v >> (8 * f)) & 0xff) as u8;
-                assert_eq!((byte(0), byte(2)), scale_min_k4(2 * p, &q));
-                assert_eq!((byte(1), byte(3)), scale_min_k4(2 * p + 1, &q));
-            }
-            seen.insert(permuted);
-        }
-        // Distinct inputs stay distinct (no two of 10,000 random headers collide).
-        assert_eq!(seen.len(), 10_000);
-    }
-
-    /// Every fifth bit lands where quant/q5_k.wgsl's `q5k_high` reads it: for unit u, code word
-    /// m, byte f, `(word u >> 2m) & 1` and `>> 2m + 1` of byte f are bits 2p and 2p + 1 of ggml's
-    /// byte 16 h + 4m + f (all 256 output bits checked, so the permutation loses nothing).
-    #[test]
-    fn permuted_q5k_qh_puts_each_bit_where_the_shader_reads_it() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        for _ in 0..2_000 {
-            let mut qh = [0u8; 32];
-            for b in &mut qh {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                *b = (state >> 24) as u8;
-            }
-            let out = permute_q5k_qh(&qh);
-            for u in 0..8 {
-                let (p, h) = (u / 2, u % 2);
-                let word = u32::from_le_bytes(out[4 * u..4 * u + 4].try_into().unwrap());
-                for m in 0..4 {
-                    let a = (word >> (2 * m)) & 0x0101_0101;
-                    let b = (word >> (2 * m + 1)) & 0x0101_0101;
-                    for f in 0..4 {
-                        let src = qh[16 * h + 4 * m + f];
-                        assert_eq!((a >> (8 * f)) & 1, u32::from((src >> (2 * p)) & 1));
-                        assert_eq!((b >> (8 * f)) & 1, u32::from((src >> (2 * p + 1)) & 1));
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn q6k_planes_are_lossless() {
-        let data: Vec<u8> = (0..3 * Q6K_BLOCK).map(|i| (i * 7 % 251) as u8).collect();
-        let p = planes(GgmlType::Q6_K, &data, 3, 256);
-        assert_eq!(p[0].len(), 3 * Q6K_BODY);
-        assert_eq!(p[1].len(), 6);
-        for (b, block) in data.chunks_exact(Q6K_BLOCK).enumerate() {
-            assert_eq!(&p[0][b * Q6K_BODY..(b + 1) * Q6K_BODY], &block[..Q6K_BODY]);
-            assert_eq!(&p[1][2 * b..2 * b + 2], &block[Q6K_BODY..]);
-        }
     }
 }

@@ -3,9 +3,12 @@
 //! strings), and compiled pipelines are cached by [`PipelineKey`].
 //!
 //! Kernels come in families, each in its own module, which lists its files and how its weights
-//! are laid out and dispatched: [`legacy`] (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0),
-//! [`kquants`] (Q4_K, Q5_K, Q6_K), [`ternary`] (I2_S BitLinear, TQ1_0, TQ2_0), and [`ops`]
-//! (norms, RoPE, attention, activations, sampling).
+//! are dispatched: [`legacy`], [`kquants`], [`ternary`] (weight kernels, whose members are the
+//! dtypes of the registry in `crate::quant::dtypes` with that [`Family`]: a member's decode
+//! files are prepended to its family's skeletons), [`q8`] (int8 activation records) and
+//! [`ops`] (norms, RoPE, attention, activations, sampling). Every file under `shaders/` is
+//! found by name (the table build.rs writes), so a kernel or a dtype brings its files and
+//! nothing lists them.
 
 pub mod kquants;
 pub mod legacy;
@@ -13,11 +16,12 @@ pub mod ops;
 pub mod q8;
 pub mod ternary;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::{GpuContext, GpuError};
-use crate::quant::GgmlType;
+use crate::quant::{Family, GgmlType, Kernels};
 
 /// Every compute kernel.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -132,59 +136,30 @@ pub struct PipelineKey {
 
 /// The shader files of one kernel, in the order they are concatenated (helpers first), and
 /// the kernel's entry point.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct KernelSource {
-    pub files: &'static [&'static str],
+    pub files: Cow<'static, [&'static str]>,
     pub entry: &'static str,
     /// The workgroup size used when the caller has no preference.
     pub default_workgroup_size: u32,
 }
 
-/// `shaders/` file contents by name: the shared files here, then every family's own (each file
-/// is registered once).
+// `static SHADERS: &[(&str, &str)]`: every file under `shaders/` as `(path there, contents)`,
+// sorted by path; in the browser's build without the native-only files (see build.rs).
+include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
+
+/// Whether the native-only kernels exist: the cooperative-matrix prefill (WebGPU has no
+/// cooperative matrices, and the browser's package does not carry their files).
+pub(crate) const NATIVE: bool = cfg!(not(target_arch = "wasm32"));
+
+/// `shaders/` file contents by name.
 fn shader_file(name: &str) -> Option<&'static str> {
-    all_files().find(|(n, _)| *n == name).map(|(_, s)| *s)
-}
-
-const COMMON: &[(&str, &str)] = &[
-    ("common.wgsl", include_str!("../../../shaders/common.wgsl")),
-    (
-        "reduce_shared.wgsl",
-        include_str!("../../../shaders/reduce_shared.wgsl"),
-    ),
-    (
-        "reduce_subgroup.wgsl",
-        include_str!("../../../shaders/reduce_subgroup.wgsl"),
-    ),
-    (
-        "matmul_params.wgsl",
-        include_str!("../../../shaders/matmul_params.wgsl"),
-    ),
-    (
-        "embedding_params.wgsl",
-        include_str!("../../../shaders/embedding_params.wgsl"),
-    ),
-    ("noop.wgsl", include_str!("../../../shaders/noop.wgsl")),
-    ("copy.wgsl", include_str!("../../../shaders/copy.wgsl")),
-];
-
-/// Every registered shader file, `(name, contents)`.
-fn all_files() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
-    COMMON
-        .iter()
-        .chain(legacy::FILES)
-        .chain(kquants::FILES)
-        .chain(kquants::NATIVE_FILES)
-        .chain(legacy::NATIVE_FILES)
-        .chain(ternary::FILES)
-        .chain(q8::FILES)
-        .chain(ops::FILES)
-        .chain(ops::NATIVE_FILES)
+    SHADERS.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
 }
 
 /// The names of every registered shader file (each should appear once).
 pub fn registered_files() -> Vec<&'static str> {
-    all_files().map(|(n, _)| *n).collect()
+    SHADERS.iter().map(|(n, _)| *n).collect()
 }
 
 impl Kernel {
@@ -246,37 +221,18 @@ impl Kernel {
 
     /// Where this kernel's WGSL lives.
     pub fn source(self) -> Option<KernelSource> {
-        use GgmlType::*;
+        if self.dtype().is_some() {
+            let k = self.format()?;
+            return match k.family {
+                Family::Legacy => legacy::source(self, k),
+                Family::KQuant(_) => kquants::source(self, k),
+                Family::Ternary | Family::I2S => ternary::source(self, k),
+            };
+        }
         match self {
-            Kernel::Matvec(t) | Kernel::Matmul(t) | Kernel::Embedding(t) => match t {
-                F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
-                Q4_K | Q5_K | Q6_K => kquants::source(self),
-                I2_S | TQ1_0 | TQ2_0 => ternary::source(self),
-                _ => None,
-            },
-            Kernel::MatvecAdd(t) if legacy::is_legacy(t) => legacy::source(self),
-            Kernel::MatvecAdd(_) => None,
-            Kernel::DequantF16(t) => match t {
-                Q4_K | Q5_K | Q6_K => kquants::source(self),
-                F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
-                _ => None,
-            },
-            Kernel::ScaleF16 | Kernel::MatmulF16(_) | Kernel::SplitSum(_) => kquants::source(self),
-            Kernel::MatvecQ8Pair(t) => match t {
-                Q4_K | Q5_K | Q6_K => kquants::source(self),
-                _ => None,
-            },
-            Kernel::MatvecQ8AddNorm(t) => match t {
-                Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
-                Q4_K | Q5_K | Q6_K => kquants::source(self),
-                _ => None,
-            },
-            Kernel::MatvecQ8(t) | Kernel::MatvecQ8Add(t) => match t {
-                Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => legacy::source(self),
-                Q4_K | Q5_K | Q6_K => kquants::source(self),
-                TQ1_0 | TQ2_0 => ternary::source(self),
-                _ => None,
-            },
+            Kernel::ScaleF16 | Kernel::MatmulF16(_) | Kernel::SplitSum(_) => {
+                kquants::coop_source(self)
+            }
             Kernel::QuantizeQ8
             | Kernel::SiluMulQuantizeQ8
             | Kernel::SiluMulQuantizeQ8Norm
@@ -285,19 +241,46 @@ impl Kernel {
             | Kernel::QuantizeActivationsQ8
             | Kernel::FakeQuantizeActivations
             | Kernel::RmsNormQuantize
-            | Kernel::NormBitLinear(..) => ternary::source(self),
+            | Kernel::NormBitLinear(..) => ternary::activation_source(self),
             Kernel::Copy => Some(KernelSource {
-                files: &["copy.wgsl"],
+                files: Cow::Borrowed(&["copy.wgsl"]),
                 entry: "main",
                 default_workgroup_size: 256,
             }),
             Kernel::Noop => Some(KernelSource {
-                files: &["noop.wgsl"],
+                files: Cow::Borrowed(&["noop.wgsl"]),
                 entry: "main",
                 default_workgroup_size: 64,
             }),
             _ => ops::source(self),
         }
+    }
+
+    /// The weight type of a kernel over weights (`Matvec(t)`, ..., `Embedding(t)`).
+    pub fn dtype(self) -> Option<GgmlType> {
+        match self {
+            Kernel::Matvec(t)
+            | Kernel::MatvecAdd(t)
+            | Kernel::MatvecQ8(t)
+            | Kernel::MatvecQ8Add(t)
+            | Kernel::MatvecQ8Pair(t)
+            | Kernel::MatvecQ8AddNorm(t)
+            | Kernel::Matmul(t)
+            | Kernel::DequantF16(t)
+            | Kernel::Embedding(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// What the kernels of this kernel's weight type are made of (the registry's
+    /// [`Kernels`]), for a kernel over weights of a type with kernels.
+    pub fn format(self) -> Option<&'static Kernels> {
+        crate::quant::kernels(self.dtype()?)
+    }
+
+    /// The family of this kernel's weight type.
+    pub fn family(self) -> Option<Family> {
+        Some(self.format()?.family)
     }
 
     /// A short name for labels and errors (`matvec_q4_k`).
@@ -356,7 +339,9 @@ impl Kernel {
         if !cfg!(target_arch = "wasm32") {
             v.push(("REDUCE_N", 256.0));
             match self {
-                Kernel::Matvec(t) | Kernel::MatvecAdd(t) if legacy::is_legacy(t) => {
+                Kernel::Matvec(_) | Kernel::MatvecAdd(_)
+                    if self.family() == Some(Family::Legacy) =>
+                {
                     v.push(("X_VEC4S", 512.0))
                 }
                 Kernel::Argmax => v.push(("BEST_N", 256.0)),
@@ -394,7 +379,7 @@ impl Kernel {
         } else {
             "reduce_shared.wgsl"
         };
-        for name in ["common.wgsl", reduce].iter().chain(src.files) {
+        for name in ["common.wgsl", reduce].iter().chain(src.files.iter()) {
             let body = shader_file(name).ok_or_else(|| GpuError::Shader {
                 kernel: self.label(),
                 message: format!("shader file {name} is not registered"),

@@ -1,83 +1,9 @@
 //! Kernel family: norms, RoPE, attention, activations, sampling. The op structs that bind and
 //! dispatch them live in `src/gpu/ops/`; their CPU twins in `src/cpu/ops.rs`.
 
-use super::{Kernel, KernelSource};
+use std::borrow::Cow;
 
-/// The prefill attention on cooperative matrices, native only (WebGPU has none).
-#[cfg(not(target_arch = "wasm32"))]
-pub const NATIVE_FILES: &[(&str, &str)] = &[(
-    "attention_coop.wgsl",
-    include_str!("../../../shaders/attention_coop.wgsl"),
-)];
-#[cfg(target_arch = "wasm32")]
-pub const NATIVE_FILES: &[(&str, &str)] = &[];
-
-pub const FILES: &[(&str, &str)] = &[
-    (
-        "position_params.wgsl",
-        include_str!("../../../shaders/position_params.wgsl"),
-    ),
-    (
-        "rms_norm.wgsl",
-        include_str!("../../../shaders/rms_norm.wgsl"),
-    ),
-    ("rope.wgsl", include_str!("../../../shaders/rope.wgsl")),
-    (
-        "rope_angle.wgsl",
-        include_str!("../../../shaders/rope_angle.wgsl"),
-    ),
-    (
-        "attention_params.wgsl",
-        include_str!("../../../shaders/attention_params.wgsl"),
-    ),
-    (
-        "attention_partials.wgsl",
-        include_str!("../../../shaders/attention_partials.wgsl"),
-    ),
-    (
-        "attention_partials_coherent.wgsl",
-        include_str!("../../../shaders/attention_partials_coherent.wgsl"),
-    ),
-    (
-        "attention_norm.wgsl",
-        include_str!("../../../shaders/attention_norm.wgsl"),
-    ),
-    (
-        "attention_norm_none.wgsl",
-        include_str!("../../../shaders/attention_norm_none.wgsl"),
-    ),
-    (
-        "attention.wgsl",
-        include_str!("../../../shaders/attention.wgsl"),
-    ),
-    (
-        "attention_combine.wgsl",
-        include_str!("../../../shaders/attention_combine.wgsl"),
-    ),
-    (
-        "softmax.wgsl",
-        include_str!("../../../shaders/softmax.wgsl"),
-    ),
-    (
-        "elementwise.wgsl",
-        include_str!("../../../shaders/elementwise.wgsl"),
-    ),
-    (
-        "relu_squared.wgsl",
-        include_str!("../../../shaders/relu_squared.wgsl"),
-    ),
-    (
-        "silu_mul.wgsl",
-        include_str!("../../../shaders/silu_mul.wgsl"),
-    ),
-    ("add.wgsl", include_str!("../../../shaders/add.wgsl")),
-    (
-        "select_common.wgsl",
-        include_str!("../../../shaders/select_common.wgsl"),
-    ),
-    ("argmax.wgsl", include_str!("../../../shaders/argmax.wgsl")),
-    ("top_k.wgsl", include_str!("../../../shaders/top_k.wgsl")),
-];
+use super::{Kernel, KernelSource, NATIVE};
 
 pub fn source(kernel: Kernel) -> Option<KernelSource> {
     let (files, default_workgroup_size): (&'static [&'static str], u32) = match kernel {
@@ -116,8 +42,9 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
             ],
             256,
         ),
-        // One subgroup of 32 (`AttentionOp::uses_coop`).
-        Kernel::AttentionCoop(_) if !NATIVE_FILES.is_empty() => (
+        // One subgroup of 32 (`AttentionOp::uses_coop`); native only (WebGPU has no
+        // cooperative matrices).
+        Kernel::AttentionCoop(_) if NATIVE => (
             &[
                 "position_params.wgsl",
                 "rope_angle.wgsl",
@@ -135,7 +62,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         _ => return None,
     };
     Some(KernelSource {
-        files,
+        files: Cow::Borrowed(files),
         entry: match kernel {
             Kernel::AttentionGroup => "main_group",
             Kernel::AttentionDecode => "main_decode",

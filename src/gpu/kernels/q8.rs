@@ -4,30 +4,9 @@
 //! record helpers every `MatvecQ8` kernel includes (`quant/q8.wgsl`). The record layout and the
 //! op are in [`crate::gpu::q8`]; the arithmetic is [`crate::quant::q8dot`]'s.
 
-use super::{Kernel, KernelSource};
+use std::borrow::Cow;
 
-pub const FILES: &[(&str, &str)] = &[
-    (
-        "quant/q8.wgsl",
-        include_str!("../../../shaders/quant/q8.wgsl"),
-    ),
-    (
-        "q8_quarter.wgsl",
-        include_str!("../../../shaders/q8_quarter.wgsl"),
-    ),
-    (
-        "quantize_q8.wgsl",
-        include_str!("../../../shaders/quantize_q8.wgsl"),
-    ),
-    (
-        "rms_norm_quantize_q8.wgsl",
-        include_str!("../../../shaders/rms_norm_quantize_q8.wgsl"),
-    ),
-    (
-        "q8_add_norm.wgsl",
-        include_str!("../../../shaders/q8_add_norm.wgsl"),
-    ),
-];
+use super::{Kernel, KernelSource};
 
 /// Invocations per QuantizeQ8 workgroup (four per block of 32 values; a multiple of 4).
 pub const QUANTIZE_WG: u32 = 64;
@@ -45,28 +24,28 @@ const QUANTIZE_FILES: &[&str] = &[
 pub fn source(kernel: Kernel) -> Option<KernelSource> {
     match kernel {
         Kernel::QuantizeQ8 => Some(KernelSource {
-            files: QUANTIZE_FILES,
+            files: Cow::Borrowed(QUANTIZE_FILES),
             entry: "main",
             default_workgroup_size: QUANTIZE_WG,
         }),
         Kernel::SiluMulQuantizeQ8 => Some(KernelSource {
-            files: QUANTIZE_FILES,
+            files: Cow::Borrowed(QUANTIZE_FILES),
             entry: "main_silu",
             default_workgroup_size: QUANTIZE_WG,
         }),
         // The same files (quantize_q8.wgsl's `main_silu_norm`).
         Kernel::SiluMulQuantizeQ8Norm => Some(KernelSource {
-            files: QUANTIZE_FILES,
+            files: Cow::Borrowed(QUANTIZE_FILES),
             entry: "main_silu_norm",
             default_workgroup_size: QUANTIZE_WG,
         }),
         Kernel::RmsNormQuantizeQ8 => Some(KernelSource {
-            files: &[
+            files: Cow::Borrowed(&[
                 "absmax_scale.wgsl",
                 "activation_quant.wgsl",
                 "q8_quarter.wgsl",
                 "rms_norm_quantize_q8.wgsl",
-            ],
+            ]),
             entry: "main",
             default_workgroup_size: 256,
         }),

@@ -16,28 +16,19 @@
 //!   `dot4I8Packed` into an i32, minus the header's `sum(x_q)`, times `weight_scale / s` once.
 //! - `Matvec(TQ*)` / `Matmul(TQ*)`: one skeleton each (`matvec_ternary.wgsl`,
 //!   `matmul_ternary.wgsl`) over a decode interface (`TQ_WORDS`, `tq_word`, `tq_scale`,
-//!   `tq_word_dot`) that `quant/tq1_0.wgsl` and `quant/tq2_0.wgsl` implement, with the
+//!   `tq_word_dot`) that each format's decode file implements (`quant/tq1_0.wgsl`, ...), with the
 //!   conversion-free 2-bit decode of `quant/ternary_codes.wgsl`; the result is multiplied by
 //!   the `weight_scale` uniform (BitNet's per-tensor scale, else 1).
 //!
 //! # Layout on the GPU
 //! I2_S rows are whole 32-byte blocks, so the codes are uploaded as they are (the per-tensor
 //! scale travels in [`crate::gpu::weights::GpuWeight::scale`] and the `weight_scale` uniform).
-//! TQ blocks are 54 and 66 bytes (not 4-byte aligned), so [`planes`] repacks each chunk of rows
-//! losslessly (the same bits, struct of arrays, block order kept), each plane zero-padded to a
-//! multiple of 16 bytes:
-//!
-//! | format | binding 3                                 | binding 4              | binding 5             |
-//! |--------|-------------------------------------------|------------------------|-----------------------|
-//! | I2_S   | codes, 32 B per 128 weights               |                        |                       |
-//! | TQ2_0  | `qs`, 64 B (16 words) per block           | `d` f16, 2 B per block |                       |
-//! | TQ1_0  | `qs`, 48 B (3 x 16) per block             | `d` f16, 2 B per block | `qh`, 4 B per block   |
-//!
-//! TQ1_0's `qh` words have a plane of their own so that each block's three 16-byte units of
-//! `qs` are aligned loads and the `qh` words of a row's blocks, which the integer-dot matvec
-//! takes in a pass of their own, are consecutive (H200: 47.0 -> 48.5% of the copy bandwidth
-//! at 256 MiB; BENCHMARKS.md). Every plane stays block-local, so a chunk uploaded in pieces
-//! gets the same planes (`gpu::weights`).
+//! TQ blocks are 54 and 66 bytes (not 4-byte aligned), so their planes ([`Kernels::planes`],
+//! next to each block struct in `src/quant/dtypes/`) repack each chunk of rows losslessly (the
+//! same bits, struct of arrays, block order kept), each plane zero-padded to a multiple of 16
+//! bytes: the codes at binding 3, the f16 `d` at binding 4, TQ1_0's `qh` at binding 5. Every
+//! plane stays block-local, so a chunk uploaded in pieces gets the same planes
+//! (`gpu::weights`).
 //!
 //! # Dispatch
 //! - Matvec, I2_S and the integer-dot TQ1_0/TQ2_0 (`MatvecQ8`, on q8 records; for BitLinear
@@ -52,8 +43,10 @@
 //! - QuantizeActivations, QuantizeActivationsQ8, FakeQuantizeActivations: one workgroup per
 //!   token.
 
+use std::borrow::Cow;
+
 use super::{Kernel, KernelSource};
-use crate::quant::GgmlType;
+use crate::quant::{Family, Kernels};
 
 /// Invocations per TQ1_0/TQ2_0 matvec row (`override TPR` in `matvec_ternary.wgsl`).
 pub const TQ_MATVEC_THREADS_PER_ROW: u32 = 32;
@@ -63,122 +56,57 @@ pub const TQ_Q8_WG: u32 = 64;
 /// Tokens per matmul tile (`const TT` in `matmul_i2s.wgsl`/`matmul_ternary.wgsl`).
 pub const MATMUL_TILE_TOKENS: u32 = 8;
 
-pub const FILES: &[(&str, &str)] = &[
-    (
-        "absmax_scale.wgsl",
-        include_str!("../../../shaders/absmax_scale.wgsl"),
-    ),
-    (
-        "activation_quant.wgsl",
-        include_str!("../../../shaders/activation_quant.wgsl"),
-    ),
-    (
-        "fake_quantize_activations.wgsl",
-        include_str!("../../../shaders/fake_quantize_activations.wgsl"),
-    ),
-    (
-        "activation_record.wgsl",
-        include_str!("../../../shaders/activation_record.wgsl"),
-    ),
-    (
-        "quantize_activations.wgsl",
-        include_str!("../../../shaders/quantize_activations.wgsl"),
-    ),
-    (
-        "rms_norm_quantize.wgsl",
-        include_str!("../../../shaders/rms_norm_quantize.wgsl"),
-    ),
-    (
-        "norm_bitlinear.wgsl",
-        include_str!("../../../shaders/norm_bitlinear.wgsl"),
-    ),
-    (
-        "quant/i2s.wgsl",
-        include_str!("../../../shaders/quant/i2s.wgsl"),
-    ),
-    (
-        "quant/ternary_codes.wgsl",
-        include_str!("../../../shaders/quant/ternary_codes.wgsl"),
-    ),
-    (
-        "quant/tq1_0.wgsl",
-        include_str!("../../../shaders/quant/tq1_0.wgsl"),
-    ),
-    (
-        "quant/tq2_0.wgsl",
-        include_str!("../../../shaders/quant/tq2_0.wgsl"),
-    ),
-    (
-        "matvec_i2s.wgsl",
-        include_str!("../../../shaders/matvec_i2s.wgsl"),
-    ),
-    (
-        "matmul_i2s.wgsl",
-        include_str!("../../../shaders/matmul_i2s.wgsl"),
-    ),
-    (
-        "quant/tq1_0_q8.wgsl",
-        include_str!("../../../shaders/quant/tq1_0_q8.wgsl"),
-    ),
-    (
-        "quant/tq2_0_q8.wgsl",
-        include_str!("../../../shaders/quant/tq2_0_q8.wgsl"),
-    ),
-    (
-        "matvec_ternary_q8.wgsl",
-        include_str!("../../../shaders/matvec_ternary_q8.wgsl"),
-    ),
-    (
-        "matvec_ternary.wgsl",
-        include_str!("../../../shaders/matvec_ternary.wgsl"),
-    ),
-    (
-        "matmul_ternary.wgsl",
-        include_str!("../../../shaders/matmul_ternary.wgsl"),
-    ),
-];
-
-pub fn source(kernel: Kernel) -> Option<KernelSource> {
-    use GgmlType::*;
+/// The files of `kernel` for a format of the ternary families: I2_S's BitLinear kernels on
+/// activation records ([`Family::I2S`]), or the TQ skeletons over the format's decode file
+/// ([`Family::Ternary`]: with the conversion-free 2-bit decode, or for the integer-dot matvec
+/// the activation record helpers and the format's integer dot).
+pub fn source(kernel: Kernel, k: &Kernels) -> Option<KernelSource> {
     const P: &str = "matmul_params.wgsl";
     const C: &str = "quant/ternary_codes.wgsl";
+    let d = k.decode;
+    let (files, default_workgroup_size) = match (k.family, kernel) {
+        (Family::I2S, Kernel::Matvec(_)) => (vec![P, d, "matvec_i2s.wgsl"], 64),
+        (Family::I2S, Kernel::Matmul(_)) => (vec![P, d, "matmul_i2s.wgsl"], 64),
+        (Family::Ternary, Kernel::Matvec(_)) => (vec![P, C, d, "matvec_ternary.wgsl"], 64),
+        (Family::Ternary, Kernel::Matmul(_)) => (vec![P, C, d, "matmul_ternary.wgsl"], 64),
+        (Family::Ternary, Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_)) => (
+            vec![P, "quant/q8.wgsl", k.decode_q8?, "matvec_ternary_q8.wgsl"],
+            TQ_Q8_WG,
+        ),
+        _ => return None,
+    };
+    Some(KernelSource {
+        files: Cow::Owned(files),
+        entry: "main",
+        default_workgroup_size,
+    })
+}
+
+/// The activation quantizers of BitLinear and the fused I2_S norm and products.
+pub fn activation_source(kernel: Kernel) -> Option<KernelSource> {
     const S: &str = "absmax_scale.wgsl";
     const A: &str = "activation_quant.wgsl";
     const R: &str = "activation_record.wgsl";
-    const Q: &str = "quant/q8.wgsl";
     let (files, default_workgroup_size): (&'static [&'static str], u32) = match kernel {
         Kernel::QuantizeActivations => (&[S, A, R, "quantize_activations.wgsl"], 256),
         Kernel::QuantizeActivationsQ8 => {
             return Some(KernelSource {
-                files: &[S, A, R, "quantize_activations.wgsl"],
+                files: Cow::Borrowed(&[S, A, R, "quantize_activations.wgsl"]),
                 entry: "main_q8",
                 default_workgroup_size: 256,
             })
         }
         Kernel::FakeQuantizeActivations => (&[S, A, "fake_quantize_activations.wgsl"], 256),
         Kernel::RmsNormQuantize => (&[S, A, R, "rms_norm_quantize.wgsl"], 256),
+        // I2_S's own kernel: it includes I2_S's decode file.
         Kernel::NormBitLinear(..) => (
             &[S, A, "quant/i2s.wgsl", "norm_bitlinear.wgsl"],
             crate::gpu::bitlinear::NORM_BITLINEAR_WORKGROUP,
         ),
-        Kernel::Matvec(I2_S) => (&[P, "quant/i2s.wgsl", "matvec_i2s.wgsl"], 64),
-        Kernel::Matmul(I2_S) => (&[P, "quant/i2s.wgsl", "matmul_i2s.wgsl"], 64),
-        Kernel::Matvec(TQ1_0) => (&[P, C, "quant/tq1_0.wgsl", "matvec_ternary.wgsl"], 64),
-        Kernel::Matmul(TQ1_0) => (&[P, C, "quant/tq1_0.wgsl", "matmul_ternary.wgsl"], 64),
-        Kernel::Matvec(TQ2_0) => (&[P, C, "quant/tq2_0.wgsl", "matvec_ternary.wgsl"], 64),
-        Kernel::Matmul(TQ2_0) => (&[P, C, "quant/tq2_0.wgsl", "matmul_ternary.wgsl"], 64),
-        Kernel::MatvecQ8(TQ1_0) | Kernel::MatvecQ8Add(TQ1_0) => (
-            &[P, Q, "quant/tq1_0_q8.wgsl", "matvec_ternary_q8.wgsl"],
-            TQ_Q8_WG,
-        ),
-        Kernel::MatvecQ8(TQ2_0) | Kernel::MatvecQ8Add(TQ2_0) => (
-            &[P, Q, "quant/tq2_0_q8.wgsl", "matvec_ternary_q8.wgsl"],
-            TQ_Q8_WG,
-        ),
         _ => return None,
     };
     Some(KernelSource {
-        files,
+        files: Cow::Borrowed(files),
         entry: "main",
         default_workgroup_size,
     })
@@ -202,53 +130,19 @@ pub const WIDE_MAPPING: (u32, u32) = (8, 4);
 /// too few workgroups for the GPU; from [`WIDE_ROWS`] rows there are at least 1024 (about
 /// eight per multiprocessor of an H200).
 pub fn matvec_mapping(kernel: Kernel, rows: u32) -> Option<(u32, u32)> {
-    use GgmlType::*;
-    match kernel {
-        Kernel::Matvec(I2_S)
-        | Kernel::MatvecQ8(TQ1_0 | TQ2_0)
-        | Kernel::MatvecQ8Add(TQ1_0 | TQ2_0) => Some(if rows >= WIDE_ROWS {
-            WIDE_MAPPING
-        } else {
-            MATVEC_MAPPING
-        }),
-        _ => None,
-    }
-}
-
-/// Zero-pad a plane to a whole number (at least one) of 16-byte `vec4<u32>` slots.
-fn pad16(mut plane: Vec<u8>) -> Vec<u8> {
-    plane.resize(plane.len().next_multiple_of(16).max(16), 0);
-    plane
-}
-
-/// The planes a chunk of `rows` rows is uploaded as (see the module docs). `data` is the
-/// chunk's bytes in the file format (for I2_S the packed codes only).
-pub fn planes(dtype: GgmlType, data: &[u8], _rows: u32, _cols: u32) -> Vec<Vec<u8>> {
-    match dtype {
-        GgmlType::TQ2_0 => {
-            let blocks = data.chunks_exact(66);
-            let mut qs = Vec::with_capacity(blocks.len() * 64);
-            let mut d = Vec::with_capacity(blocks.len() * 2);
-            for b in blocks {
-                qs.extend_from_slice(&b[..64]);
-                d.extend_from_slice(&b[64..66]);
-            }
-            vec![pad16(qs), pad16(d)]
-        }
-        GgmlType::TQ1_0 => {
-            let blocks = data.chunks_exact(54);
-            let mut qsh = Vec::with_capacity(blocks.len() * 48);
-            let mut qh = Vec::with_capacity(blocks.len() * 4);
-            let mut d = Vec::with_capacity(blocks.len() * 2);
-            for b in blocks {
-                qsh.extend_from_slice(&b[..48]);
-                qh.extend_from_slice(&b[48..52]);
-                d.extend_from_slice(&b[52..54]);
-            }
-            vec![pad16(qsh), pad16(d), pad16(qh)]
-        }
-        _ => vec![pad16(data.to_vec())],
-    }
+    let mapped = matches!(
+        (kernel, kernel.family()?),
+        (Kernel::Matvec(_), Family::I2S)
+            | (
+                Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_),
+                Family::Ternary
+            )
+    );
+    mapped.then_some(if rows >= WIDE_ROWS {
+        WIDE_MAPPING
+    } else {
+        MATVEC_MAPPING
+    })
 }
 
 /// Workgroups for `rows` rows (of one chunk) and `n_tokens` tokens.
@@ -260,11 +154,13 @@ pub fn workgroups(
     mapping: Option<(u32, u32)>,
 ) -> u32 {
     let wg = workgroup_size.max(1);
+    let mapped = || {
+        let (tpr, rpt) = mapping.unwrap_or(MATVEC_MAPPING);
+        rows.div_ceil((wg / tpr).max(1) * rpt)
+    };
     match kernel {
-        Kernel::Matvec(GgmlType::I2_S) | Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_) => {
-            let (tpr, rpt) = mapping.unwrap_or(MATVEC_MAPPING);
-            rows.div_ceil((wg / tpr).max(1) * rpt)
-        }
+        Kernel::Matvec(_) if kernel.family() == Some(Family::I2S) => mapped(),
+        Kernel::MatvecQ8(_) | Kernel::MatvecQ8Add(_) => mapped(),
         Kernel::Matvec(_) => rows.div_ceil((wg / TQ_MATVEC_THREADS_PER_ROW).max(1)),
         Kernel::Matmul(_) => rows.div_ceil(wg) * n_tokens.div_ceil(MATMUL_TILE_TOKENS),
         Kernel::QuantizeActivations
@@ -286,25 +182,4 @@ pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
         UniformLayout::of::<NormQuantParams>(),
         UniformLayout::of::<NormBitLinearParams>(),
     ]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tq_planes_keep_every_byte() {
-        let data: Vec<u8> = (0..3 * 54).map(|i| (i * 7 % 251) as u8).collect();
-        let p = planes(GgmlType::TQ1_0, &data, 1, 768);
-        assert_eq!(p.len(), 3);
-        // Block 1's qs, d and qh.
-        assert_eq!(&p[0][48..96], &data[54..102]);
-        assert_eq!(&p[1][2..4], &data[54 + 52..54 + 54]);
-        assert_eq!(&p[2][4..8], &data[54 + 48..54 + 52]);
-        assert!(p.iter().all(|q| q.len() % 16 == 0));
-        let data: Vec<u8> = (0..2 * 66).map(|i| (i * 5 % 251) as u8).collect();
-        let p = planes(GgmlType::TQ2_0, &data, 1, 512);
-        assert_eq!(&p[0][64..128], &data[66..130]);
-        assert_eq!(&p[1][..4], &[data[64], data[65], data[130], data[131]]);
-    }
 }

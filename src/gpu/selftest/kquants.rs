@@ -1,4 +1,5 @@
-//! Checks of the K-quant family (Q4_K, Q5_K, Q6_K): matvec, matmul and embedding against
+//! Checks of the K-quant family (every dtype whose family is `KQuant`: Q4_K, Q5_K, Q6_K):
+//! matvec, matmul and embedding against
 //! `crate::quant::dequantize` (bit-exact with gguf-py) on rows 576 / 1536 / 7 and row lengths
 //! 256, 1536 (6 super-blocks) and 2304 (9), whole and split into at least three chunks, with
 //! the chunks dispatched in file order and in reverse (so a chunk that writes outside its rows
@@ -29,38 +30,44 @@
 //! `d*sc * (sum (q - 32) x)` for Q6_K. Each product reaches the output through at most
 //! `16 + 3 + cols/32 + 8 <= cols` roundings (group sum, scaling, the thread's running sum, the
 //! workgroup tree), so the same f32 summation bound holds over the magnitudes of the terms it
-//! actually adds: `cols * eps * sum t |x|` with `t = |d*sc*q| + |dmin*m| <= |w| + 2 |dmin*m|`
-//! (Q4_K, Q5_K) and `t = |w|` (Q6_K), the reference's own rounding of `w` included in the
-//! factor-two slack of `gamma_k <= cols * eps / 2`. This is the harness bound with the minimum
-//! terms counted, which the kernel subtracts after summing rather than inside each weight.
+//! actually adds: `cols * eps * sum t |x|` with `t = |scale*q| + |offset| <= |w| + 2 |offset|`
+//! for the group's offset in the block's integer form (Q4_K, Q5_K: `-dmin*m`; Q6_K: none, so
+//! `t = |w|`), the reference's own rounding of `w` included in the factor-two slack of
+//! `gamma_k <= cols * eps / 2`. This is the harness bound with the minimum terms counted, which
+//! the kernel subtracts after summing rather than inside each weight.
 
 use super::{
     compare, coop_checks, gpu_err, poisoned, read_f32, reference_matmul, run_matmul, submit,
-    upload_f32, Check, Rng, Stats, POISON,
+    upload_f32, PerDtype, Rng, Stats, POISON,
 };
 use crate::gpu::embedding::EmbeddingOp;
 use crate::gpu::kernels::{kquants, Kernel};
 use crate::gpu::matmul::{uses_coop, MatmulOp};
 use crate::gpu::weights::{row_bytes, GpuWeight};
 use crate::gpu::GpuContext;
-use crate::quant::{self, f16_bits_to_f32, scale_min_k4, GgmlType};
+use crate::quant::{self, Family, GgmlType};
 
-macro_rules! checks {
-    ($($name:literal => $f:ident($t:ident)),* $(,)?) => {
-        &[$(Check { name: $name, run: |ctx| Box::pin($f(ctx, GgmlType::$t)) }),*]
-    };
+/// Whether `t` is a member of this family.
+pub(super) fn kquant(t: GgmlType) -> bool {
+    matches!(Kernel::Matvec(t).family(), Some(Family::KQuant(_)))
 }
 
-pub const CHECKS: &[Check] = checks![
-    "kquants/matvec_q4_k" => matvec(Q4_K),
-    "kquants/matvec_q5_k" => matvec(Q5_K),
-    "kquants/matvec_q6_k" => matvec(Q6_K),
-    "kquants/matmul_q4_k" => matmul(Q4_K),
-    "kquants/matmul_q5_k" => matmul(Q5_K),
-    "kquants/matmul_q6_k" => matmul(Q6_K),
-    "kquants/embedding_q4_k" => embedding(Q4_K),
-    "kquants/embedding_q5_k" => embedding(Q5_K),
-    "kquants/embedding_q6_k" => embedding(Q6_K),
+pub const PER_DTYPE: &[PerDtype] = &[
+    PerDtype {
+        prefix: "kquants/matvec_",
+        applies: kquant,
+        run: |ctx, t| Box::pin(matvec(ctx, t)),
+    },
+    PerDtype {
+        prefix: "kquants/matmul_",
+        applies: kquant,
+        run: |ctx, t| Box::pin(matmul(ctx, t)),
+    },
+    PerDtype {
+        prefix: "kquants/embedding_",
+        applies: kquant,
+        run: |ctx, t| Box::pin(embedding(ctx, t)),
+    },
 ];
 
 /// (rows, cols): rows not multiples of the workgroup's rows or tile, 6 and 9 super-blocks per
@@ -103,21 +110,25 @@ pub(super) fn weight_data(
     Ok(data)
 }
 
-/// Per weight, the magnitude `t` the matvec kernel's terms have (see the module docs).
+/// Per weight, the magnitude `t` the matvec kernel's terms have (see the module docs): `|w|`
+/// plus twice its group's offset in the block's integer form (`|w|` where there is none).
 fn matvec_terms(dtype: GgmlType, data: &[u8], w: &[f32]) -> Vec<f32> {
-    let block = match dtype {
-        GgmlType::Q4_K => 144,
-        GgmlType::Q5_K => 176,
-        _ => return w.iter().map(|v| v.abs()).collect(),
+    let plain = || w.iter().map(|v| v.abs()).collect();
+    let (Some(imp), Some(geo)) = (quant::lookup(dtype), dtype.block()) else {
+        return plain();
     };
+    let (elems, bytes) = (geo.block_elems as usize, geo.block_bytes as usize);
     let mut t = Vec::with_capacity(w.len());
-    for (ws, b) in w.chunks(256).zip(data.chunks_exact(block)) {
-        let dmin = f16_bits_to_f32(u16::from_le_bytes([b[2], b[3]])).abs();
-        let mut scales = [0u8; 12];
-        scales.copy_from_slice(&b[4..16]);
-        for (i, v) in ws.iter().enumerate() {
-            let m = f32::from(scale_min_k4(i / 32, &scales).1);
-            t.push(v.abs() + 2.0 * dmin * m);
+    for (ws, b) in w.chunks(elems).zip(data.chunks_exact(bytes)) {
+        let Some(ib) = imp.int_block(b) else {
+            return plain();
+        };
+        let offsets = ib
+            .groups
+            .iter()
+            .flat_map(|&(len, _, offset)| std::iter::repeat_n(offset.abs(), len));
+        for (v, o) in ws.iter().zip(offsets) {
+            t.push(v.abs() + 2.0 * o);
         }
     }
     t

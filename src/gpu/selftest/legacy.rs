@@ -1,5 +1,6 @@
-//! Checks of the legacy family (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): matvec, matmul and
-//! embedding, each on every format, against `crate::quant::dequantize` of the same bytes.
+//! Checks of the legacy family (F32, F16 and the 32-weight block formats: every dtype whose
+//! family is `Legacy`): matvec, matmul and embedding, each on every format, against
+//! `crate::quant::dequantize` of the same bytes.
 //!
 //! Weights are random floats in [-1, 1) put through `crate::quant::quantize`, so every block
 //! is one the real quantizer could write. Shapes: rows 576, 1536, 7 and 40 (and 5, 3),
@@ -26,45 +27,43 @@
 
 use super::{
     added_to_residual, compare, coop_bound, coop_checks, gpu_err, poisoned, read_f32,
-    reference_matmul, run_matmul, submit, upload_f32, Check, Rng, Stats,
+    reference_matmul, run_matmul, submit, upload_f32, PerDtype, Rng, Stats,
 };
 use crate::gpu::embedding::EmbeddingOp;
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::{uses_coop, MatmulOp};
 use crate::gpu::weights::{row_bytes, GpuWeight};
 use crate::gpu::GpuContext;
-use crate::quant::{self, GgmlType};
+use crate::quant::{self, Family, GgmlType};
 
-macro_rules! checks {
-    ($($kind:ident: $($name:literal => $dtype:ident),*;)*) => {
-        pub const CHECKS: &[Check] = &[$($(Check {
-            name: $name,
-            run: |ctx| Box::pin($kind(ctx, GgmlType::$dtype)),
-        }),*),*];
-    };
+/// Whether `t` is a member of this family.
+fn legacy(t: GgmlType) -> bool {
+    Kernel::Matvec(t).family() == Some(Family::Legacy)
 }
 
-checks! {
-    matvec:
-        "legacy/matvec_f32" => F32, "legacy/matvec_f16" => F16, "legacy/matvec_q4_0" => Q4_0,
-        "legacy/matvec_q4_1" => Q4_1, "legacy/matvec_q5_0" => Q5_0, "legacy/matvec_q5_1" => Q5_1,
-        "legacy/matvec_q8_0" => Q8_0;
-    matmul:
-        "legacy/matmul_f32" => F32, "legacy/matmul_f16" => F16, "legacy/matmul_q4_0" => Q4_0,
-        "legacy/matmul_q4_1" => Q4_1, "legacy/matmul_q5_0" => Q5_0, "legacy/matmul_q5_1" => Q5_1,
-        "legacy/matmul_q8_0" => Q8_0;
-    embedding:
-        "legacy/embedding_f32" => F32, "legacy/embedding_f16" => F16,
-        "legacy/embedding_q4_0" => Q4_0, "legacy/embedding_q4_1" => Q4_1,
-        "legacy/embedding_q5_0" => Q5_0, "legacy/embedding_q5_1" => Q5_1,
-        "legacy/embedding_q8_0" => Q8_0;
-}
+pub const PER_DTYPE: &[PerDtype] = &[
+    PerDtype {
+        prefix: "legacy/matvec_",
+        applies: legacy,
+        run: |ctx, t| Box::pin(matvec(ctx, t)),
+    },
+    PerDtype {
+        prefix: "legacy/matmul_",
+        applies: legacy,
+        run: |ctx, t| Box::pin(matmul(ctx, t)),
+    },
+    PerDtype {
+        prefix: "legacy/embedding_",
+        applies: legacy,
+        run: |ctx, t| Box::pin(embedding(ctx, t)),
+    },
+];
 
 /// `(rows, cols)` a check runs for `dtype`: the shared shapes, plus row lengths off the
-/// vector width for the float formats.
+/// vector width for the float formats (element types, not blocks).
 fn shapes(dtype: GgmlType, common: &[(usize, usize)]) -> Vec<(usize, usize)> {
     let mut v = common.to_vec();
-    if matches!(dtype, GgmlType::F32 | GgmlType::F16) {
+    if dtype.block().is_some_and(|b| b.block_elems == 1) {
         v.extend([(7, 100), (5, 99), (3, 2100)]);
     }
     v

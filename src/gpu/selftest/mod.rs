@@ -4,7 +4,9 @@
 //!
 //! The checks are library code (async, because readback is asynchronous in the browser), so
 //! the very same suite runs natively (`tests/gpu_kernels.rs`, on lavapipe in CI), in headless
-//! Chromium on WebGPU, and on a user's own GPU. Each family of kernels contributes its checks.
+//! Chromium on WebGPU, and on a user's own GPU. Each family of kernels contributes its checks;
+//! a check of a weight kernel runs for every dtype of the registry that has the kernel
+//! ([`PerDtype`]), so a new dtype is checked with no list to extend.
 
 mod attention;
 mod harness;
@@ -18,10 +20,13 @@ mod ternary;
 
 pub use harness::*;
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::OnceLock;
 
 use super::GpuContext;
+use crate::quant::{dtypes, GgmlType};
 
 /// What a passing check measured.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -43,9 +48,42 @@ pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<Stats, String>> + 
 
 /// One named check.
 pub struct Check {
-    /// `family/kernel`, e.g. `legacy/matvec_q4_0`.
+    /// `family/kernel`, e.g. `ops/rms_norm`.
     pub name: &'static str,
     pub run: for<'a> fn(&'a GpuContext) -> CheckFuture<'a>,
+}
+
+/// A check of one kernel kind, run for every dtype of the registry it `applies` to (in
+/// registry order) and named `{prefix}{dtype in lowercase}`: `legacy/matvec_` checks
+/// `legacy/matvec_f32`, `legacy/matvec_f16`, `legacy/matvec_q4_0`, ...
+pub struct PerDtype {
+    pub prefix: &'static str,
+    pub applies: fn(GgmlType) -> bool,
+    pub run: for<'a> fn(&'a GpuContext, GgmlType) -> CheckFuture<'a>,
+}
+
+/// A check of the suite: a [`Check`], or a [`PerDtype`] check of one dtype.
+pub struct SuiteCheck {
+    pub name: &'static str,
+    run: Run,
+}
+
+enum Run {
+    Plain(for<'a> fn(&'a GpuContext) -> CheckFuture<'a>),
+    Dtype(
+        for<'a> fn(&'a GpuContext, GgmlType) -> CheckFuture<'a>,
+        GgmlType,
+    ),
+}
+
+impl SuiteCheck {
+    /// Start the check on `ctx`.
+    pub fn run<'a>(&self, ctx: &'a GpuContext) -> CheckFuture<'a> {
+        match self.run {
+            Run::Plain(f) => f(ctx),
+            Run::Dtype(f, t) => f(ctx, t),
+        }
+    }
 }
 
 /// The outcome of one check.
@@ -57,27 +95,58 @@ pub struct CheckResult {
     pub error: Option<String>,
 }
 
-/// Every check of every family.
-pub fn all_checks() -> Vec<&'static Check> {
-    legacy::CHECKS
-        .iter()
-        .chain(ternary::CHECKS)
-        .chain(norm_bitlinear::CHECKS)
-        .chain(kquants::CHECKS)
-        .chain(q8::CHECKS)
-        .chain(q8_norm::CHECKS)
-        .chain(ops::CHECKS)
-        .collect()
+/// Every family's checks: its own, then its checks per dtype.
+const FAMILIES: [(&[Check], &[PerDtype]); 7] = [
+    (&[], legacy::PER_DTYPE),
+    (ternary::CHECKS, ternary::PER_DTYPE),
+    (norm_bitlinear::CHECKS, &[]),
+    (&[], kquants::PER_DTYPE),
+    (q8::CHECKS, q8::PER_DTYPE),
+    (&[], q8_norm::PER_DTYPE),
+    (ops::CHECKS, &[]),
+];
+
+/// The suite in order, each check's name and how to run it.
+fn suite() -> impl Iterator<Item = (Cow<'static, str>, Run)> {
+    FAMILIES.into_iter().flat_map(|(checks, per_dtype)| {
+        let plain = checks
+            .iter()
+            .map(|c| (Cow::Borrowed(c.name), Run::Plain(c.run)));
+        let by_dtype = per_dtype.iter().flat_map(|p| {
+            dtypes::all()
+                .iter()
+                .map(|d| d.ggml())
+                .filter(|&t| (p.applies)(t))
+                .map(|t| {
+                    let name = format!("{}{}", p.prefix, t.name().to_lowercase());
+                    (Cow::Owned(name), Run::Dtype(p.run, t))
+                })
+        });
+        plain.chain(by_dtype)
+    })
+}
+
+/// Every check of every family (listed once, on first use).
+pub fn all_checks() -> &'static [SuiteCheck] {
+    static NAMES: OnceLock<Vec<String>> = OnceLock::new();
+    static ALL: OnceLock<Vec<SuiteCheck>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let names = NAMES.get_or_init(|| suite().map(|(name, _)| name.into_owned()).collect());
+        suite()
+            .zip(names.iter())
+            .map(|((_, run), name)| SuiteCheck {
+                name: name.as_str(),
+                run,
+            })
+            .collect()
+    })
 }
 
 /// Run the checks whose name starts with `prefix` ("" for all).
 pub async fn run(ctx: &GpuContext, prefix: &str) -> Vec<CheckResult> {
     let mut out = Vec::new();
-    for check in all_checks()
-        .into_iter()
-        .filter(|c| c.name.starts_with(prefix))
-    {
-        let r = (check.run)(ctx).await;
+    for check in all_checks().iter().filter(|c| c.name.starts_with(prefix)) {
+        let r = check.run(ctx).await;
         out.push(match r {
             Ok(stats) => CheckResult {
                 name: check.name.into(),

@@ -27,10 +27,10 @@
 //!   differs from the exact one by at most `0.5001 * sum |w| d8`; the dequantized weights
 //!   carry one rounding each (`eps * sum |w x|` more); plus the kernel's rounding bound above.
 
-use super::kquants::{check_margin, seed, upload, weight_data, MARGIN, SHAPES};
+use super::kquants::{check_margin, kquant, seed, upload, weight_data, MARGIN, SHAPES};
 use super::{
-    added_to_residual, compare, gpu_err, poisoned, read_f32, submit, upload_f32, Check, Rng, Stats,
-    POISON,
+    added_to_residual, compare, gpu_err, poisoned, read_f32, submit, upload_f32, Check, PerDtype,
+    Rng, Stats, POISON,
 };
 use crate::gpu::kernels::{kquants, Kernel};
 use crate::gpu::matmul::MatmulOp;
@@ -38,7 +38,7 @@ use crate::gpu::q8::{decode_record, record_bytes, QuantizeQ8Op, RmsNormQuantizeQ
 use crate::gpu::weights::{row_bytes, GpuWeight};
 use crate::gpu::GpuContext;
 use crate::quant::q8dot::{quantize_q8, vec_dot_q8, Q8Row};
-use crate::quant::{self, GgmlType};
+use crate::quant::{self, Family, GgmlType};
 
 pub const CHECKS: &[Check] = &[
     Check {
@@ -53,57 +53,18 @@ pub const CHECKS: &[Check] = &[
         name: "q8/silu_mul_quantize",
         run: |ctx| Box::pin(silu_mul_quantize(ctx)),
     },
-    Check {
-        name: "q8/matvec_q4_0",
-        run: |ctx| Box::pin(matvec(ctx, GgmlType::Q4_0)),
+];
+
+pub const PER_DTYPE: &[PerDtype] = &[
+    PerDtype {
+        prefix: "q8/matvec_",
+        applies: |t| Kernel::MatvecQ8(t).source().is_some(),
+        run: |ctx, t| Box::pin(matvec(ctx, t)),
     },
-    Check {
-        name: "q8/matvec_q4_1",
-        run: |ctx| Box::pin(matvec(ctx, GgmlType::Q4_1)),
-    },
-    Check {
-        name: "q8/matvec_q5_0",
-        run: |ctx| Box::pin(matvec(ctx, GgmlType::Q5_0)),
-    },
-    Check {
-        name: "q8/matvec_q5_1",
-        run: |ctx| Box::pin(matvec(ctx, GgmlType::Q5_1)),
-    },
-    Check {
-        name: "q8/matvec_q8_0",
-        run: |ctx| Box::pin(matvec(ctx, GgmlType::Q8_0)),
-    },
-    Check {
-        name: "q8/matvec_q4_k",
-        run: |ctx| Box::pin(matvec(ctx, GgmlType::Q4_K)),
-    },
-    Check {
-        name: "q8/matvec_q5_k",
-        run: |ctx| Box::pin(matvec(ctx, GgmlType::Q5_K)),
-    },
-    Check {
-        name: "q8/matvec_q6_k",
-        run: |ctx| Box::pin(matvec(ctx, GgmlType::Q6_K)),
-    },
-    Check {
-        name: "q8/matvec_pair_q4_k",
-        run: |ctx| Box::pin(matvec_pair(ctx, GgmlType::Q4_K)),
-    },
-    Check {
-        name: "q8/matvec_pair_q5_k",
-        run: |ctx| Box::pin(matvec_pair(ctx, GgmlType::Q5_K)),
-    },
-    Check {
-        name: "q8/matvec_pair_q6_k",
-        run: |ctx| Box::pin(matvec_pair(ctx, GgmlType::Q6_K)),
-    },
-    Check {
-        name: "q8/matvec_tq1_0",
-        run: |ctx| Box::pin(matvec(ctx, GgmlType::TQ1_0)),
-    },
-    Check {
-        name: "q8/matvec_tq2_0",
-        run: |ctx| Box::pin(matvec(ctx, GgmlType::TQ2_0)),
+    PerDtype {
+        prefix: "q8/matvec_pair_",
+        applies: |t| Kernel::MatvecQ8Pair(t).source().is_some(),
+        run: |ctx, t| Box::pin(matvec_pair(ctx, t)),
     },
 ];
 
@@ -401,10 +362,10 @@ async fn matvec(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String> {
     let mut stats = Stats::default();
     // The ternary formats also at enough rows for their wide mapping (ternary::WIDE_ROWS).
     let wide = [(crate::gpu::kernels::ternary::WIDE_ROWS as usize + 7, 256)];
-    let kquant = matches!(dtype, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
-    let shapes: Vec<(usize, usize)> = match dtype {
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => SHAPES.to_vec(),
-        GgmlType::TQ1_0 | GgmlType::TQ2_0 => SHAPES.iter().chain(&wide).copied().collect(),
+    let kquant = kquant(dtype);
+    let shapes: Vec<(usize, usize)> = match Kernel::MatvecQ8(dtype).family() {
+        Some(Family::KQuant(_)) => SHAPES.to_vec(),
+        Some(Family::Ternary) => SHAPES.iter().chain(&wide).copied().collect(),
         _ => LEGACY_SHAPES.to_vec(),
     };
     for &(rows, cols) in &shapes {
@@ -478,7 +439,7 @@ async fn matvec_pair(ctx: &GpuContext, dtype: GgmlType) -> Result<Stats, String>
             .map_err(gpu_err)?;
         let quant = QuantizeQ8Op::new(ctx, &xb, &xqb, cols as u32, 1).map_err(gpu_err)?;
         let kernel = Kernel::MatvecQ8Pair(dtype);
-        let wg = kquants::matvec_q8_workgroup_size(dtype, wa.bytes + wb.bytes, wa.cols);
+        let wg = crate::gpu::q8::q8_workgroup_size(kernel, dtype, wa.bytes + wb.bytes, wa.cols);
         // The pair as the backend makes it, then with two units per step (the large matrices'
         // mapping), each against the single kernel at the same workgroup size and span.
         let chosen = kquants::matvec_q8_span(kernel, wa.bytes + wb.bytes, wa.cols);

@@ -24,9 +24,9 @@
 //!   tolerances).
 //! - A weight in several chunks is refused with an error.
 
-use super::kquants::{check_margin, seed, upload, weight_data, MARGIN};
+use super::kquants::{check_margin, kquant, seed, upload, weight_data, MARGIN};
 use super::q8::{activations, check_records, references};
-use super::{compare, gpu_err, read_f32, submit, upload_f32, Check, Rng, Stats, POISON};
+use super::{compare, gpu_err, read_f32, submit, upload_f32, PerDtype, Rng, Stats, POISON};
 use crate::gpu::q8::{
     norm_record_bytes, norm_record_init, q8_matvec_add_norm, record_bytes, QuantizeQ8Op,
 };
@@ -36,25 +36,15 @@ use crate::quant::GgmlType;
 
 use super::added_to_residual;
 
-macro_rules! checks {
-    ($($name:literal => $t:ident;)*) => {
-        &[$(Check {
-            name: $name,
-            run: |ctx| Box::pin(add_norm(ctx, GgmlType::$t)),
-        }),*]
-    };
-}
-
-pub const CHECKS: &[Check] = checks![
-    "q8/add_norm_q4_0" => Q4_0;
-    "q8/add_norm_q4_1" => Q4_1;
-    "q8/add_norm_q5_0" => Q5_0;
-    "q8/add_norm_q5_1" => Q5_1;
-    "q8/add_norm_q8_0" => Q8_0;
-    "q8/add_norm_q4_k" => Q4_K;
-    "q8/add_norm_q5_k" => Q5_K;
-    "q8/add_norm_q6_k" => Q6_K;
-];
+pub const PER_DTYPE: &[PerDtype] = &[PerDtype {
+    prefix: "q8/add_norm_",
+    applies: |t| {
+        crate::gpu::kernels::Kernel::MatvecQ8AddNorm(t)
+            .source()
+            .is_some()
+    },
+    run: |ctx, t| Box::pin(add_norm(ctx, t)),
+}];
 
 const EPS: f32 = 1e-5;
 
@@ -62,11 +52,10 @@ const EPS: f32 = 1e-5;
 /// Llama-1B's 2048 = 64) and row length (legacy: two staging chunks of 4096 in one), and the
 /// gated product's length (SmolLM2's and Llama-1B's FFN widths, a single block).
 fn shapes(dtype: GgmlType) -> Vec<(usize, usize, usize)> {
-    match dtype {
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
-            vec![(576, 1536, 1536), (2048, 512, 8192), (32, 256, 32)]
-        }
-        _ => vec![(576, 576, 1536), (96, 4160, 32), (2048, 96, 8192)],
+    if kquant(dtype) {
+        vec![(576, 1536, 1536), (2048, 512, 8192), (32, 256, 32)]
+    } else {
+        vec![(576, 576, 1536), (96, 4160, 32), (2048, 96, 8192)]
     }
 }
 

@@ -8,7 +8,7 @@
 
 use super::{
     compare, gpu_err, poisoned, read_f32, reference_matmul, run_matmul, submit, upload_f32, Check,
-    Rng, Stats,
+    PerDtype, Rng, Stats,
 };
 use crate::cpu::bitlinear::{bitlinear_i2s, quantize_activations};
 use crate::gpu::bitlinear::{
@@ -37,32 +37,31 @@ pub const CHECKS: &[Check] = &[
         run: |ctx| Box::pin(i2s(ctx, &[3, 17])),
     },
     Check {
-        name: "ternary/matvec_tq1_0",
-        run: |ctx| Box::pin(tq(ctx, GgmlType::TQ1_0, &[1])),
-    },
-    Check {
-        name: "ternary/matmul_tq1_0",
-        run: |ctx| Box::pin(tq(ctx, GgmlType::TQ1_0, &[3, 17])),
-    },
-    Check {
         name: "ternary/fake_quantize_activations",
         run: |ctx| Box::pin(fake_quantize_check(ctx)),
     },
-    Check {
-        name: "ternary/bitlinear_tq1_0",
-        run: |ctx| Box::pin(tq_bitlinear(ctx, GgmlType::TQ1_0)),
+];
+
+/// Whether `t` is one of upstream ggml's ternary types (the TQ skeletons' family).
+fn tq_family(t: GgmlType) -> bool {
+    crate::gpu::kernels::Kernel::Matvec(t).family() == Some(crate::quant::Family::Ternary)
+}
+
+pub const PER_DTYPE: &[PerDtype] = &[
+    PerDtype {
+        prefix: "ternary/matvec_",
+        applies: tq_family,
+        run: |ctx, t| Box::pin(tq(ctx, t, &[1])),
     },
-    Check {
-        name: "ternary/bitlinear_tq2_0",
-        run: |ctx| Box::pin(tq_bitlinear(ctx, GgmlType::TQ2_0)),
+    PerDtype {
+        prefix: "ternary/matmul_",
+        applies: tq_family,
+        run: |ctx, t| Box::pin(tq(ctx, t, &[3, 17])),
     },
-    Check {
-        name: "ternary/matvec_tq2_0",
-        run: |ctx| Box::pin(tq(ctx, GgmlType::TQ2_0, &[1])),
-    },
-    Check {
-        name: "ternary/matmul_tq2_0",
-        run: |ctx| Box::pin(tq(ctx, GgmlType::TQ2_0, &[3, 17])),
+    PerDtype {
+        prefix: "ternary/bitlinear_",
+        applies: tq_family,
+        run: |ctx, t| Box::pin(tq_bitlinear(ctx, t)),
     },
 ];
 

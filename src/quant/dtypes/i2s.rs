@@ -16,7 +16,12 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{GgmlType, QuantError};
+use crate::quant::block::{check_finite, BitLinearInput, Dtype, Family, Kernels};
+use crate::quant::planes::padded;
+use crate::quant::{expect_len, GgmlType, QuantError};
+
+/// The registry entry.
+pub const I2_S: I2S = I2S;
 
 /// Weights per I2_S block.
 pub const QK_I2S: usize = 128;
@@ -62,13 +67,13 @@ impl BlockI2S {
 }
 
 /// The per-tensor scale: the f32 at byte `n / 4`. `data.len()` must already be `n / 4 + 32`.
-pub(super) fn scale_at(data: &[u8], n: usize) -> Option<f32> {
+fn scale_at(data: &[u8], n: usize) -> Option<f32> {
     let b = data.get(n / 4..n / 4 + 4)?;
     Some(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// Decode a whole tensor; `data.len() == out.len() / 4 + 32` was checked by the caller.
-pub(super) fn dequantize(data: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+fn dequantize(data: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
     let n = out.len();
     let scale = scale_at(data, n).ok_or_else(|| QuantError::Invalid("I2_S: no scale".into()))?;
     let packed = data
@@ -94,7 +99,7 @@ pub(super) fn dequantize(data: &[u8], out: &mut [f32]) -> Result<(), QuantError>
 /// Ternarize as BitNet's converter does (facts.md): `s = mean(|W|)` over the whole tensor
 /// (accumulated in f64, stored as f32), code `= clamp(round(w / s), -1, 1) + 1` with ties to
 /// even (torch's `round`). An all-zero tensor gets `s = 0` and every code 1 (weight 0).
-pub(super) fn quantize(values: &[f32]) -> Result<Vec<u8>, QuantError> {
+fn quantize(values: &[f32]) -> Result<Vec<u8>, QuantError> {
     let n = values.len();
     if n % QK_I2S != 0 {
         return Err(QuantError::PartialBlock {
@@ -122,6 +127,96 @@ pub fn ternary_code(w: f32, scale: f32) -> u8 {
     }
     let t = (w / scale).round_ties_even().clamp(-1.0, 1.0);
     (t as i8 + 1) as u8
+}
+
+const KERNELS: Kernels = Kernels {
+    family: Family::I2S,
+    decode: "quant/i2s.wgsl",
+    decode_q8: None,
+    f16_tiles: false,
+    planes: padded,
+};
+
+/// I2_S as a [`Dtype`]: blocks across the whole tensor, then the trailer with the scale.
+///
+/// On the GPU rows are whole 32-byte blocks, so the codes are uploaded as they are (one padded
+/// plane); the scale travels as the `weight_scale` uniform.
+pub struct I2S;
+
+impl Dtype for I2S {
+    fn ggml(&self) -> GgmlType {
+        GgmlType::I2_S
+    }
+
+    fn dequantize(&self, data: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+        dequantize(data, out)
+    }
+
+    /// `code - 1` per weight (the scale is [`Dtype::tensor_scale`]'s); code 3 is
+    /// [`QuantError::InvalidCode`] at its index in `out`.
+    fn dequantize_rows(&self, data: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+        let blocks: &[BlockI2S] = bytemuck::try_cast_slice(data)
+            .map_err(|e| QuantError::Invalid(format!("I2_S: {e}")))?;
+        if blocks.len() * QK_I2S != out.len() {
+            return Err(QuantError::Invalid(format!(
+                "I2_S: {} blocks cannot fill {} elements",
+                blocks.len(),
+                out.len()
+            )));
+        }
+        for (b, (block, chunk)) in blocks.iter().zip(out.chunks_exact_mut(QK_I2S)).enumerate() {
+            let chunk: &mut [f32; QK_I2S] = chunk
+                .try_into()
+                .map_err(|_| QuantError::Invalid("I2_S: ragged block".into()))?;
+            block
+                .dequantize(1.0, chunk)
+                .map_err(|i| QuantError::InvalidCode {
+                    dtype: GgmlType::I2_S,
+                    index: (b * QK_I2S + i) as u64,
+                    code: 3,
+                })?;
+        }
+        Ok(())
+    }
+
+    fn tensor_scale(&self, data: &[u8], n: usize) -> Result<Option<f32>, QuantError> {
+        expect_len(GgmlType::I2_S, data, n)?;
+        let scale =
+            scale_at(data, n).ok_or_else(|| QuantError::Invalid("I2_S: no scale".into()))?;
+        Ok(Some(scale))
+    }
+
+    fn can_quantize(&self) -> bool {
+        true
+    }
+
+    fn quantize(&self, values: &[f32]) -> Result<Vec<u8>, QuantError> {
+        check_finite(GgmlType::I2_S, values)?;
+        quantize(values)
+    }
+
+    fn rows_independent(&self) -> bool {
+        false
+    }
+
+    fn bitlinear(&self) -> Option<BitLinearInput> {
+        Some(BitLinearInput::Records)
+    }
+
+    /// Codes 0..2 only, and a scale of 1.
+    fn tame(&self, data: &mut [u8]) {
+        let codes = data.len().saturating_sub(I2S_TRAILER_BYTES);
+        for b in &mut data[..codes] {
+            *b &= 0b0101_0101;
+        }
+        if let Some(scale) = data.get_mut(codes..codes + 4) {
+            scale.copy_from_slice(&1.0f32.to_le_bytes());
+        }
+    }
+
+    fn kernels(&self) -> Option<&'static Kernels> {
+        Some(&KERNELS)
+    }
 }
 
 #[cfg(test)]

@@ -81,14 +81,7 @@ pub async fn generate_greedy(
         .ok_or_else(|| fail("the model has no tokenizer"))?;
     let prompt_ids = tokenizer.encode(&prompt, true).map_err(fail)?;
     let load_ms = js_sys::Date::now() - start;
-    let (mut engine, tokenizer) = match session {
-        Session {
-            engine,
-            tokenizer: Some(tokenizer),
-            ..
-        } => (engine, tokenizer),
-        _ => return Err(WebError::new("ModelError", "the model has no tokenizer").into()),
-    };
+    let mut engine = session.engine;
     let (g, text) = greedy_text(&mut engine, &tokenizer, &prompt_ids, max_tokens)
         .await
         .map_err(fail)?;

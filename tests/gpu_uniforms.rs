@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
+use tritium::gpu::kernels::params::registered;
 use tritium::gpu::kernels::Kernel;
-use tritium::gpu::uniforms::registered;
 use tritium::gpu::Variant;
 
 #[test]

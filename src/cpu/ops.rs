@@ -9,9 +9,7 @@
 //! Layouts are row-major: a batch of `n` rows of `dim` values is `x[row * dim + i]`; q/k for
 //! RoPE are `(n_tokens, n_heads, head_dim)`; a KV cache is `(max_ctx, n_kv_heads, head_dim)`.
 
-pub use crate::ops::{
-    llama3_scale, select_order, AttentionShape, Elementwise, Llama3Scaling, RopeConfig, RopeStyle,
-};
+use crate::ops::{select_order, AttentionShape, RopeConfig, RopeStyle};
 
 /// `y = x / sqrt(mean(x^2) + eps) * weight` over each row of `weight.len()` values.
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {

@@ -31,69 +31,17 @@
 
 use std::sync::Arc;
 
-use super::kernels::{ternary, Kernel};
+pub use super::kernels::params::{
+    FakeQuantParams, NormBitLinearParams, NormQuantParams, QuantizeParams,
+};
+use super::kernels::ternary::{
+    self as ternary, NORM_BITLINEAR_ROWS_PER_THREAD, NORM_BITLINEAR_WORKGROUP,
+};
+use super::kernels::Kernel;
 use super::matmul::{grid, Dispatch, MatmulOp};
 use super::weights::GpuWeight;
 use super::{GpuContext, GpuError, GpuFeatures, Pooled};
-use crate::gpu_uniform;
 use crate::quant::{BitLinearInput, GgmlType};
-
-gpu_uniform! {
-    /// Parameters of the QuantizeActivations kernel.
-    pub struct QuantizeParams {
-        /// Tokens.
-        pub n_tokens: u32,
-        /// Values per token (a multiple of 4).
-        pub cols: u32,
-        /// Input row length: `x[t * x_stride + col]` (a multiple of 4).
-        pub x_stride: u32,
-        /// u32 words per output record (`record_bytes(cols) / 4`).
-        pub record_words: u32,
-    }
-}
-
-gpu_uniform! {
-    /// Parameters of the FakeQuantizeActivations kernel.
-    pub struct FakeQuantParams {
-        /// Tokens.
-        pub n_tokens: u32,
-        /// Values per token (a multiple of 4).
-        pub cols: u32,
-        /// Input row length: `x[t * x_stride + col]` (a multiple of 4).
-        pub x_stride: u32,
-        /// Output row length: `y[t * y_stride + col]` (a multiple of 4).
-        pub y_stride: u32,
-    }
-}
-
-gpu_uniform! {
-    /// Parameters of the RmsNormQuantize kernel.
-    pub struct NormQuantParams {
-        pub n_rows: u32,
-        /// Values per row (a multiple of 4).
-        pub dim: u32,
-        pub eps: f32,
-        /// u32 words per output record (`record_bytes(dim) / 4`).
-        pub record_words: u32,
-    }
-}
-
-gpu_uniform! {
-    /// Parameters of the NormBitLinear kernel (`norm_bitlinear.wgsl`).
-    pub struct NormBitLinearParams {
-        /// Input length (a multiple of 128, at most [`NORM_BITLINEAR_MAX_DIM`]).
-        pub dim: u32,
-        pub eps: f32,
-        /// Rows of each weight (0 for an absent one).
-        pub rows0: u32,
-        pub rows1: u32,
-        pub rows2: u32,
-        /// Per-tensor weight scales.
-        pub scale0: f32,
-        pub scale1: f32,
-        pub scale2: f32,
-    }
-}
 
 /// The longest input `norm_bitlinear.wgsl` holds in workgroup memory (`16 * XQ_VEC4S`).
 pub const NORM_BITLINEAR_MAX_DIM: u32 = 9600;
@@ -425,12 +373,6 @@ pub struct NormBitLinearOp {
     _params: Pooled,
 }
 
-/// Invocations per workgroup of the NormBitLinear kernel.
-pub const NORM_BITLINEAR_WORKGROUP: u32 = 256;
-
-/// Rows per invocation of the NormBitLinear kernel (its `RPT`).
-const NORM_BITLINEAR_ROWS_PER_THREAD: u32 = 2;
-
 /// Invocations per row of the NormBitLinear kernel on this device (its `TPR`): 16, or 8 where
 /// the subgroups are 8 wide, so that a row's invocations always fit one subgroup and their
 /// sums take subgroup shuffles rather than workgroup memory and barriers.
@@ -450,15 +392,6 @@ pub fn norm_bitlinear_threads_per_row(features: &GpuFeatures) -> u32 {
 /// Rows one NormBitLinear workgroup computes (`WG / TPR * RPT`) with `tpr` invocations per row.
 pub fn norm_bitlinear_rows_per_workgroup(tpr: u32) -> u32 {
     NORM_BITLINEAR_WORKGROUP / tpr * NORM_BITLINEAR_ROWS_PER_THREAD
-}
-
-/// The pipeline constants of the NormBitLinear kernel with `tpr` invocations per row.
-pub(crate) fn norm_bitlinear_constants(mode: u32, tpr: u32) -> Vec<(&'static str, f64)> {
-    vec![
-        ("MODE", f64::from(mode)),
-        ("TPR", f64::from(tpr)),
-        ("RPT", f64::from(NORM_BITLINEAR_ROWS_PER_THREAD)),
-    ]
 }
 
 impl NormBitLinearOp {

@@ -1,8 +1,8 @@
 //! Device creation: natively through Vulkan, Metal or DX12 (never a silent fall back to GL), in
 //! the browser through WebGPU, or from a device the caller already has.
 
-use super::kernels::PipelineCache;
-use super::GpuError;
+use super::error::GpuError;
+use super::kernels::PipelineKey;
 
 /// What the device can do that our kernels care about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -103,8 +103,8 @@ pub struct GpuContext {
     /// Uniforms, scratch and readback buffers, reused (src/gpu/pool.rs).
     pub(crate) pool: std::sync::Arc<super::BufferPool>,
     /// The f16 operands of the cooperative-matrix matmul, shared by every product
-    /// ([`crate::gpu::matmul::CoopScratch`]).
-    pub(crate) coop_scratch: std::sync::Mutex<Option<super::matmul::CoopScratch>>,
+    /// ([`CoopScratch`]).
+    pub(crate) coop_scratch: std::sync::Mutex<Option<CoopScratch>>,
 }
 
 /// Frees the GPU memory of everything made through one [`GpuContext`], also after the
@@ -436,4 +436,27 @@ mod tests {
         assert!(!adapter("NVIDIA H200", "Vulkan", "DiscreteGpu").is_swiftshader());
         assert!(!adapter("", "BrowserWebGpu", "DiscreteGpu").is_swiftshader());
     }
+}
+
+/// Compiled pipelines, created on first use.
+#[derive(Default)]
+pub struct PipelineCache {
+    pub(crate) pipelines: std::sync::Mutex<
+        std::collections::HashMap<PipelineKey, std::sync::Arc<wgpu::ComputePipeline>>,
+    >,
+}
+
+/// The f16 operands of [`Kernel::MatmulF16`](super::Kernel::MatmulF16), one set per context: every product converts its
+/// operands into them just before it runs (products run one after another, so sharing them
+/// costs nothing but the largest product's size), and they grow with the largest product
+/// seen (ops built before keep the buffers they were built with).
+pub struct CoopScratch {
+    /// Weights of one range, f16 tiles.
+    pub w16: wgpu::Buffer,
+    /// Inputs, f16 tiles.
+    pub xh: wgpu::Buffer,
+    /// Each token's inverse input scale.
+    pub inv: wgpu::Buffer,
+    /// The column slices' partial products.
+    pub part: wgpu::Buffer,
 }

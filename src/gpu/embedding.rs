@@ -5,25 +5,11 @@
 
 use std::sync::Arc;
 
+pub use super::kernels::params::EmbeddingParams;
 use super::kernels::Kernel;
 use super::matmul::{grid, Dispatch};
 use super::weights::GpuWeight;
 use super::{GpuContext, GpuError, Pooled};
-use crate::gpu_uniform;
-
-gpu_uniform! {
-    /// Parameters of every embedding kernel.
-    pub struct EmbeddingParams {
-        /// Tokens to gather.
-        pub n_tokens: u32,
-        /// Row length.
-        pub cols: u32,
-        /// Rows of this chunk.
-        pub rows: u32,
-        /// Table row of this chunk's first row.
-        pub row_offset: u32,
-    }
-}
 
 /// `out[t, :] = table[ids[t], :]` as f32, built once and recorded every forward pass.
 pub struct EmbeddingOp {

@@ -4,34 +4,12 @@
 
 use std::sync::Arc;
 
+use super::context::CoopScratch;
+pub use super::kernels::params::MatmulParams;
 use super::kernels::{kquants, legacy, ternary, Kernel};
 use super::weights::GpuWeight;
 use super::{GpuContext, GpuError, Pooled};
-use crate::gpu_uniform;
 use crate::quant::{Family, GgmlType};
-
-gpu_uniform! {
-    /// Parameters of every matvec/matmul kernel.
-    pub struct MatmulParams {
-        /// Rows of this chunk.
-        pub rows: u32,
-        /// Row length (input features).
-        pub cols: u32,
-        /// Tokens in the batch (1 for matvec).
-        pub n_tokens: u32,
-        /// Index of this chunk's first row in the output.
-        pub row_offset: u32,
-        /// Output row length (all rows of the weight): `y[t * y_stride + row]`.
-        pub y_stride: u32,
-        /// Input row length: `x[t * x_stride + col]`.
-        pub x_stride: u32,
-        /// Per-tensor weight scale ([`GpuWeight::scale`]: applied by I2_S, TQ1_0, TQ2_0).
-        pub weight_scale: f32,
-        /// The pair kernels ([`crate::gpu::kernels::Kernel::MatvecQ8Pair`]): the first
-        /// weight's rows; 0 elsewhere.
-        pub split: u32,
-    }
-}
 
 /// Workgroup counts for `n` workgroups, folded into two dimensions when `n` exceeds the
 /// per-dimension limit (shaders flatten with `flat_workgroup` from common.wgsl).
@@ -71,21 +49,6 @@ pub const F16_RANGE_HALVES: u64 = 16 << 20;
 /// tokens/s splitting up to 256 workgroups, 23,300 up to 128 (`ffn_down` 291 us instead of
 /// 200) and 20,900-21,200 up to 512 (the slices' sums cost more than the parallelism gains).
 pub const F16_SPLIT_WORKGROUPS: u32 = 256;
-
-/// The f16 operands of [`Kernel::MatmulF16`], one set per context: every product converts its
-/// operands into them just before it runs (products run one after another, so sharing them
-/// costs nothing but the largest product's size), and they grow with the largest product
-/// seen (ops built before keep the buffers they were built with).
-pub struct CoopScratch {
-    /// Weights of one range, f16 tiles.
-    pub w16: wgpu::Buffer,
-    /// Inputs, f16 tiles.
-    pub xh: wgpu::Buffer,
-    /// Each token's inverse input scale.
-    pub inv: wgpu::Buffer,
-    /// The column slices' partial products.
-    pub part: wgpu::Buffer,
-}
 
 impl CoopScratch {
     /// Buffers of at least these sizes (bytes): weights, inputs, scales, partial products.

@@ -19,32 +19,13 @@
 
 use std::sync::Arc;
 
-use super::bitlinear::NormQuantParams;
+use super::kernels::params::NormQuantParams;
+pub use super::kernels::params::Q8Params;
 use super::kernels::{kquants, q8, Kernel};
 use super::matmul::{grid, Dispatch, MatmulOp};
 use super::weights::GpuWeight;
 use super::{GpuContext, GpuError, Pooled};
-use crate::gpu_uniform;
 use crate::quant::{Family, GgmlType};
-
-gpu_uniform! {
-    /// Parameters of the QuantizeQ8 kernel.
-    pub struct Q8Params {
-        /// Tokens.
-        pub n_tokens: u32,
-        /// Values per token (a multiple of 32).
-        pub cols: u32,
-        /// Input row length: `x[t * x_stride + col]` (a multiple of 4).
-        pub x_stride: u32,
-        /// u32 words per record (`record_bytes(cols) / 4`).
-        pub record_words: u32,
-        /// The norm's row length of `main_silu_norm`'s norm record, else 0.
-        pub norm_cols: u32,
-        pub pad0: u32,
-        pub pad1: u32,
-        pub pad2: u32,
-    }
-}
 
 /// Bytes of one token's record for rows of `cols` values (a multiple of 32).
 pub fn record_bytes(cols: u32) -> u64 {

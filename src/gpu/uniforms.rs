@@ -1,6 +1,7 @@
 //! Uniform structs shared with WGSL. Each is `#[repr(C)]` + Pod and declared through
 //! [`gpu_uniform!`], which records its field offsets so a test can compare them with the layout
-//! naga computes for the struct of the same name in the kernels' WGSL.
+//! naga computes for the struct of the same name in the kernels' WGSL. The structs themselves are
+//! in [`crate::gpu::kernels::params`].
 
 /// A uniform struct mirrored in WGSL by a struct of the same name.
 pub trait GpuUniform: bytemuck::Pod {
@@ -42,18 +43,4 @@ impl UniformLayout {
             fields: T::fields(),
         }
     }
-}
-
-/// Every uniform struct the kernels use, for the layout test.
-pub fn registered() -> Vec<UniformLayout> {
-    let mut v = vec![
-        UniformLayout::of::<crate::gpu::matmul::MatmulParams>(),
-        UniformLayout::of::<crate::gpu::embedding::EmbeddingParams>(),
-    ];
-    v.extend(crate::gpu::kernels::kquants::uniforms());
-    v.extend(crate::gpu::kernels::ternary::uniforms());
-    v.extend(crate::gpu::kernels::ops::uniforms());
-    v.extend(crate::gpu::kernels::legacy::uniforms());
-    v.extend(crate::gpu::kernels::q8::uniforms());
-    v
 }

@@ -426,7 +426,7 @@ impl Backend for GpuBackend {
 
     fn bytes_used(&self) -> u64 {
         // The prefill products' shared f16 operands included (made on first use).
-        self.bytes + crate::gpu::matmul::CoopScratch::bytes(&self.ctx)
+        self.bytes + crate::gpu::context::CoopScratch::bytes(&self.ctx)
     }
 
     fn plan(&self, pass: &Pass) -> Result<GpuPlan, Error> {

@@ -417,12 +417,6 @@ pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32)
     }
 }
 
-/// Uniform structs of this family (checked against the WGSL by tests/gpu_uniforms.rs): only
-/// the shared MatmulParams and EmbeddingParams.
-pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
-    Vec::new()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -133,9 +133,3 @@ pub fn workgroups(kernel: Kernel, rows: u32, n_tokens: u32, workgroup_size: u32)
         _ => n_tokens,
     }
 }
-
-/// Uniform structs of this family (checked against the WGSL by tests/gpu_uniforms.rs): none
-/// of its own; it uses `MatmulParams` and `EmbeddingParams`, registered with their ops.
-pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
-    Vec::new()
-}

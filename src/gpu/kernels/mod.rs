@@ -10,157 +10,21 @@
 //! found by name (the table build.rs writes), so a kernel or a dtype brings its files and
 //! nothing lists them.
 
+pub mod kernel;
 pub mod kquants;
 pub mod legacy;
 pub mod ops;
+pub mod params;
 pub mod q8;
 pub mod ternary;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 
-use super::{GpuContext, GpuError};
+pub use kernel::{registered_files, Kernel, KernelSource, PipelineKey, Variant, NATIVE};
+
+use super::error::GpuError;
 use crate::quant::{Family, GgmlType, Kernels};
-
-/// Every compute kernel.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Kernel {
-    /// `y = W x` for one token (decode), weights in the given format.
-    Matvec(GgmlType),
-    /// `y = W x` for one token (decode) on int8 activation records ([`crate::gpu::q8`]):
-    /// integer dot products, the block scales applied per group.
-    MatvecQ8(GgmlType),
-    /// [`Kernel::Matvec`] added to what `y` holds (`y += W x`), legacy formats.
-    MatvecAdd(GgmlType),
-    /// [`Kernel::MatvecQ8`] added to what `y` holds (`y += W x`: a residual add in the same
-    /// dispatch).
-    MatvecQ8Add(GgmlType),
-    /// Two [`Kernel::MatvecQ8`] products of one input in one dispatch (q and k, gate and up:
-    /// `matvec_kquants_q8_pair.wgsl`), K-quant formats.
-    MatvecQ8Pair(GgmlType),
-    /// [`Kernel::MatvecQ8Add`] that also writes the norm record of the sum for the RMSNorm
-    /// that reads it next (`q8_add_norm.wgsl`: one q8 block of 32 rows a workgroup): the
-    /// products of that norm read the record, and [`Kernel::SiluMulQuantizeQ8Norm`] applies
-    /// the norm's factor to them, so the norm has no dispatch.
-    MatvecQ8AddNorm(GgmlType),
-    /// `Y = X W^T` for several tokens (prefill).
-    Matmul(GgmlType),
-    /// Weights in the given format to f16 tiles, the weight operand of [`Kernel::MatmulF16`].
-    DequantF16(GgmlType),
-    /// Activations to f16 tiles scaled per token, the input operand of [`Kernel::MatmulF16`].
-    ScaleF16,
-    /// `Y = X W^T` for several tokens (prefill) on cooperative matrices over f16 tiles of both
-    /// operands, f32 accumulation (where the device has them:
-    /// [`crate::gpu::GpuFeatures::cooperative_matrix`]; see `MatmulOp::coop_f16`); `true`:
-    /// added to what `Y` holds (a residual add in the product's dispatch).
-    MatmulF16(bool),
-    /// The column slices of a split [`Kernel::MatmulF16`] summed into its output (`true`:
-    /// added to it).
-    SplitSum(bool),
-    /// Rows of an embedding table gathered by token id.
-    Embedding(GgmlType),
-    /// Per-token int8 absmax quantization of activations (BitLinear input).
-    QuantizeActivations,
-    /// [`Kernel::QuantizeActivations`] written as [`Kernel::MatvecQ8`] records (every block
-    /// scaled by `1 / s`): the BitLinear input of the integer-dot TQ1_0/TQ2_0 decode.
-    QuantizeActivationsQ8,
-    /// Per-32 int8 quantization of activations, the input of [`Kernel::MatvecQ8`].
-    QuantizeQ8,
-    /// `x = silu(x) * up` (the SiluMul elementwise op) and [`Kernel::QuantizeQ8`] of the
-    /// product, in one dispatch (the input of the integer-dot `ffn_down` product).
-    SiluMulQuantizeQ8,
-    /// [`Kernel::SiluMulQuantizeQ8`] of gate and up products of a norm record
-    /// ([`Kernel::MatvecQ8AddNorm`]): the norm's factor applied to both first.
-    SiluMulQuantizeQ8Norm,
-    /// RMSNorm followed by [`Kernel::QuantizeQ8`] of its output, in one dispatch (the input of
-    /// the integer-dot decode products after a norm: q/k/v, gate/up).
-    RmsNormQuantizeQ8,
-    /// The same quantization written back as f32 `x_q / s` (BitLinear input for kernels that
-    /// take f32 activations: TQ1_0, TQ2_0).
-    FakeQuantizeActivations,
-    /// RMSNorm followed by the int8 activation quantization of its output, in one dispatch
-    /// (the input of an I2_S BitLinear during decode).
-    RmsNormQuantize,
-    /// RMSNorm, the int8 activation quantization and one token's I2_S products in one
-    /// dispatch (`norm_bitlinear.wgsl`), with its `MODE`: 0 up to three weights (q/k/v),
-    /// 1 the gated FFN (`relu(gate)^2 * up`), 2 added to a residual; and its invocations per
-    /// row (`TPR`: [`crate::gpu::bitlinear::norm_bitlinear_threads_per_row`]).
-    NormBitLinear(u32, u32),
-    RmsNorm,
-    Rope,
-    Attention,
-    /// The prefill attention by KV head (`attention.wgsl`'s `main_group`): a workgroup
-    /// attends for the 2 to 4 query heads that share a KV head, loading its rows once.
-    AttentionGroup,
-    /// The one-token attention with the combine of its pieces in the attend dispatch
-    /// (`attention.wgsl`'s `main_decode`: the last piece of a head to finish combines them;
-    /// natively, see `AttentionOp::combines_in_attend`).
-    AttentionDecode,
-    /// The prefill attention on cooperative matrices for heads of the given size
-    /// (`attention_coop.wgsl`, flash attention over the f16 cache; native only, see
-    /// `AttentionOp::uses_coop`).
-    AttentionCoop(u32),
-    Softmax,
-    ReluSquared,
-    SiluMul,
-    Add,
-    Argmax,
-    TopK,
-    /// An empty dispatch (benchmarks measure the per-dispatch overhead with it).
-    Noop,
-    /// A plain buffer copy (benchmarks measure the bandwidth a kernel can reach with it).
-    Copy,
-}
-
-/// Which optional device capabilities a pipeline is compiled for.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
-pub struct Variant {
-    pub f16: bool,
-    pub subgroups: bool,
-}
-
-/// The pipeline cache key: kernel, variant and the workgroup size (a WGSL `override`).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PipelineKey {
-    pub kernel: Kernel,
-    pub variant: Variant,
-    pub workgroup_size: u32,
-    /// Invocations per row and rows per invocation (`TPR`, `RPT`) of the matvec kernels that
-    /// take them ([`ternary::matvec_mapping`]), or `None`: the kernel's defaults.
-    pub mapping: Option<(u32, u32)>,
-    /// Units per step (`SPAN`) of the K-quant integer-dot matvecs
-    /// ([`kquants::matvec_q8_span`]), or `None`: the kernel's default.
-    pub span: Option<u32>,
-}
-
-/// The shader files of one kernel, in the order they are concatenated (helpers first), and
-/// the kernel's entry point.
-#[derive(Debug, Clone)]
-pub struct KernelSource {
-    pub files: Cow<'static, [&'static str]>,
-    pub entry: &'static str,
-    /// The workgroup size used when the caller has no preference.
-    pub default_workgroup_size: u32,
-}
-
-// `static SHADERS: &[(&str, &str)]`: every file under `shaders/` as `(path there, contents)`,
-// sorted by path; in the browser's build without the native-only files (see build.rs).
-include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
-
-/// Whether the native-only kernels exist: the cooperative-matrix prefill (WebGPU has no
-/// cooperative matrices, and the browser's package does not carry their files).
-pub(crate) const NATIVE: bool = cfg!(not(target_arch = "wasm32"));
-
-/// `shaders/` file contents by name.
-fn shader_file(name: &str) -> Option<&'static str> {
-    SHADERS.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
-}
-
-/// The names of every registered shader file (each should appear once).
-pub fn registered_files() -> Vec<&'static str> {
-    SHADERS.iter().map(|(n, _)| *n).collect()
-}
+use kernel::shader_file;
 
 impl Kernel {
     /// Every kernel that has a source, for tests that walk the registry.
@@ -310,7 +174,7 @@ impl Kernel {
 
     /// The length of the runs of invocations the kernel sums with `segment_sum4i`: its
     /// subgroup variant needs every subgroup at least that large (0: no such sums).
-    fn segment(self) -> u32 {
+    pub(crate) fn segment(self) -> u32 {
         match self {
             Kernel::NormBitLinear(_, tpr) => tpr,
             _ => 0,
@@ -324,9 +188,7 @@ impl Kernel {
             | Kernel::MatvecAdd(_)
             | Kernel::MatmulF16(true)
             | Kernel::SplitSum(true) => vec![("ACCUMULATE", 1.0)],
-            Kernel::NormBitLinear(mode, tpr) => {
-                crate::gpu::bitlinear::norm_bitlinear_constants(mode, tpr)
-            }
+            Kernel::NormBitLinear(mode, tpr) => ternary::norm_bitlinear_constants(mode, tpr),
             Kernel::AttentionCoop(hd) => vec![("HD", f64::from(hd))],
             _ => Vec::new(),
         };
@@ -422,187 +284,4 @@ pub fn runtime_checks() -> wgpu::ShaderRuntimeChecks {
     checks.force_loop_bounding = false;
     checks.int_div_checks = false;
     checks
-}
-
-/// Compiled pipelines, created on first use.
-#[derive(Default)]
-pub struct PipelineCache {
-    pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
-}
-
-impl GpuContext {
-    /// The best variant this device supports.
-    pub fn variant(&self) -> Variant {
-        Variant {
-            f16: self.features.shader_f16,
-            subgroups: self.features.subgroups,
-        }
-    }
-
-    /// The pipeline for `key`, compiled once and cached. Shader compilation errors come back as
-    /// [`GpuError::Shader`] rather than aborting.
-    pub fn pipeline(&self, key: PipelineKey) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
-        let mut cache = self
-            .pipelines
-            .pipelines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = cache.get(&key) {
-            return Ok(p.clone());
-        }
-        let src = key
-            .kernel
-            .source()
-            .ok_or_else(|| GpuError::Unsupported(key.kernel.label()))?;
-        let wgsl = key.kernel.wgsl(key.variant)?;
-        let label = key.kernel.label();
-        let mut constants = vec![("WG", f64::from(key.workgroup_size))];
-        constants.extend(key.kernel.constants());
-        if let Some((tpr, rpt)) = key.mapping {
-            constants.extend([("TPR", f64::from(tpr)), ("RPT", f64::from(rpt))]);
-        }
-        if let Some(span) = key.span {
-            constants.push(("SPAN", f64::from(span)));
-        }
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let desc = wgpu::ShaderModuleDescriptor {
-            label: Some(&label),
-            source: wgpu::ShaderSource::Wgsl(wgsl.into()),
-        };
-        // SAFETY: the checks turned off (`runtime_checks`) are the loop bounding, and every
-        // loop of these kernels ends (tests/gpu_uniforms.rs, `every_loop_ends`), and the
-        // division guards, and every integer divisor is non-zero (the same file,
-        // `unguarded_divisors_are_nonzero`).
-        let module = unsafe {
-            self.device
-                .create_shader_module_trusted(desc, runtime_checks())
-        };
-        let pipeline = self
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(&label),
-                layout: None,
-                module: &module,
-                entry_point: Some(src.entry),
-                compilation_options: wgpu::PipelineCompilationOptions {
-                    constants: &constants,
-                    zero_initialize_workgroup_memory: false,
-                },
-                cache: None,
-            });
-        if let Some(err) = block_on_scope(scope) {
-            return Err(GpuError::Shader {
-                kernel: label,
-                message: err.to_string(),
-            });
-        }
-        let p = Arc::new(pipeline);
-        cache.insert(key, p.clone());
-        Ok(p)
-    }
-
-    /// The pipeline for `kernel` with this device's best variant and the kernel's default
-    /// workgroup size (or `workgroup_size` when given).
-    pub fn kernel(
-        &self,
-        kernel: Kernel,
-        workgroup_size: Option<u32>,
-    ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
-        self.kernel_with(kernel, workgroup_size, None, None)
-    }
-
-    /// [`GpuContext::kernel`] with the kernel's `TPR` and `RPT` constants set (see
-    /// [`PipelineKey::mapping`]) and the K-quant integer-dot matvecs' `SPAN` (see
-    /// [`PipelineKey::span`]).
-    pub fn kernel_with(
-        &self,
-        kernel: Kernel,
-        workgroup_size: Option<u32>,
-        mapping: Option<(u32, u32)>,
-        span: Option<u32>,
-    ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
-        let default = kernel.source().map_or(64, |s| s.default_workgroup_size);
-        let workgroup_size = workgroup_size.unwrap_or(default);
-        let mut variant = self.variant();
-        // Segmented sums through subgroups hold only where every subgroup spans whole runs
-        // and the workgroup is made of whole subgroups.
-        let (min, max) = (
-            self.features.subgroup_min_size,
-            self.features.subgroup_max_size,
-        );
-        if kernel.segment() > 0 && (min < kernel.segment() || max == 0 || workgroup_size % max != 0)
-        {
-            variant.subgroups = false;
-        }
-        self.pipeline(PipelineKey {
-            kernel,
-            variant,
-            workgroup_size,
-            mapping,
-            span,
-        })
-    }
-
-    /// Run `f`, which makes GPU objects, turning a wgpu validation error it raises (a binding
-    /// over the device's limits, say) into an error naming `what` instead of wgpu's default
-    /// panic. Natively only: in the browser such errors reach the device's uncaptured-error
-    /// handler.
-    pub fn validated<T>(
-        &self,
-        what: impl FnOnce() -> String,
-        f: impl FnOnce() -> Result<T, GpuError>,
-    ) -> Result<T, GpuError> {
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let made = f();
-        let err = block_on_scope(scope);
-        let made = made?;
-        match err {
-            Some(e) => Err(GpuError::Validation(format!("{}: {e}", what()))),
-            None => Ok(made),
-        }
-    }
-
-    /// A bind group for `pipeline`'s group 0 with each buffer bound at its binding.
-    pub fn bind_at(
-        &self,
-        pipeline: &wgpu::ComputePipeline,
-        buffers: &[(u32, &wgpu::Buffer)],
-    ) -> wgpu::BindGroup {
-        let entries: Vec<wgpu::BindGroupEntry> = buffers
-            .iter()
-            .map(|(i, b)| wgpu::BindGroupEntry {
-                binding: *i,
-                resource: b.as_entire_binding(),
-            })
-            .collect();
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        })
-    }
-
-    /// A bind group for `pipeline`'s group 0 with `buffers` bound at 0, 1, 2, ... in order.
-    pub fn bind(
-        &self,
-        pipeline: &wgpu::ComputePipeline,
-        buffers: &[&wgpu::Buffer],
-    ) -> wgpu::BindGroup {
-        let at: Vec<(u32, &wgpu::Buffer)> = (0..).zip(buffers.iter().copied()).collect();
-        self.bind_at(pipeline, &at)
-    }
-}
-
-/// Wait for an error scope natively; in the browser errors surface asynchronously through the
-/// device's uncaptured-error handler instead.
-fn block_on_scope(scope: wgpu::ErrorScopeGuard) -> Option<wgpu::Error> {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        pollster::block_on(scope.pop())
-    }
-    #[cfg(target_arch = "wasm32")]
-    {
-        drop(scope);
-        None
-    }
 }

@@ -51,7 +51,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
                 "attention_params.wgsl",
                 "attention_coop.wgsl",
             ],
-            crate::gpu::ops::attention::COOP_WG,
+            ATTENTION_COOP_WG,
         ),
         Kernel::Softmax => (&["softmax.wgsl"], 256),
         Kernel::ReluSquared => (&["elementwise.wgsl", "relu_squared.wgsl"], 256),
@@ -72,17 +72,6 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
     })
 }
 
-/// Uniform structs of this family (checked against the WGSL by tests/gpu_uniforms.rs).
-pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
-    use crate::gpu::ops;
-    use crate::gpu::uniforms::UniformLayout;
-    vec![
-        UniformLayout::of::<ops::PositionParams>(),
-        UniformLayout::of::<ops::norm::RmsNormParams>(),
-        UniformLayout::of::<ops::norm::SoftmaxParams>(),
-        UniformLayout::of::<ops::rope::RopeParams>(),
-        UniformLayout::of::<ops::attention::AttentionParams>(),
-        UniformLayout::of::<ops::elementwise::ElementwiseParams>(),
-        UniformLayout::of::<ops::select::SelectParams>(),
-    ]
-}
+/// Invocations per workgroup of the prefill attention on cooperative matrices
+/// ([`Kernel::AttentionCoop`]): one subgroup of 32.
+pub const ATTENTION_COOP_WG: u32 = 32;

@@ -58,10 +58,3 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
 pub fn workgroups(cols: u32, n_tokens: u32, workgroup_size: u32) -> u32 {
     (cols / 32 * 4 * n_tokens).div_ceil(workgroup_size.max(1))
 }
-
-/// Uniform structs of this family (checked against the WGSL by tests/gpu_uniforms.rs).
-pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
-    vec![crate::gpu::uniforms::UniformLayout::of::<
-        crate::gpu::q8::Q8Params,
-    >()]
-}

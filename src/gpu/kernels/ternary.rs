@@ -101,7 +101,7 @@ pub fn activation_source(kernel: Kernel) -> Option<KernelSource> {
         // I2_S's own kernel: it includes I2_S's decode file.
         Kernel::NormBitLinear(..) => (
             &[S, A, "quant/i2s.wgsl", "norm_bitlinear.wgsl"],
-            crate::gpu::bitlinear::NORM_BITLINEAR_WORKGROUP,
+            NORM_BITLINEAR_WORKGROUP,
         ),
         _ => return None,
     };
@@ -170,16 +170,17 @@ pub fn workgroups(
     }
 }
 
-/// Uniform structs of this family (checked against the WGSL by tests/gpu_uniforms.rs).
-pub fn uniforms() -> Vec<crate::gpu::uniforms::UniformLayout> {
-    use crate::gpu::bitlinear::{
-        FakeQuantParams, NormBitLinearParams, NormQuantParams, QuantizeParams,
-    };
-    use crate::gpu::uniforms::UniformLayout;
+/// Invocations per workgroup of the NormBitLinear kernel.
+pub const NORM_BITLINEAR_WORKGROUP: u32 = 256;
+
+/// Rows per invocation of the NormBitLinear kernel (its `RPT`).
+pub const NORM_BITLINEAR_ROWS_PER_THREAD: u32 = 2;
+
+/// The pipeline constants of the NormBitLinear kernel with `tpr` invocations per row.
+pub fn norm_bitlinear_constants(mode: u32, tpr: u32) -> Vec<(&'static str, f64)> {
     vec![
-        UniformLayout::of::<QuantizeParams>(),
-        UniformLayout::of::<FakeQuantParams>(),
-        UniformLayout::of::<NormQuantParams>(),
-        UniformLayout::of::<NormBitLinearParams>(),
+        ("MODE", f64::from(mode)),
+        ("TPR", f64::from(tpr)),
+        ("RPT", f64::from(NORM_BITLINEAR_ROWS_PER_THREAD)),
     ]
 }

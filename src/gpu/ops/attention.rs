@@ -7,47 +7,14 @@
 //! natively a one-token decode combines its pieces in the attend dispatch (`main_decode`,
 //! [`AttentionOp::combines_in_attend`]): one dispatch a layer.
 
+pub use super::super::kernels::params::AttentionParams;
 use super::rope::RopeTable;
 use super::{check, need, Position};
-use crate::cpu::ops::RopeStyle;
+use crate::gpu::kernels::ops::ATTENTION_COOP_WG as COOP_WG;
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::{grid, Dispatch};
 use crate::gpu::{GpuContext, GpuError, Pooled};
-use crate::gpu_uniform;
-
-gpu_uniform! {
-    /// Parameters of attention.wgsl.
-    pub struct AttentionParams {
-        /// 0 append, 1 attend, 2 combine.
-        pub mode: u32,
-        pub n_tokens: u32,
-        pub n_heads: u32,
-        pub n_kv_heads: u32,
-        pub head_dim: u32,
-        pub max_ctx: u32,
-        /// Pieces the context of each query is cut into (1: no combine pass).
-        pub n_splits: u32,
-        /// 1: the cache holds f16 pairs packed in u32; 0: f32.
-        pub kv_f16: u32,
-        /// Score scale, `1 / sqrt(head_dim)`.
-        pub scale: f32,
-        /// Fewest keys per piece (short contexts use fewer pieces).
-        pub min_split: u32,
-        /// Dimensions RoPE rotates in the new keys and the queries (0: they come rotated).
-        pub rope_dim: u32,
-        /// 1: NeoX pairs `(i, i + rope_dim / 2)`; 0: interleaved pairs `(2i, 2i + 1)`.
-        pub rope_neox: u32,
-        /// Attend: 1 also appends the one new token's K and V (decode: no append dispatch).
-        pub fused: u32,
-        /// Combine: 1 also writes the output's q8 records (into binding 9).
-        pub quantize: u32,
-        /// Decode attend ([`Kernel::AttentionDecode`]): q, k and v are products of a norm
-        /// record of rows of this many values, whose factor the attend applies
-        /// (`attention_norm.wgsl`); else 0.
-        pub norm_cols: u32,
-        pub pad2: u32,
-    }
-}
+use crate::ops::RopeStyle;
 
 const MODE_APPEND: u32 = 0;
 const MODE_ATTEND: u32 = 1;
@@ -69,9 +36,6 @@ const DECODE_KEYS_PER_SPLIT: u32 = 80;
 /// Most pieces per query.
 const MAX_SPLITS: u32 = 64;
 
-/// Invocations per workgroup of the prefill attention on cooperative matrices
-/// ([`Kernel::AttentionCoop`]): one subgroup of 32.
-pub const COOP_WG: u32 = 32;
 /// Query tokens per workgroup of that kernel (its `QB`).
 const COOP_QUERIES: u32 = 16;
 /// The largest head that kernel takes (its accumulators).

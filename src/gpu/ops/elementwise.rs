@@ -5,21 +5,9 @@ use super::{check, need, pipeline};
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::{grid, Dispatch};
 use crate::gpu::{GpuContext, GpuError, Pooled};
-use crate::gpu_uniform;
 
-gpu_uniform! {
-    /// Parameters of elementwise.wgsl (the driver of relu_squared, silu_mul and add).
-    pub struct ElementwiseParams {
-        pub n: u32,
-        /// 1: the first operand is the output buffer itself.
-        pub in_place: u32,
-        /// ReLU² only: 1 multiplies by the second operand.
-        pub gated: u32,
-        pub pad0: u32,
-    }
-}
-
-pub use crate::cpu::ops::Elementwise;
+pub use super::super::kernels::params::ElementwiseParams;
+pub use crate::ops::Elementwise;
 
 fn kernel(f: Elementwise) -> Kernel {
     match f {

@@ -22,19 +22,9 @@ pub use select::{ArgmaxOp, TopKOp};
 
 use std::sync::Arc;
 
+pub use super::kernels::params::PositionParams;
 use super::kernels::Kernel;
 use super::{GpuContext, GpuError};
-use crate::gpu_uniform;
-
-gpu_uniform! {
-    /// The position of the first token of the batch (shared by RoPE and attention ops).
-    pub struct PositionParams {
-        pub pos0: u32,
-        pub pad0: u32,
-        pub pad1: u32,
-        pub pad2: u32,
-    }
-}
 
 /// The uniform holding the current position; one per forward pass, shared by its ops.
 pub struct Position {

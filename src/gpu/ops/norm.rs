@@ -1,37 +1,10 @@
 //! Row-wise ops: RMSNorm and softmax (one workgroup per row).
 
+pub use super::super::kernels::params::{RmsNormParams, SoftmaxParams};
 use super::{check, need, pipeline};
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::{grid, Dispatch};
 use crate::gpu::{GpuContext, GpuError, Pooled};
-use crate::gpu_uniform;
-
-gpu_uniform! {
-    /// Parameters of rms_norm.wgsl.
-    pub struct RmsNormParams {
-        pub n_rows: u32,
-        pub dim: u32,
-        pub eps: f32,
-        pub pad0: u32,
-    }
-}
-
-gpu_uniform! {
-    /// Parameters of softmax.wgsl.
-    pub struct SoftmaxParams {
-        pub n_rows: u32,
-        pub cols: u32,
-        /// Multiplies the inputs first (1 / temperature).
-        pub scale: f32,
-        /// 0: a workgroup per row; 1: chunk statistics; 2: merge and write.
-        pub mode: u32,
-        /// Columns per workgroup (modes 1 and 2).
-        pub chunk: u32,
-        pub n_chunks: u32,
-        pub pad0: u32,
-        pub pad1: u32,
-    }
-}
 
 /// `out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight` for `n_rows` rows of `dim`.
 pub struct RmsNormOp {

@@ -2,27 +2,12 @@
 //! partial rotation and Llama-3 frequency scaling (the frequencies come from the CPU
 //! definition, [`RopeConfig::inv_freqs`]).
 
+pub use super::super::kernels::params::RopeParams;
 use super::{check, need, pipeline, Position};
-use crate::cpu::ops::{RopeConfig, RopeStyle};
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::{grid, Dispatch};
 use crate::gpu::{GpuContext, GpuError, Pooled};
-use crate::gpu_uniform;
-
-gpu_uniform! {
-    /// Parameters of rope.wgsl.
-    pub struct RopeParams {
-        pub n_tokens: u32,
-        pub n_heads: u32,
-        pub head_dim: u32,
-        pub rot_dim: u32,
-        /// 1: NeoX pairs `(i, i + rot_dim/2)`; 0: interleaved pairs `(2i, 2i+1)`.
-        pub neox: u32,
-        pub pad0: u32,
-        pub pad1: u32,
-        pub pad2: u32,
-    }
-}
+use crate::ops::{RopeConfig, RopeStyle};
 
 /// The per-pair frequencies of one RoPE configuration on the GPU, shared by every layer's q
 /// and k ops.

@@ -2,30 +2,11 @@
 //! workgroup keeps the best k of its chunk, the next level the best k of those, until one
 //! workgroup per row is left.
 
+pub use super::super::kernels::params::SelectParams;
 use super::{check, need, pipeline};
 use crate::gpu::kernels::Kernel;
 use crate::gpu::matmul::Dispatch;
 use crate::gpu::{GpuContext, GpuError, Pooled};
-use crate::gpu_uniform;
-
-gpu_uniform! {
-    /// Parameters of argmax.wgsl and top_k.wgsl (one level of the reduction).
-    pub struct SelectParams {
-        pub n_rows: u32,
-        /// Candidates per row at this level.
-        pub n_in: u32,
-        /// Candidates per workgroup.
-        pub chunk: u32,
-        /// Candidates kept per workgroup.
-        pub k: u32,
-        /// 0 reads logits; later levels read (index, value) pairs.
-        pub level: u32,
-        /// Argmax: 1 writes each row's bare index.
-        pub last: u32,
-        pub pad0: u32,
-        pub pad1: u32,
-    }
-}
 
 /// Candidates one argmax workgroup scans (a tuning value: more workgroups in the first level
 /// against a longer second level).

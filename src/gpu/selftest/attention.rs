@@ -5,8 +5,10 @@
 //! a norm record. Tolerances as the rest of the family (`super::ops`): each check states its
 //! bound.
 
-use super::ops::{read_u32, rope_bound, wide, EPS};
-use super::{compare, gpu_err, poisoned, read_f32, submit, upload_f32, Rng, Stats, POISON};
+use super::harness::{
+    compare, gpu_err, poisoned, read_f32, submit, upload_f32, Rng, Stats, POISON,
+};
+use super::harness::{read_u32, rope_bound, wide, EPS};
 use crate::cpu::ops as cpu;
 use crate::gpu::ops::{
     AttentionBuffers, AttentionCall, AttentionOp, KvCache, KvDtype, Position, RopeTable,
@@ -60,7 +62,7 @@ pub(super) async fn attention(ctx: &GpuContext, dtype: KvDtype) -> Result<Stats,
 /// arithmetic). Configurations: BitNet's (NeoX over 128 of 128), Llama 3.2's (interleaved,
 /// Llama-3 frequency scaling) and a partial NeoX rotation (32 of 64: the rest passes through).
 pub(super) async fn attention_rope(ctx: &GpuContext, dtype: KvDtype) -> Result<Stats, String> {
-    use cpu::{Llama3Scaling, RopeConfig, RopeStyle};
+    use crate::ops::{Llama3Scaling, RopeConfig, RopeStyle};
     let llama32 = RopeConfig {
         llama3: Some(Llama3Scaling {
             factor: 32.0,
@@ -92,7 +94,7 @@ async fn attention_cases(
     ctx: &GpuContext,
     dtype: KvDtype,
     [n_heads, n_kv, d]: [usize; 3],
-    rope: Option<&cpu::RopeConfig>,
+    rope: Option<&crate::ops::RopeConfig>,
 ) -> Result<Stats, String> {
     // (max_ctx, pos0, n_tokens, splits): splits None lets the op choose (14 pieces here, 26
     // or 52 at 4096; one on CPU adapters), Some(64) leaves most pieces empty (a different
@@ -129,7 +131,7 @@ async fn attention_cases(
     };
     let mut stats = Stats::default();
     for (ci, &(max_ctx, pos0, n_tokens, splits)) in cases.iter().enumerate() {
-        let shape = cpu::AttentionShape {
+        let shape = crate::ops::AttentionShape {
             n_heads,
             n_kv_heads: n_kv,
             head_dim: d,
@@ -281,7 +283,7 @@ async fn run_attention(
     ctx: &GpuContext,
     dtype: KvDtype,
     (max_ctx, pos0, n_tokens, splits): (u32, usize, usize, Option<u32>),
-    shape: cpu::AttentionShape,
+    shape: crate::ops::AttentionShape,
     rope: Option<&RopeTable>,
     [q, k, v]: [&[f32]; 3],
 ) -> Result<Attended, String> {

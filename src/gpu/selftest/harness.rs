@@ -1,11 +1,14 @@
 //! What the checks share: a seeded PRNG, poisoned outputs, submitting work, running a matmul,
 //! and comparing against a reference with a per-element error bound.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use crate::gpu::matmul::MatmulOp;
 use crate::gpu::weights::GpuWeight;
 use crate::gpu::{GpuContext, GpuError};
-
-use super::Stats;
+use crate::ops::{RopeConfig, RopeStyle};
+use crate::quant::GgmlType;
 
 /// The bit pattern outputs are filled with before a kernel runs: a NaN no kernel produces, so
 /// an element the kernel fails to write fails every comparison.
@@ -275,4 +278,67 @@ pub fn coop_bound(
         }
     }
     out
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Stats {
+    /// Output elements compared.
+    pub elements: u64,
+    /// The largest |error| / allowed error over all elements (at most 1 when passing).
+    pub worst_ratio: f64,
+}
+
+impl Stats {
+    pub fn merge(&mut self, other: Stats) {
+        self.elements += other.elements;
+        self.worst_ratio = self.worst_ratio.max(other.worst_ratio);
+    }
+}
+
+pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<Stats, String>> + 'a>>;
+
+/// One named check.
+pub struct Check {
+    /// `family/kernel`, e.g. `ops/rms_norm`.
+    pub name: &'static str,
+    pub run: for<'a> fn(&'a GpuContext) -> CheckFuture<'a>,
+}
+
+/// A check of one kernel kind, run for every dtype of the registry it `applies` to (in
+/// registry order) and named `{prefix}{dtype in lowercase}`: `legacy/matvec_` checks
+/// `legacy/matvec_f32`, `legacy/matvec_f16`, `legacy/matvec_q4_0`, ...
+pub struct PerDtype {
+    pub prefix: &'static str,
+    pub applies: fn(GgmlType) -> bool,
+    pub run: for<'a> fn(&'a GpuContext, GgmlType) -> CheckFuture<'a>,
+}
+
+pub const EPS: f64 = f32::EPSILON as f64;
+
+pub fn wide(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| f64::from(x)).collect()
+}
+
+pub async fn read_u32(ctx: &GpuContext, b: &wgpu::Buffer, n: usize) -> Result<Vec<u32>, String> {
+    let bytes = ctx.read_bytes(b, 0, n as u64 * 4).await.map_err(gpu_err)?;
+    Ok(bytemuck::pod_collect_to_vec(&bytes))
+}
+
+pub fn rope_bound(x: &[f32], want: &[f64], cfg: &RopeConfig) -> Vec<f64> {
+    let half = cfg.rot_dim / 2;
+    let mut bound = vec![0.0; x.len()];
+    for (h, head) in x.chunks(cfg.head_dim).enumerate() {
+        for i in 0..half {
+            let (ia, ib) = match cfg.style {
+                RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                RopeStyle::NeoX => (i, i + half),
+            };
+            let mag = f64::from(head[ia].abs() + head[ib].abs());
+            for j in [ia, ib] {
+                let at = h * cfg.head_dim + j;
+                bound[at] = mag * 12.0 * EPS + want[at].abs() * EPS;
+            }
+        }
+    }
+    bound
 }

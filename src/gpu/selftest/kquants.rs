@@ -36,7 +36,7 @@
 //! `gamma_k <= cols * eps / 2`. This is the harness bound with the minimum terms counted, which
 //! the kernel subtracts after summing rather than inside each weight.
 
-use super::{
+use super::harness::{
     compare, coop_checks, gpu_err, poisoned, read_f32, reference_matmul, run_matmul, submit,
     upload_f32, PerDtype, Rng, Stats, POISON,
 };

@@ -25,7 +25,7 @@
 //!   ([`super::coop_bound`]), and its own checks ([`super::coop_checks`]).
 //! - embedding: exact (bound 0). A gather does no arithmetic beyond the decode, which is exact.
 
-use super::{
+use super::harness::{
     added_to_residual, compare, coop_bound, coop_checks, gpu_err, poisoned, read_f32,
     reference_matmul, run_matmul, submit, upload_f32, PerDtype, Rng, Stats,
 };

@@ -21,53 +21,18 @@ mod ternary;
 pub use harness::*;
 
 use std::borrow::Cow;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::OnceLock;
 
 use super::GpuContext;
 use crate::quant::{dtypes, GgmlType};
 
 /// What a passing check measured.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Stats {
-    /// Output elements compared.
-    pub elements: u64,
-    /// The largest |error| / allowed error over all elements (at most 1 when passing).
-    pub worst_ratio: f64,
-}
-
-impl Stats {
-    pub fn merge(&mut self, other: Stats) {
-        self.elements += other.elements;
-        self.worst_ratio = self.worst_ratio.max(other.worst_ratio);
-    }
-}
-
-pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<Stats, String>> + 'a>>;
-
-/// One named check.
-pub struct Check {
-    /// `family/kernel`, e.g. `ops/rms_norm`.
-    pub name: &'static str,
-    pub run: for<'a> fn(&'a GpuContext) -> CheckFuture<'a>,
-}
-
-/// A check of one kernel kind, run for every dtype of the registry it `applies` to (in
-/// registry order) and named `{prefix}{dtype in lowercase}`: `legacy/matvec_` checks
-/// `legacy/matvec_f32`, `legacy/matvec_f16`, `legacy/matvec_q4_0`, ...
-pub struct PerDtype {
-    pub prefix: &'static str,
-    pub applies: fn(GgmlType) -> bool,
-    pub run: for<'a> fn(&'a GpuContext, GgmlType) -> CheckFuture<'a>,
-}
-
-/// A check of the suite: a [`Check`], or a [`PerDtype`] check of one dtype.
 pub struct SuiteCheck {
     pub name: &'static str,
     run: Run,
 }
 
+/// A check of the suite: a [`Check`], or a [`PerDtype`] check of one dtype.
 enum Run {
     Plain(for<'a> fn(&'a GpuContext) -> CheckFuture<'a>),
     Dtype(

@@ -17,8 +17,8 @@
 //! own roundings.
 
 use super::harness::compare;
+use super::harness::{gpu_err, poisoned, read_f32, submit, upload_f32, Check, Rng, Stats};
 use super::ternary::activations;
-use super::{gpu_err, poisoned, read_f32, submit, upload_f32, Check, Rng, Stats};
 use crate::gpu::bitlinear::{
     norm_bitlinear_rows_per_workgroup, norm_bitlinear_threads_per_row, NormBitLinearMode,
     NormBitLinearOp,

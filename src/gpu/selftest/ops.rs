@@ -9,7 +9,10 @@
 //! f32's 2^-23; the twins round their f64 result to f32 once, which adds `eps * |want|`.
 
 use super::attention::{attention, attention_rope};
-use super::{compare, gpu_err, poisoned, read_f32, submit, upload_f32, Check, Rng, Stats};
+use super::harness::{
+    compare, gpu_err, poisoned, read_f32, read_u32, rope_bound, submit, upload_f32, wide, Check,
+    Rng, Stats, EPS,
+};
 use crate::cpu::ops as cpu;
 use crate::gpu::ops::{
     ArgmaxOp, Elementwise, ElementwiseOp, KvDtype, Position, RmsNormOp, RopeOp, RopeTable,
@@ -72,21 +75,6 @@ pub const CHECKS: &[Check] = &[
     },
 ];
 
-pub(super) const EPS: f64 = f32::EPSILON as f64;
-
-pub(super) fn wide(v: &[f32]) -> Vec<f64> {
-    v.iter().map(|&x| f64::from(x)).collect()
-}
-
-pub(super) async fn read_u32(
-    ctx: &GpuContext,
-    b: &wgpu::Buffer,
-    n: usize,
-) -> Result<Vec<u32>, String> {
-    let bytes = ctx.read_bytes(b, 0, n as u64 * 4).await.map_err(gpu_err)?;
-    Ok(bytemuck::pod_collect_to_vec(&bytes))
-}
-
 /// Bound: `|want| * ((dim/2 + 8) eps)`. The sum of squares is off by at most
 /// `(dim - 1) eps` relative (all terms positive), which `inverseSqrt` halves; the division by
 /// dim, `+ eps`, `inverseSqrt` (2 ulp), two products and the twin's rounding add the 8.
@@ -131,7 +119,7 @@ async fn rms_norm(ctx: &GpuContext) -> Result<Stats, String> {
 /// 1, the sin/cos polynomials (truncation below 2e-9) about 4 more, and `a cos - b sin` 3.
 /// Dimensions beyond rot_dim must come back unchanged (bound 0).
 async fn rope(ctx: &GpuContext) -> Result<Stats, String> {
-    use cpu::{Llama3Scaling, RopeConfig, RopeStyle};
+    use crate::ops::{Llama3Scaling, RopeConfig, RopeStyle};
     let llama3 = Llama3Scaling {
         factor: 32.0,
         low_freq_factor: 1.0,
@@ -196,25 +184,6 @@ async fn rope(ctx: &GpuContext) -> Result<Stats, String> {
         }
     }
     Ok(stats)
-}
-
-pub(super) fn rope_bound(x: &[f32], want: &[f64], cfg: &cpu::RopeConfig) -> Vec<f64> {
-    let half = cfg.rot_dim / 2;
-    let mut bound = vec![0.0; x.len()];
-    for (h, head) in x.chunks(cfg.head_dim).enumerate() {
-        for i in 0..half {
-            let (ia, ib) = match cfg.style {
-                cpu::RopeStyle::Interleaved => (2 * i, 2 * i + 1),
-                cpu::RopeStyle::NeoX => (i, i + half),
-            };
-            let mag = f64::from(head[ia].abs() + head[ib].abs());
-            for j in [ia, ib] {
-                let at = h * cfg.head_dim + j;
-                bound[at] = mag * 12.0 * EPS + want[at].abs() * EPS;
-            }
-        }
-    }
-    bound
 }
 
 /// Rows of one workgroup (up to 2048 columns) and rows split into chunks (2560 = 2 chunks,

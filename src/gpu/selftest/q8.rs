@@ -27,11 +27,11 @@
 //!   differs from the exact one by at most `0.5001 * sum |w| d8`; the dequantized weights
 //!   carry one rounding each (`eps * sum |w x|` more); plus the kernel's rounding bound above.
 
-use super::kquants::{check_margin, kquant, seed, upload, weight_data, MARGIN, SHAPES};
-use super::{
+use super::harness::{
     added_to_residual, compare, gpu_err, poisoned, read_f32, submit, upload_f32, Check, PerDtype,
     Rng, Stats, POISON,
 };
+use super::kquants::{check_margin, kquant, seed, upload, weight_data, MARGIN, SHAPES};
 use crate::gpu::kernels::{kquants, Kernel};
 use crate::gpu::matmul::MatmulOp;
 use crate::gpu::q8::{decode_record, record_bytes, QuantizeQ8Op, RmsNormQuantizeQ8Op};
@@ -218,8 +218,8 @@ async fn norm_quantize(ctx: &GpuContext) -> Result<Stats, String> {
 /// against the CPU quantization of the product it wrote. Shapes: Llama-3.2-1B's and SmolLM2's
 /// FFN widths, a single block, and 3 tokens.
 async fn silu_mul_quantize(ctx: &GpuContext) -> Result<Stats, String> {
-    use crate::cpu::ops::Elementwise;
     use crate::gpu::ops::ElementwiseOp;
+    use crate::ops::Elementwise;
     let mut stats = Stats::default();
     for (n_tokens, cols) in [(1usize, 8192usize), (1, 1536), (1, 32), (3, 2304)] {
         let mut rng = Rng(0x5117 ^ (n_tokens * 7919 + cols) as u64);

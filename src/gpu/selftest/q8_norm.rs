@@ -24,9 +24,11 @@
 //!   tolerances).
 //! - A weight in several chunks is refused with an error.
 
+use super::harness::{
+    compare, gpu_err, read_f32, submit, upload_f32, PerDtype, Rng, Stats, POISON,
+};
 use super::kquants::{check_margin, kquant, seed, upload, weight_data, MARGIN};
 use super::q8::{activations, check_records, references};
-use super::{compare, gpu_err, read_f32, submit, upload_f32, PerDtype, Rng, Stats, POISON};
 use crate::gpu::q8::{
     norm_record_bytes, norm_record_init, q8_matvec_add_norm, record_bytes, QuantizeQ8Op,
 };
@@ -34,7 +36,7 @@ use crate::gpu::GpuContext;
 use crate::quant::q8dot::quantize_q8;
 use crate::quant::GgmlType;
 
-use super::added_to_residual;
+use super::harness::added_to_residual;
 
 pub const PER_DTYPE: &[PerDtype] = &[PerDtype {
     prefix: "q8/add_norm_",

@@ -6,7 +6,7 @@
 //! and 7; cols 2560 (hidden) and 3 blocks (384 for I2_S's 128-weight blocks, 768 for the TQ
 //! formats' 256); every weight whole and split into at least three chunks; 1, 3 and 17 tokens.
 
-use super::{
+use super::harness::{
     compare, gpu_err, poisoned, read_f32, reference_matmul, run_matmul, submit, upload_f32, Check,
     PerDtype, Rng, Stats,
 };

@@ -122,7 +122,7 @@ let keptPool = null;
 /**
  * Shards fetched at once: as asked, else one per core less one, from 4 to 8 (each shard is
  * fetched, written and hashed on a hash worker of its own; in Chromium one thread's fetch and
- * OPFS writes run well under one core's BLAKE3 speed, BENCHMARKS.md).
+ * OPFS writes run well under one core's BLAKE3 speed).
  */
 function concurrency(opts) {
   const cores = globalThis.navigator?.hardwareConcurrency || 2;

@@ -6,9 +6,9 @@
 // CPU's f32 division bit for bit, hence exact integer long division: 127 = N * 2^-17 with
 // N = 127 << 17, m = M * 2^(e - 150); the 24-bit quotient mantissa plus a round bit come from
 // a first bit and three base-256 digits of u32 division, and the remainder is the sticky bit.
-// (It sits on the critical path of every q8 record a decode writes: 25 steps of restoring
-// division instead made the Llama-1B decode 5% slower on an H200, BENCHMARKS.md.
-// tests/absmax_scale.rs compares it with the CPU's division for every mantissa.)
+// (It sits on the critical path of every q8 record a decode writes, hence a first bit and
+// three digits rather than 25 steps of restoring division. tests/absmax_scale.rs compares it
+// with the CPU's division for every mantissa.)
 fn scale_for_absmax(m: f32) -> f32 {
     let bits = bitcast<u32>(m);
     let e = (bits >> 23u) & 0xffu;

@@ -3,9 +3,8 @@
 // per unit (32 weights), decoded with kq_unit (the f32 weights of crate::quant) and rounded to
 // f16 once. Each of the unit's two 16-weight groups is one row of a tile: two 16-byte stores.
 // Invocations run row first within groups of 16 rows, so 16 neighbours write one tile's 512
-// contiguous bytes (on an H100 the conversions of an 8192 x 2048 Q4_K product, its inputs'
-// scaling included, took 33 us this way and 63 with a row's units side by side, whose stores
-// each covered half a sector).
+// contiguous bytes (with a row's units side by side instead, each store covers half a sector
+// and the conversions take about twice as long).
 //
 // Bindings:
 //   0  uniform MatmulParams: rows to convert, cols, and row_offset: the chunk's first row

@@ -4,8 +4,8 @@
 // gives one, as upstream BitNet GGUFs do in a separate tensor). One thread per row, WG rows
 // by TT tokens per workgroup: each weight word is loaded once and used for the TT tokens of
 // the tile (the activation loads are the same address across the workgroup: broadcasts). The
-// word is decoded again per token: straight-line decoding measured faster on an H200 than
-// decoding once into dynamically indexed registers.
+// word is decoded again per token: straight-line decoding is faster than decoding once into
+// a dynamically indexed array.
 //
 // Bindings:
 //   0  uniform MatmulParams

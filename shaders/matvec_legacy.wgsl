@@ -79,8 +79,8 @@ fn main(
     if (first >= p.rows) {
         return;
     }
-    // Two loops rather than one with a loop over rows: with RPI == 1 inside the slices' loop
-    // the 256-wide GPU kernel ran 10-15% slower on an H200 (Q4_1: 133 -> 149 us a call).
+    // Two loops rather than one with a loop over rows: a loop over RPI == 1 row inside the
+    // slices' loop makes the 256-wide GPU kernel 10-15% slower.
     if (RPI == 1u) {
         slices(first, lid);
     } else {

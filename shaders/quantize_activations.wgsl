@@ -37,7 +37,7 @@ fn main(
     let s = token_scale(xbase, words, lid);
 
     // The second pass reads x again (from cache): keeping it in registers between the passes
-    // measured slower on an H200.
+    // is slower.
     write_record(xbase, words, t * p.record_words + 4u, p.record_words - 4u, s, lid);
 }
 

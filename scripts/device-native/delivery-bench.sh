@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The native delivery bench as BENCHMARKS.md records it (session 37), on a many-core machine:
+# The native delivery bench as BENCHMARKS.md records it, on a many-core machine:
 # synthetic Llama-1B and BitNet 2B4T layouts converted to RDRR in /dev/shm (BLAKE3 and SHA-256
 # copies), `tritium bench fetch --model` on each (served from memory), then `tritium pull` from
 # `tritium serve-model` five times; plain hashing at the start and the end.

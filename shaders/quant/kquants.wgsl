@@ -119,10 +119,9 @@ fn k4_unit_scales(h: vec4<u32>, u: u32) -> vec4<f32> {
 }
 
 // k4_unit_scales, the same bits, with the values made f32 by conversions (exact: they are
-// below 64) instead of integer operations. On an H200 (BENCHMARKS.md, "Q5_K's scales by
-// conversion") Q5_K's integer-dot matvec is faster this way (82.5-83.0 -> 84.2-84.5% of the
-// copy bandwidth at 256 MiB), Q4_K's slower (89.0-90.6 -> 85.7-86.2%) and the f32 matvecs
-// slower, so only quant/q5_k_q8.wgsl takes it.
+// below 64) instead of integer operations. That takes integer work off Q5_K's integer-dot
+// matvec, which is faster this way; Q4_K's (whose steps are unit pairs) and the f32 matvecs
+// are slower, so only quant/q5_k_q8.wgsl takes it.
 fn k4_unit_scales_cvt(h: vec4<u32>, u: u32) -> vec4<f32> {
     let dm = unpack2x16float(h.x);
     return vec4<f32>(dm.x, dm.y, dm.x, dm.y) * vec4<f32>(k4_unit_values(h, u));

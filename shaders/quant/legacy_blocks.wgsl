@@ -20,7 +20,7 @@
 // bound still holds.
 //
 // Function-local arrays are only ever indexed with constants: a dynamic index makes
-// compilers keep the array in memory instead of registers (ten times slower on an H200).
+// compilers keep the array in memory instead of registers (about ten times slower).
 
 // Index of element `s` of chunk row `row` in a plane of `per_row` elements per row whose rows
 // are interleaved in groups of 32 (the last group may be shorter).

@@ -5,7 +5,7 @@
 //
 // With SPAN 2, as for Q4_K, the matvec takes a sub-block pair (units 2 p, 2 p + 1: one header
 // word, the two qh words of one vec4) per step, each group's two integer sums added before its
-// scales apply. The host now takes SPAN 1 for Q5_K at every size (faster with this layout:
+// scales apply. The host takes SPAN 1 for Q5_K at every size (faster with this layout:
 // kquants::matvec_q8_span); the self-tests run both.
 struct Kq8Raw {
     h: vec4<u32>,
@@ -16,8 +16,8 @@ struct Kq8Raw {
 
 // Units u .. u + SPAN of chunk block b (the second unit's words repeat the first's for SPAN 1;
 // with SPAN 2, u is even and both qh words are in one vec4). The one qh word of SPAN 1 is
-// loaded alone: a vec4 value indexed by a runtime u % 4 went through local memory on an H200
-// (36-40% of the copy bandwidth against 77%).
+// loaded alone: a vec4 value indexed by a runtime u % 4 goes through local memory, which
+// halves the kernel's speed.
 fn kq8_load(b: u32, u: u32) -> Kq8Raw {
     let q0 = wq[11u * b + 3u + u];
     var qh: vec2<u32>;

@@ -8,9 +8,8 @@
 // of one activation vec4. The qh word (element 240 + 4n + b is trit n of byte b: trit n of its
 // four bytes against activation word n of the block's last vec4) is the matvec's tail, one per
 // block (tq8_tail), so that every unit does the same work: taken with the unit whose k is 2,
-// it made the other threads of a subgroup wait (a timing variant without it ran 47 -> 70% of
-// the copy bandwidth on an H200; BENCHMARKS.md). In their own plane the qh words of a row's
-// blocks are consecutive, so the threads of a row load them together.
+// it would make the other threads of a subgroup wait for it. In their own plane the qh words
+// of a row's blocks are consecutive, so the threads of a row load them together.
 //
 // Trits are taken two bytes at a time in 16-bit lanes, as quant/tq1_0.wgsl does: m(0) = q,
 // t(n) = (3 m(n)) >> 8, m(n + 1) = 3 m(n) mod 256 (no carry crosses a lane: 3 * 255 < 2^16).

@@ -238,8 +238,8 @@ struct Prepared {
 }
 
 /// Free a measured weight's GPU memory now (not whenever the driver gets to it), so the next
-/// measurement starts from the same state: without this, later kernels in a full run measured
-/// up to 4x slower than when run alone on an H200.
+/// measurement starts from the same state: otherwise later kernels of a full run can measure
+/// several times slower than when run alone.
 fn release(ctx: &GpuContext, w: GpuWeight) {
     for chunk in &w.chunks {
         for plane in &chunk.planes {

@@ -77,7 +77,7 @@ fn best_of(
 ) -> Result<(f64, Clock), GpuError> {
     // Warm up for at least 0.3 s of submissions: a GPU that sat idle while the CPU prepared
     // the next weight drops its clocks, and one short warm-up submission does not bring them
-    // back (on an H200 that made later kernels of a full run measure up to 4x slower).
+    // back (later kernels of a full run would measure several times slower).
     let warm = Instant::now();
     let mut warm_runs = 0;
     while warm_runs < 2 || (warm.elapsed().as_secs_f64() < 0.3 && warm_runs < 500) {

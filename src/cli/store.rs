@@ -51,8 +51,8 @@ pub struct PullArgs {
     pub name: Option<String>,
     #[command(flatten)]
     pub store: StoreArgs,
-    /// Files fetched at once (8: on a 16-core host pulling from loopback, 8 came closest to the
-    /// plain hashing speed on both real layouts measured in BENCHMARKS.md).
+    /// Files fetched at once (8: on a many-core host, enough for the download to keep up with
+    /// one thread's plain hashing speed).
     #[arg(long, default_value_t = 8)]
     pub parallel: usize,
     /// A base URL to fetch the shards from (repeatable; tried in order, the manifest still comes

@@ -10,8 +10,8 @@
 //!   `weight_scale`. For several tokens (prefill), and where the adapter decodes faster with
 //!   f32 matvecs ([`crate::gpu::GpuContext::int_dot_decode`]), the activations are written back
 //!   as f32 `x_q / s` (fake quantization) and the f32 TQ kernels run on that. An f32-only TQ
-//!   decode reached 9-11% of the copy bandwidth on an H200 (a decode and an f32 activation
-//!   load per weight); the integer one 34% (TQ1_0) and 75% (TQ2_0).
+//!   decode pays a decode and an f32 activation load per weight, which leaves it far below
+//!   the integer-dot one in weight bytes read per second.
 //!
 //! # The quantized activations buffer (I2_S)
 //! One record per token, `record_bytes(cols)` bytes each, records back to back:
@@ -375,12 +375,9 @@ pub struct NormBitLinearOp {
 
 /// Invocations per row of the NormBitLinear kernel on this device (its `TPR`): 16, or 8 where
 /// the subgroups are 8 wide, so that a row's invocations always fit one subgroup and their
-/// sums take subgroup shuffles rather than workgroup memory and barriers.
-///
-/// Measured on the H200 (BitNet 2B4T decode, tok/s; threads per row x rows per thread, row
-/// sums through workgroup memory): 16 x 2 464.7, 8 x 2 463.3, 16 x 4 442.1, 8 x 4 416.3,
-/// 16 x 1 407.9, 32 x 2 385.7, 32 x 1 323.8. With the row sums as subgroup shuffles (32-wide
-/// subgroups): 16 x 2 515.6, 8 x 2 501.5.
+/// sums take subgroup shuffles rather than workgroup memory and barriers. Of the mappings from
+/// 8 to 32 invocations per row and 1 to 4 rows per invocation, 16 x 2 decodes fastest, 8 x 2
+/// close behind it, 32 per row slowest.
 pub fn norm_bitlinear_threads_per_row(features: &GpuFeatures) -> u32 {
     if features.subgroups && (8..16).contains(&features.subgroup_min_size) {
         8

@@ -237,8 +237,8 @@ impl GpuContext {
             // SAFETY: wgpu asks callers of its experimental features to accept that they may
             // have bugs. Only the prefill matmul kernels use cooperative matrices, in the one
             // configuration the adapter reports (has_f16_coop_16); `tritium selftest` checks
-            // them against the CPU on a device that has them (passed on an H200: BENCHMARKS.md),
-            // and `allow_cooperative_matrix: false` keeps them off.
+            // them against the CPU on a device that has them, and
+            // `allow_cooperative_matrix: false` keeps them off.
             experimental_features = unsafe { wgpu::ExperimentalFeatures::enabled() };
         }
         if !cfg!(target_arch = "wasm32") {
@@ -370,10 +370,8 @@ impl GpuContext {
 
     /// Whether one-token products should take the integer-dot kernels (int8 activations)
     /// rather than the f32 ones: everywhere except on SwiftShader, whose JIT makes
-    /// `dot4I8Packed` slow. Measured with `tritium bench generate` on SmolLM2-135M Q4_1
-    /// (BENCHMARKS.md, "The npm package in the browser"): SwiftShader decodes at 1.03 tokens/s
-    /// through the f32 matvecs against 0.40 through the integer ones; lavapipe at 0.69 against
-    /// 1.01; the H200 at 607 against 720 (Llama-1B Q4_K).
+    /// `dot4I8Packed` and the extra quantization dispatches so slow that the f32 matvecs decode
+    /// more than twice as fast there; on GPUs and on lavapipe the integer-dot path is faster.
     pub fn int_dot_decode(&self) -> bool {
         !self.adapter.is_swiftshader()
     }

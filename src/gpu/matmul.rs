@@ -45,9 +45,8 @@ pub const F16_TOKENS: u32 = 128;
 /// 8192 x 2048 matrix); larger weights are converted and multiplied a range of rows at a time.
 pub const F16_RANGE_HALVES: u64 = 16 << 20;
 /// Workgroups up to which [`Kernel::MatmulF16`] splits the columns into slices (summed by
-/// [`Kernel::SplitSum`]): on the H200, Llama-1B's 512-token prefill ran at 25,400-25,600
-/// tokens/s splitting up to 256 workgroups, 23,300 up to 128 (`ffn_down` 291 us instead of
-/// 200) and 20,900-21,200 up to 512 (the slices' sums cost more than the parallelism gains).
+/// [`Kernel::SplitSum`]): fewer leave a long product such as Llama's `ffn_down` short of
+/// workgroups, more make the slices' sums cost more than the parallelism gains.
 pub const F16_SPLIT_WORKGROUPS: u32 = 256;
 
 impl CoopScratch {
@@ -123,9 +122,8 @@ pub struct MatmulOp {
 /// browser WebGPU zero-initializes workgroup memory at the start of every workgroup, and
 /// SwiftShader does that in every group of 4 invocations, element by element, then waits at a
 /// barrier: with 32-wide workgroups of one row per invocation that cost as much as the product
-/// itself. SmolLM2 Q4_1 on SwiftShader, GPU time per decoded token: 533 ms in the browser and
-/// 342 natively before, 150 and 145 after (with the attention and reduction workgroups of
-/// src/gpu/ops shaped the same way).
+/// itself. Four invocations of 16 rows each keep that cost small, in the browser and natively
+/// alike (with the attention and reduction workgroups of src/gpu/ops shaped the same way).
 pub const SOFTWARE_MATVEC_WG: u32 = 4;
 
 /// The workgroup size of `kernel` on this adapter, `wg` where nothing else applies. On a CPU

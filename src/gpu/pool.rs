@@ -9,8 +9,8 @@
 //! request gets a buffer of its size's class, so it may be up to twice as large as asked for
 //! (kernels bind whole buffers and never read past what their parameters say). Uniform
 //! buffers are the exception, kept by their exact size (a multiple of 16): 256-byte uniforms
-//! for 64-byte structs cost Llama-1B decode 1% on an H100 (687 against 694 tok/s; most likely
-//! the driver copies a bound uniform's whole range to constant memory at every dispatch). A
+//! for 64-byte structs slow a decode by about 1% (most likely the driver copies a bound
+//! uniform's whole range to constant memory at every dispatch). A
 //! returned buffer keeps its contents: only uses that write before they read take pooled
 //! buffers.
 //! At most [`MAX_FREE_BYTES`] are kept free; beyond that a returned buffer is released.

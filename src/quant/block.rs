@@ -65,7 +65,7 @@ pub enum Family {
     I2S,
 }
 
-/// What the K-quant integer-dot matvec does differently by format (measured: see
+/// What the K-quant integer-dot matvec does differently by format (see
 /// `src/gpu/kernels/kquants.rs`, `matvec_q8_workgroup_size` and `matvec_q8_span`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Q8Tuning {

@@ -14,19 +14,16 @@
 //!   of 16 bytes, so a row of blocks is an `array<vec4<u32>>` in which every header, `qh` half
 //!   and `qs` quarter is one aligned 16-byte load. A consecutive run of threads reads a
 //!   consecutive run of blocks, so the loads are coalesced without a repack; an SoA split
-//!   would only add planes (bindings) for the same transactions (a timing variant reading the
-//!   headers from a compact array of 16 bytes per block ran at 73% against 77% of copy
-//!   bandwidth for Q4_K on an H200). The 12 scale bytes of each header are permuted at upload
-//!   ([`crate::quant::permute_k4_scales`]) so that a pair of sub-blocks' four 6-bit values are
-//!   one byte-aligned word: unpacking ggml's order takes about 36 WGSL operations per unit and
-//!   row, this one about 26 (counted in the source, not profiled). Q5_K's 32 `qh` bytes are also
-//!   permuted ([`crate::quant::permute_q5k_qh`]): in ggml's order every unit needs two bits of
-//!   each of 16 bytes, so each unit loaded a whole 16-byte `qh` half (two per step of a
-//!   sub-block pair: 80 bytes loaded per 64 weights against Q4_K's 48); one word per unit makes
-//!   a unit's fifth bits one 4-byte load. On an H200 the integer-dot matvec went from 80.5-80.6 to
-//!   84.0-84.2% of the copy bandwidth at 256 MiB (with one unit per step on 64 invocations,
-//!   now faster there than two on 32) and from 69 to 75% at 32 MiB, the f32 one from 42 to 45%
-//!   (BENCHMARKS.md, "Q5_K's fifth bits by unit").
+//!   would only add planes (bindings) for the same transactions (reading the headers from a
+//!   compact array of 16 bytes per block instead is slower). The 12 scale bytes of each header
+//!   are permuted at upload ([`crate::quant::permute_k4_scales`]) so that a pair of
+//!   sub-blocks' four 6-bit values are one byte-aligned word: unpacking ggml's order takes
+//!   about 36 WGSL operations per unit and row, this one about 26 (counted in the source, not
+//!   profiled). Q5_K's 32 `qh` bytes are also permuted ([`crate::quant::permute_q5k_qh`]): in
+//!   ggml's order every unit needs two bits of each of 16 bytes, so each unit would load a
+//!   whole 16-byte `qh` half (two per step of a sub-block pair: 80 bytes loaded per 64 weights
+//!   against Q4_K's 48); one word per unit makes a unit's fifth bits one 4-byte load, with
+//!   which one unit per step is Q5_K's faster choice at every size.
 //! - Q6_K (210 bytes, not even 4-byte aligned): two planes. Plane 0 is each block's first 208
 //!   bytes (`ql`, `qh`, `scales`: 13 x 16, aligned like the others); plane 1 is the f16 `d` of
 //!   every block, two per word. Splitting off only the trailing `d` makes everything else
@@ -43,19 +40,17 @@
 //! each weight dequantized once per tile into workgroup memory and every thread accumulating
 //! an 8-row by 4-token block; embedding one workgroup per token.
 //!
-//! Matvec speed on an H200 through Vulkan (the copy kernel reaches 4.2 TB/s there; BENCHMARKS.md
-//! has the tables). The f32-activation kernel (`Kernel::Matvec`, prefill's fallback and the
-//! devices without integer dot products): 1.60 TB/s on 256 MB of Q4_K, 1.72 Q5_K, 2.21 Q6_K,
-//! limited by per-weight issue in the f32 decode rather than by the memory system. The
-//! integer-dot kernel decode uses (`Kernel::MatvecQ8`, `matvec_kquants_q8.wgsl`): 82.5-87% of
-//! the copy bandwidth for Q4_K, 78.5% Q5_K, 85% Q6_K; timing variants that skip the
-//! scale unpacking reach 87-89% for Q4_K, and 99% without the per-unit header load as well, so
-//! what limits it is the per-unit and per-row header work. The permuted scale bytes above took
-//! Q4_K from 78% to 80-81.5%; a step of two units (a sub-block pair, one header word unpacked
-//! for 64 weights, `SPAN` 2: [`matvec_q8_span`]) to 82.5-87% on large matrices, where it is
-//! used (small ones are latency-bound and faster with one). 32 threads gain on the large
-//! 2048-column matrices and on large Q6_K ([`matvec_q8_workgroup_size`]); 8 rows per
-//! workgroup and a loop with the unit index fixed per thread were slower.
+//! What bounds the matvecs: the f32-activation kernel (`Kernel::Matvec`, prefill's fallback
+//! and the devices without integer dot products) by per-weight issue in the f32 decode rather
+//! than by the memory system; the integer-dot kernel decode uses (`Kernel::MatvecQ8`,
+//! `matvec_kquants_q8.wgsl`) by the per-unit and per-row header work (timing variants that
+//! skip the scale unpacking run faster, and ones that also skip the per-unit header load reach
+//! the copy bandwidth). Hence the permuted scale bytes above, and a step of two units (a
+//! sub-block pair, one header word unpacked for 64 weights, `SPAN` 2: [`matvec_q8_span`]) on
+//! large matrices, where it is used (small ones are latency-bound and faster with one). 32
+//! threads gain on the large 2048-column matrices and on large Q6_K
+//! ([`matvec_q8_workgroup_size`]); 8 rows per workgroup and a loop with the unit index fixed
+//! per thread were slower.
 
 use std::borrow::Cow;
 
@@ -70,9 +65,9 @@ pub const MATMUL_TOKENS: u32 = 64;
 
 /// Matvec: 64 threads (two 32-wide subgroups on NVIDIA, one wave on AMD). A Llama-3.2-1B row
 /// of 2048 weights is 64 units, so every thread has one unit of each of the workgroup's 4 rows
-/// (8192-wide rows: four), and the 128256-row head is 32064 workgroups. Measured on an H200
-/// against 32, 128 and 256: 64 was best or within 8% on every Llama-3.2-1B shape (32 wins on
-/// the head by 8%, 128 on 8192-wide rows by 5-12%).
+/// (8192-wide rows: four), and the 128256-row head is 32064 workgroups. Of 32, 64, 128 and
+/// 256, 64 is best or close to it on every Llama-3.2-1B shape (32 wins on the head, 128 on
+/// 8192-wide rows).
 const MATVEC_WG: u32 = 64;
 /// Matmul: 128 threads, a 64 x 64 output tile (its two staged tiles fill the 16 KiB of
 /// workgroup memory WebGPU guarantees); see [`matmul_workgroup_size`].
@@ -119,17 +114,11 @@ pub const MATVEC_Q8_LARGE_BYTES: u64 = 64 << 20;
 /// ([`Q8Tuning::narrow_at_any_width`]: Q6_K) (large Q5_K ones too until its
 /// fifth bits were one word per unit: [`matvec_q8_span`]), which take 32 so that
 /// each thread has two units or steps in flight per row rather than one (the skeleton's paired
-/// loads). On an H100 the Q6_K head of Llama-3.2-1B (128256 x 2048) went from 90.5 to 79.5 us;
-/// small matrices of the same width are latency-bound and faster with 64 threads (8192 x 2048
-/// Q4_K: 6.5 against 6.8 us), as are longer Q4_K rows (4096 columns at 256 MiB: 92/84/96%
-/// against 85/82/94% of copy bandwidth for Q4_K/Q5_K/Q6_K with one unit per step). With two
-/// units per step ([`matvec_q8_span`]) at 4096 columns on an H200 (2026-11-27), 32 threads
-/// against 64: Q5_K 78.3-78.5% against 72.9-73.2%, Q6_K 84.8-85.3% against 75.7-76.9%, Q4_K
-/// 82.6-82.9% against 82.5-87.1% (so Q4_K keeps 64); 128 threads were slower for every format.
-/// With both choices as here, against one unit and 64 threads at 4096 columns: H200 Q5_K
-/// 77.3-77.5 -> 79.2-79.6%, Q6_K 85.7-85.8 -> 86.7-86.9%; H100 Q5_K 85.3-85.4 -> 88.5-89.0%,
-/// Q6_K 94.9-95.0 -> 91.8-91.9% (a loss there, kept for the H200, where Q6_K was at the edge
-/// of 85%).
+/// loads): with 64 threads a row of 64 steps leaves each thread one step, nothing else in
+/// flight. Small matrices of the same width are latency-bound and faster with 64 threads, and
+/// longer Q4_K rows gain nothing from 32; 128 threads are slower for every format. For Q6_K at
+/// 4096 columns 32 threads give up a few points where the format already runs near the copy
+/// bandwidth, for a gain where it does not.
 pub fn matvec_q8_workgroup_size(tuning: &Q8Tuning, bytes: u64, cols: u32) -> u32 {
     let large = bytes >= MATVEC_Q8_LARGE_BYTES;
     if large && (cols <= 2048 || tuning.narrow_at_any_width) {
@@ -145,17 +134,12 @@ pub fn matvec_q8_workgroup_size(tuning: &Q8Tuning, bytes: u64, cols: u32) -> u32
 /// other kernels and families.
 ///
 /// Two units (a Q4_K/Q5_K sub-block pair, whose scales and mins share one header word,
-/// unpacked once for both) where that measured faster, on an H200 (2026-11-27, `tritium bench
-/// kernels`, each choice twice in one session): Q4_K at 256 MiB of 4096-column rows went from
-/// 79.3 to 86.4% of the copy bandwidth (64 invocations), Q5_K from 74-76% to 78.3-78.5% and
-/// Q6_K from 84.0-84.2% to 84.8-85.3% (32 invocations, [`matvec_q8_workgroup_size`]), and the
-/// Q6_K head of Llama-3.2-1B (128256 x 2048, 32 invocations) from 70.7 to 63.2 us. One unit
-/// everywhere else: small matrices are latency-bound and slower with two (Q4_K 2048 x 2048:
-/// 3.78 -> 4.55 us, 8192 x 2048: 6.28 -> 7.82), and large Q4_K rows of at most 2048 columns
-/// were not measured with two. Q5_K takes one unit at every size since its fifth bits are one
-/// word per unit ([`crate::quant::permute_q5k_qh`]): at 256 MiB of 4096-column rows on an H200
-/// (2026-11-28) one unit on 64 invocations ran at 84.0-84.2% of the copy bandwidth against
-/// 81.2-81.8% for two on 32 (80.8% two on 64; one on 32, 128, 256: 78.3, 72.1, 36.5%).
+/// unpacked once for both) on large matrices, as the format's tuning says: the header work
+/// is the integer-dot kernel's bound there, and a pair halves it. One unit everywhere else:
+/// small matrices are latency-bound and slower with two, and large Q4_K rows of at most 2048
+/// columns have not been tried with two. Q5_K takes one unit at every size since its fifth
+/// bits are one word per unit ([`crate::quant::permute_q5k_qh`]): one unit on 64 invocations
+/// then beats two on 32 or 64.
 pub fn matvec_q8_span(kernel: Kernel, bytes: u64, cols: u32) -> Option<u32> {
     let (Kernel::MatvecQ8(_)
     | Kernel::MatvecQ8Add(_)
@@ -201,9 +185,7 @@ pub const ADD_NORM_WG: u32 = 256;
 /// power of two from 256 to 1024 within both limits (the kernel keeps 20 bytes an invocation
 /// in workgroup memory: [`add_norm_workgroup_bytes`]). A workgroup owns 32 rows, so there are 8
 /// times fewer workgroups than the plain product's: the wider workgroup keeps as many loads in
-/// flight. On the H200 (Llama-1B's attention output, 2048 x 2048 Q4_K, `bench generate
-/// --profile`, 2026-12-01) 512 invocations took 10.3-10.7 us against 12.0 for 256; its
-/// 8192-column `ffn_down` 17.8 us at 512 against 22.8 at 256.
+/// flight (for rows of 2048 and of 8192 columns, 512 invocations are faster than 256).
 pub fn add_norm_workgroup_size(cols: u32, max_invocations: u32, max_storage: u32) -> u32 {
     let mut wg = (cols / 4)
         .next_power_of_two()

@@ -29,12 +29,12 @@
 //! whose length is not a multiple of 4 and F16 rows whose length is not a multiple of 8 (no real
 //! model has them) stay the file's bytes and are read element-wise.
 //!
-//! # Dispatch and workgroup sizes (tuned on an H100 and an H200 through Vulkan)
+//! # Dispatch and workgroup sizes
 //! - Matvec: WG 256, [`MATVEC_ROWS_PER_WORKGROUP`] = 32 rows per workgroup, 8 column slices
 //!   (CPU adapters: WG 4, 16 rows per invocation, see [`crate::gpu::matmul::SOFTWARE_MATVEC_WG`]).
-//!   Measured (weights read per second): F16 and F32 about 3.0 TB/s on an H100 and 4.0-4.3 TB/s
-//!   on an H200 (at or above a copy kernel); the block formats are bound by instruction issue
-//!   (decoding costs 3 to 5 instructions per weight, with the products kept exact in f32).
+//!   F16 and F32 read their weights about as fast as a copy kernel copies; the block formats
+//!   are bound by instruction issue (decoding costs 3 to 5 instructions per weight, with the
+//!   products kept exact in f32).
 //! - Matmul: WG 128, tiles of [`MATMUL_TILE_ROWS`] = 64 rows x `WG / 4` = 32 tokens, row tiles
 //!   first; each invocation accumulates 4 rows x 4 tokens.
 //! - Embedding: WG 64, one workgroup per token (see `src/gpu/embedding.rs`).

@@ -194,10 +194,10 @@ impl Kernel {
         };
         // Workgroup arrays: the WGSL sizes them by the workgroup size for the browser, which
         // zero-initializes workgroup memory at the start of every workgroup (on SwiftShader
-        // that cost as much as the work: SmolLM2 decoded at 1.2 tokens/s with the largest
-        // sizes, 1.9 with these). Native pipelines skip that initialization and keep the
-        // largest sizes: the legacy matvec then stages 2048 columns of x at any workgroup
-        // size, and on the H200 the Llama-1B decode was 2.4% slower with the smaller arrays.
+        // that costs as much as the work with the largest sizes). Native pipelines skip that
+        // initialization and keep the largest sizes: the legacy matvec then stages 2048
+        // columns of x at any workgroup size, and a GPU decodes a little slower with the
+        // smaller arrays.
         if !cfg!(target_arch = "wasm32") {
             v.push(("REDUCE_N", 256.0));
             match self {
@@ -271,14 +271,11 @@ impl Kernel {
 /// non-zero constant or `max(.., c)` with a non-zero constant c (`unguarded_divisors_are_nonzero`
 /// there, on naga's IR of every kernel) — for an unsigned divisor `max(x, 1u)` is exactly the
 /// guard naga would add, so the guards could never change a result. The counter costs real
-/// time in the decode loops: on an H200 (BENCHMARKS.md, "Shader runtime checks") TQ2_0's matvec
-/// went from 76% to 87% of the copy bandwidth without it, BitNet 2B4T's prefill from 5,750 to
-/// 8,900 tokens/s. In the cooperative-matrix kernels the two go together: without the loop
-/// bounding but with the division guards the Llama prefill fell from 34,000 to 22,000 tokens/s
-/// on the H200, for a reason not found; without both it rose to 34,800-35,500 (from
-/// 32,600-34,100 with both, the same build; BENCHMARKS.md, "The prefill attention in one pass,
-/// and prefill without the division guards"). In the browser wgpu
-/// hands the WGSL to the browser, which applies its own checks.
+/// time in the decode loops (TQ2_0's matvec and the BitNet prefill are markedly faster without
+/// it). In the cooperative-matrix kernels the two go together: without the loop bounding but
+/// with the division guards the prefill is much slower, for a reason not found; without both
+/// it is a little faster than with both. In the browser wgpu hands the WGSL to the browser,
+/// which applies its own checks.
 pub fn runtime_checks() -> wgpu::ShaderRuntimeChecks {
     let mut checks = wgpu::ShaderRuntimeChecks::checked();
     checks.force_loop_bounding = false;

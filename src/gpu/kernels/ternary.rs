@@ -122,13 +122,11 @@ pub const WIDE_MAPPING: (u32, u32) = (8, 4);
 /// Invocations per row and rows per invocation (`TPR`, `RPT`) of the I2_S matvec and the
 /// integer-dot TQ1_0/TQ2_0 matvecs for a weight of `rows` rows (`None` for other kernels).
 ///
-/// Measured on an H200 (`tritium bench kernels`, workgroups of 64; I2_S / TQ2_0 / TQ1_0 as %
-/// of the copy bandwidth at 256 MiB, and the I2_S 2560x6912 shape in us): 16 x 2: 60 / 59 /
-/// 28%, 5.98 us; 8 x 4: 87 / 76 / 34%, 8.43 us; 8 x 2: 68 / 66 / 31%, 7.39 us. Eight threads
-/// per row and four rows each keep more loads in flight per invocation, which a large matrix
-/// needs, but 32 rows per workgroup leave a BitNet-sized matrix (2560 rows: 80 workgroups)
-/// too few workgroups for the GPU; from [`WIDE_ROWS`] rows there are at least 1024 (about
-/// eight per multiprocessor of an H200).
+/// Eight threads per row and four rows each keep more loads in flight per invocation, which a
+/// large matrix needs (there it is much the faster mapping), but 32 rows per workgroup leave a
+/// BitNet-sized matrix (2560 rows: 80 workgroups) too few workgroups for the GPU, where 16 x 2
+/// is faster; from [`WIDE_ROWS`] rows there are at least 1024 (about eight per multiprocessor
+/// of a GPU with 132 of them, such as an H100 or H200).
 pub fn matvec_mapping(kernel: Kernel, rows: u32) -> Option<(u32, u32)> {
     let mapped = matches!(
         (kernel, kernel.family()?),

@@ -22,16 +22,14 @@ const MODE_COMBINE: u32 = 2;
 
 /// Keys per piece below which a context is not split further. A decode whose keys fit one
 /// piece skips the combine (main_decode's lone piece), so short contexts gain from longer
-/// pieces: on an H200 (2026-11-29, Llama-1B Q4_K, `tritium bench generate --prompt 1`, two
-/// rounds) 64 -> 128 took the decode of the first 128 tokens from 856 to 874-881 tokens/s
-/// and left it unchanged after a 512-token prompt (812 -> 818); 256 gave 881-885 and 801.
-/// It bounds the pieces of [`DECODE_KEYS_PER_SPLIT`] from below: a 640-position cache is cut
-/// into 8 pieces, of which 5 (of 128 keys) hold keys once the context is that long.
+/// pieces, while much longer ones slow long contexts (a workgroup's walk over its keys costs
+/// more per key than the hand-off saves). It bounds the pieces of [`DECODE_KEYS_PER_SPLIT`]
+/// from below: a 640-position cache is cut into 8 pieces, of which 5 (of 128 keys) hold keys
+/// once the context is that long.
 const MIN_SPLIT: u32 = 128;
 /// Cache positions per piece in decode. Many short pieces keep more workgroups in flight than
-/// a few long ones (each key is a dependent load in a workgroup's loop): at a 640-position
-/// cache on the H200, BitNet 2B4T decodes at 427 tok/s with 3 pieces, 436 with 4, 446 with 8
-/// and 443 with 16.
+/// a few long ones (each key is a dependent load in a workgroup's loop); past about 8 pieces
+/// for a 640-position cache the combine's extra partial results gain nothing more.
 const DECODE_KEYS_PER_SPLIT: u32 = 80;
 /// Most pieces per query.
 const MAX_SPLITS: u32 = 64;
@@ -212,9 +210,9 @@ impl AttentionOp {
         let kernel = Kernel::Attention;
         let mut wg = kernel.source().map_or(256, |s| s.default_workgroup_size);
         // A CPU adapter pays per invocation, and in the browser also for zero-initializing
-        // the workgroup's arrays, in every group of 4 invocations on SwiftShader (SmolLM2's
-        // attention took 2.4 ms a layer in 64-wide workgroups with that initialization, 1.3
-        // without): the fewest invocations that cover a head row's vec4s there.
+        // the workgroup's arrays, in every group of 4 invocations on SwiftShader (in 64-wide
+        // workgroups that initialization costs about as much as the attention itself): the
+        // fewest invocations that cover a head row's vec4s there.
         if ctx.is_software() {
             wg = (d / 4).next_power_of_two().clamp(16, wg);
         }
@@ -476,8 +474,8 @@ impl AttentionOp {
     /// `DECODE_KEYS_PER_SPLIT` positions of the cache; prefill as many as keep a few hundred
     /// workgroups busy. A CPU adapter has a few cores, which the heads and tokens already
     /// fill, and pays for every workgroup it starts, even one whose piece is past the text and
-    /// returns at once (SwiftShader: SmolLM2 decoded at 0.80 tokens/s with a 4096-position
-    /// cache against 3.2 with 13 positions): one piece.
+    /// returns at once (on SwiftShader a 4096-position cache cut into pieces made a decode
+    /// about 4x slower than a short one): one piece.
     pub fn default_splits(ctx: &GpuContext, cache: &KvCache, n_tokens: u32, n_heads: u32) -> u32 {
         if ctx.is_software() {
             return 1;

@@ -1,8 +1,8 @@
 //! Shards fetched on the browser's hash workers. One thread that reads every shard from the
 //! network, writes it to OPFS and hands it to the hashers is capped well under the hashing
 //! speed: in Chromium a worker's stream reader tops out at about half of one core's BLAKE3
-//! speed, and OPFS writes run at a few hundred MB/s a thread (BENCHMARKS.md, "whether more
-//! threads would carry BLAKE3"). So with the pool running, each shard is a job on one of its
+//! speed, and OPFS writes run at a few hundred MB/s a thread (so one thread cannot keep up
+//! with BLAKE3). So with the pool running, each shard is a job on one of its
 //! workers: [`run_job`] there does what [`fetch_file`] does in the download's own thread
 //! (resume, retries, mirrors, the one refetch after a mismatch; the shard hashed inline, written
 //! through a sync access handle), and [`fetch_file_on_worker`] here drives it: progress and

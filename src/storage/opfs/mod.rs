@@ -8,8 +8,8 @@
 //!   downloader refuses a model that does not fit before writing anything) and a `persist()`
 //!   request.
 //! - Writing picks what the context has: in a dedicated worker, `FileSystemSyncAccessHandle`s
-//!   (writes go from wasm memory straight into the file, durable as they land; measured about
-//!   3x the throughput of writable streams in headless Chromium); on the main thread, where
+//!   (writes go from wasm memory straight into the file, durable as they land; about 3x
+//!   the throughput of writable streams in Chromium); on the main thread, where
 //!   there are none, `createWritable` streams. A stream writes into a swap file that replaces
 //!   the file when it closes, so an append reopens it with `keepExistingData: true` and seeks
 //!   to its end, and a writer dropped mid-shard (cancellation) closes in the background, the

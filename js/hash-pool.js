@@ -4,11 +4,11 @@
 //
 // A HashPool is a few dedicated workers (hash-worker.js) running this package's wasm module,
 // posted to them compiled, each holding hash streams by id. The wasm download drives it
-// (src/storage/download/hash_pool.rs): ready() once, then stream() per hash, update() per
+// (crates/storage/src/download/hash_pool.rs): ready() once, then stream() per hash, update() per
 // chunk (a copy of the bytes, transferred), drained() for backpressure, finish() for the
 // digests, release() for streams given up. close() ends the workers.
 //
-// The workers also fetch a download's shards (src/storage/download/worker_fetch.rs): each
+// The workers also fetch a download's shards (crates/storage/src/download/worker_fetch.rs): each
 // writes its shard to OPFS and hashes it, so that the network reads and the writes spread over
 // threads too: fetchJob() per shard, fetchAck() for the bytes the download took (group
 // hashes), fetchCancel(), fetchesSettled().

@@ -19,6 +19,10 @@ cargo fmt --manifest-path fuzz/Cargo.toml --check
 echo "== cargo clippy"
 cargo clippy -j2 --workspace --all-targets -- -D warnings
 
+echo "== no import cycles between the files of the GPU runtime or of the downloader"
+scripts/check-import-cycles.py crates/gpu/src
+scripts/check-import-cycles.py crates/storage/src download
+
 echo "== wasm32 build of the library"
 cargo build -j2 --lib --target wasm32-unknown-unknown --no-default-features --features gpu
 

@@ -1,24 +1,24 @@
 //! tritium: quantized LLM inference on the GPU through wgpu (WebGPU in the browser,
 //! Vulkan/Metal natively).
 //!
-//! Layers, bottom up: [`formats`] (bytes to meaning) and [`quant`] (block layouts and CPU
-//! dequantization) are pure; [`storage`] is where bytes live.
+//! The library is a facade over the workspace's crates, bottom up (a crate imports only the
+//! ones below it, which Cargo enforces):
+//! - `tritium-core`: [`quant`] (block layouts, the dtype registry, CPU dequantization),
+//!   [`formats`] (model files from bytes to meaning), [`ops`] (the op vocabulary both backends
+//!   share) and [`cpu`] (the CPU reference kernels);
+//! - `tritium-text` ([`text`]: tokenizers, chat templates) and `tritium-storage` ([`storage`]:
+//!   files, model stores, verified downloads);
+//! - `tritium-gpu` ([`gpu`]: the wgpu runtime and the WGSL kernel registry);
+//! - `tritium-engine`: [`pass`], [`backend`], [`model`], [`engine`], [`sampling`], [`session`]
+//!   ([`open`]) and [`error`];
+//! - this crate: the command line ([`cli`], `bench`) and the browser entry points (`web`).
 
-pub mod backend;
-pub mod cpu;
-pub mod engine;
-pub mod error;
-pub mod formats;
+pub use tritium_core::{cpu, formats, ops, quant};
+pub use tritium_engine::{backend, engine, error, model, pass, sampling, session};
 #[cfg(feature = "gpu")]
-pub mod gpu;
-pub mod model;
-pub mod ops;
-pub mod pass;
-pub mod quant;
-pub mod sampling;
-pub mod session;
-pub mod storage;
-pub mod text;
+pub use tritium_gpu as gpu;
+pub use tritium_storage as storage;
+pub use tritium_text as text;
 
 #[cfg(all(feature = "cli", feature = "gpu", not(target_arch = "wasm32")))]
 pub mod bench;

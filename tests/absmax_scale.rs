@@ -1,4 +1,4 @@
-//! shaders/absmax_scale.wgsl's `scale_for_absmax` (the quantizers' `127 / amax`, which the GPU
+//! crates/gpu/shaders/absmax_scale.wgsl's `scale_for_absmax` (the quantizers' `127 / amax`, which the GPU
 //! computes by exact integer division because WGSL's `/` may be 2.5 ulp off) against the CPU's
 //! IEEE f32 division, bit for bit: every one of the 2^23 mantissas at one exponent (the
 //! quotient's mantissa depends on the divisor's mantissa only), and at every exponent from
@@ -45,7 +45,10 @@ fn inputs() -> Vec<f32> {
 }
 
 fn run(ctx: &GpuContext, input: &[f32]) -> Vec<f32> {
-    let source = format!("{}\n{ENTRY}", include_str!("../shaders/absmax_scale.wgsl"));
+    let source = format!(
+        "{}\n{ENTRY}",
+        include_str!("../crates/gpu/shaders/absmax_scale.wgsl")
+    );
     let device = &ctx.device;
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some("absmax_scale probe"),

@@ -1,4 +1,4 @@
-//! Llama's norms folded into their neighbours (src/backend/gpu/add_norm.rs): in a one-token
+//! Llama's norms folded into their neighbours (crates/engine/src/backend/gpu/add_norm.rs): in a one-token
 //! pass, the attention output's product adds into the residual and writes the FFN norm's
 //! record (`MatvecQ8AddNorm`), the gate and up products read that record, and the gated
 //! product applies the norm's factor (`SiluMulQuantizeQ8Norm`); `ffn_down`'s product writes

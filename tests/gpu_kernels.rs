@@ -1,4 +1,4 @@
-//! The GPU kernel self-tests (src/gpu/selftest) natively: every check on the device with all
+//! The GPU kernel self-tests (crates/gpu/src/selftest) natively: every check on the device with all
 //! its features (f16, subgroups) and again with neither (the f32 path every browser has).
 //! In CI the device is lavapipe (Vulkan on the CPU).
 

@@ -1,4 +1,4 @@
-//! The GPU buffer pool (src/gpu/pool.rs) on the test adapter (lavapipe): size classes, reuse
+//! The GPU buffer pool (crates/gpu/src/pool.rs) on the test adapter (lavapipe): size classes, reuse
 //! after a drop, usages kept apart, the cap on free bytes, trim; and a readback through a
 //! pooled staging buffer that an earlier readback used returns the new data.
 

@@ -74,7 +74,10 @@ fn every_kernel_assembles_and_parses() {
     }
 }
 
-/// Each shader file is registered once, and every `.wgsl` file in `shaders/` is registered.
+/// The GPU crate's shader folder.
+const SHADERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/gpu/shaders");
+
+/// Each shader file is registered once, and every `.wgsl` file in `crates/gpu/shaders/` is registered.
 #[test]
 fn shader_files_are_registered_once() {
     let names = tritium::gpu::kernels::registered_files();
@@ -85,12 +88,12 @@ fn shader_files_are_registered_once() {
         "a shader file is registered twice: {names:?}"
     );
     let mut on_disk = BTreeSet::new();
-    for dir in ["shaders", "shaders/quant"] {
+    for dir in [SHADERS.to_string(), format!("{SHADERS}/quant")] {
         for e in std::fs::read_dir(dir).unwrap() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "wgsl") {
                 let rel = p
-                    .strip_prefix("shaders")
+                    .strip_prefix(SHADERS)
                     .unwrap()
                     .to_string_lossy()
                     .into_owned();
@@ -99,7 +102,10 @@ fn shader_files_are_registered_once() {
         }
     }
     let registered: BTreeSet<String> = unique.iter().map(|s| s.to_string()).collect();
-    assert_eq!(on_disk, registered, "shaders/ and the registry differ");
+    assert_eq!(
+        on_disk, registered,
+        "crates/gpu/shaders/ and the registry differ"
+    );
 }
 
 /// The cooperative-matrix kernels run only on devices that have the extension (not lavapipe):
@@ -197,7 +203,7 @@ fn every_loop_ends() {
     ];
     let mut fors = 0;
     for name in tritium::gpu::kernels::registered_files() {
-        let text = std::fs::read_to_string(format!("shaders/{name}")).unwrap();
+        let text = std::fs::read_to_string(format!("{SHADERS}/{name}")).unwrap();
         let code: String = text
             .lines()
             .map(|l| l.split("//").next().unwrap())

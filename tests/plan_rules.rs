@@ -1,4 +1,4 @@
-//! Each of the GPU's fusion rules (src/backend/gpu/rules.rs) on a real pass, on lavapipe: the
+//! Each of the GPU's fusion rules (crates/engine/src/backend/gpu/rules.rs) on a real pass, on lavapipe: the
 //! plan with the rule off and on (printed in full with `--nocapture`), the ops it replaces
 //! and the op it makes, and the logits of the same prefill and decode either way, next to the
 //! CPU backend's (the reference, which runs the ops as the model wrote them).

@@ -1,4 +1,4 @@
-// Runs the kernel self-test (src/gpu/selftest via src/web) and leaves the outcome in the page:
+// Runs the kernel self-test (crates/gpu/src/selftest via src/web) and leaves the outcome in the page:
 //   window.__result = { adapter, results } when the suite ran,
 //   window.__error  = { code, message }     when it could not (no WebGPU, wasm failed to load),
 //   window.__gpuErrors: WebGPU errors that error scopes caught and nobody read (see below),

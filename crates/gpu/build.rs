@@ -1,0 +1,67 @@
+//! Writes `$OUT_DIR/shaders.rs`: a table of every `.wgsl` file under `shaders/`, by its path
+//! there, with its text (`include_str!`), which the kernel registry (`src/kernels/kernel.rs`)
+//! searches by name. A new kernel or dtype brings its files and nothing lists them.
+
+use std::path::{Path, PathBuf};
+use std::{env, fs};
+
+/// The files of the cooperative-matrix prefill: WebGPU has no cooperative matrices, so the
+/// browser's build leaves them out (its package is smaller; the kernels that need them do not
+/// exist there, `NATIVE` in src/kernels/kernel.rs).
+const NATIVE_ONLY: &[&str] = &[
+    "attention_coop.wgsl",
+    "dequant_f16_kquants.wgsl",
+    "dequant_f16_legacy.wgsl",
+    "f16_tiles.wgsl",
+    "matmul_f16_coop.wgsl",
+    "matmul_f16_sum.wgsl",
+    "scale_f16.wgsl",
+];
+
+fn main() {
+    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets the manifest dir"));
+    let shaders = root.join("shaders");
+    println!("cargo:rerun-if-changed=shaders");
+    for name in NATIVE_ONLY {
+        assert!(shaders.join(name).is_file(), "build.rs: no shaders/{name}");
+    }
+    let wasm = env::var("CARGO_CFG_TARGET_ARCH").is_ok_and(|a| a == "wasm32");
+    let mut files = Vec::new();
+    collect(&shaders, &mut files);
+    let mut names: Vec<(String, PathBuf)> = files
+        .into_iter()
+        .map(|path| {
+            let rel = path.strip_prefix(&shaders).expect("under shaders/");
+            let name: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            (name.join("/"), path)
+        })
+        .filter(|(name, _)| !(wasm && NATIVE_ONLY.contains(&name.as_str())))
+        .collect();
+    names.sort();
+    let mut out = String::from("static SHADERS: &[(&str, &str)] = &[\n");
+    for (name, path) in &names {
+        out.push_str(&format!(
+            "    ({name:?}, include_str!({:?})),\n",
+            path.display().to_string()
+        ));
+    }
+    out.push_str("];\n");
+    let dest = Path::new(&env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("shaders.rs");
+    fs::write(dest, out).expect("write shaders.rs");
+}
+
+/// Every `.wgsl` file under `dir`, recursively.
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    let entries = fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            collect(&path, out);
+        } else if path.extension().is_some_and(|e| e == "wgsl") {
+            out.push(path);
+        }
+    }
+}

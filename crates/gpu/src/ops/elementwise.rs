@@ -1,0 +1,91 @@
+//! Element-wise ops: ReLU² (optionally gated), SiLU-gated product and residual add, each out of
+//! place or in place.
+
+use super::{check, need, pipeline};
+use crate::kernels::Kernel;
+use crate::matmul::{grid, Dispatch};
+use crate::{GpuContext, GpuError, Pooled};
+
+pub use super::super::kernels::params::ElementwiseParams;
+pub use tritium_core::ops::Elementwise;
+
+fn kernel(f: Elementwise) -> Kernel {
+    match f {
+        Elementwise::Add => Kernel::Add,
+        Elementwise::SiluMul => Kernel::SiluMul,
+        Elementwise::ReluSquared | Elementwise::ReluSquaredMul => Kernel::ReluSquared,
+    }
+}
+
+/// `out[i] = f(first[i], second[i])` over `n` f32, with `first` = `out` when in place.
+pub struct ElementwiseOp {
+    dispatch: Dispatch,
+    _params: Pooled,
+    _placeholder: Option<wgpu::Buffer>,
+}
+
+impl ElementwiseOp {
+    /// `first: None` computes in place (`out` is the first operand). `second` is required by
+    /// every function but [`Elementwise::ReluSquared`], which ignores it. `out` must differ
+    /// from the other buffers.
+    pub fn new(
+        ctx: &GpuContext,
+        f: Elementwise,
+        out: &wgpu::Buffer,
+        first: Option<&wgpu::Buffer>,
+        second: Option<&wgpu::Buffer>,
+        n: u32,
+    ) -> Result<Self, GpuError> {
+        let bytes = u64::from(n) * 4;
+        need("elementwise out", out, bytes)?;
+        if let Some(a) = first {
+            need("elementwise first operand", a, bytes)?;
+        }
+        let second = if f.takes_second() {
+            let b = second.ok_or_else(|| {
+                GpuError::Unsupported(format!("{f:?} without its second operand"))
+            })?;
+            need("elementwise second operand", b, bytes)?;
+            Some(b)
+        } else {
+            None
+        };
+        check(n > 0, || format!("{f:?} over zero elements"))?;
+        let (pipeline, wg) = pipeline(ctx, kernel(f))?;
+        let params = ctx.uniform(
+            "elementwise.params",
+            &ElementwiseParams {
+                n,
+                in_place: u32::from(first.is_none()),
+                gated: u32::from(f == Elementwise::ReluSquaredMul),
+                pad0: 0,
+            },
+        );
+        // Unused bindings still need a buffer, one that is not `out`.
+        let placeholder = match (first, second) {
+            (None, None) => Some(ctx.storage("elementwise.unused", 4)?),
+            _ => None,
+        };
+        let any = first.or(second).or(placeholder.as_ref()).unwrap_or(out);
+        let bind_group = ctx.bind(
+            &pipeline,
+            &[&params, first.unwrap_or(any), out, second.unwrap_or(any)],
+        );
+        Ok(ElementwiseOp {
+            dispatch: Dispatch {
+                pipeline,
+                bind_group,
+                workgroups: grid(
+                    n.div_ceil(wg),
+                    ctx.limits.max_compute_workgroups_per_dimension,
+                ),
+            },
+            _params: params,
+            _placeholder: placeholder,
+        })
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        self.dispatch.record(pass);
+    }
+}

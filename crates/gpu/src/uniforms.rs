@@ -1,5 +1,5 @@
 //! Uniform structs shared with WGSL. Each is `#[repr(C)]` + Pod and declared through
-//! [`gpu_uniform!`], which records its field offsets so a test can compare them with the layout
+//! [`gpu_uniform!`](crate::gpu_uniform), which records its field offsets so a test can compare them with the layout
 //! naga computes for the struct of the same name in the kernels' WGSL. The structs themselves are
 //! in [`crate::kernels::params`].
 

@@ -111,10 +111,10 @@ pub struct PipelineKey {
     pub variant: Variant,
     pub workgroup_size: u32,
     /// Invocations per row and rows per invocation (`TPR`, `RPT`) of the matvec kernels that
-    /// take them ([`ternary::matvec_mapping`]), or `None`: the kernel's defaults.
+    /// take them ([`super::ternary::matvec_mapping`]), or `None`: the kernel's defaults.
     pub mapping: Option<(u32, u32)>,
     /// Units per step (`SPAN`) of the K-quant integer-dot matvecs
-    /// ([`kquants::matvec_q8_span`]), or `None`: the kernel's default.
+    /// ([`super::kquants::matvec_q8_span`]), or `None`: the kernel's default.
     pub span: Option<u32>,
 }
 

@@ -69,7 +69,7 @@ gpu_uniform! {
         pub fused: u32,
         /// Combine: 1 also writes the output's q8 records (into binding 9).
         pub quantize: u32,
-        /// Decode attend ([`Kernel::AttentionDecode`]): q, k and v are products of a norm
+        /// Decode attend ([`super::Kernel::AttentionDecode`]): q, k and v are products of a norm
         /// record of rows of this many values, whose factor the attend applies
         /// (`attention_norm.wgsl`); else 0.
         pub norm_cols: u32,
@@ -198,7 +198,7 @@ gpu_uniform! {
 gpu_uniform! {
     /// Parameters of the NormBitLinear kernel (`norm_bitlinear.wgsl`).
     pub struct NormBitLinearParams {
-        /// Input length (a multiple of 128, at most [`NORM_BITLINEAR_MAX_DIM`]).
+        /// Input length (a multiple of 128, at most [`crate::bitlinear::NORM_BITLINEAR_MAX_DIM`]).
         pub dim: u32,
         pub eps: f32,
         /// Rows of each weight (0 for an absent one).
@@ -227,7 +227,7 @@ gpu_uniform! {
         pub y_stride: u32,
         /// Input row length: `x[t * x_stride + col]`.
         pub x_stride: u32,
-        /// Per-tensor weight scale ([`GpuWeight::scale`]: applied by I2_S, TQ1_0, TQ2_0).
+        /// Per-tensor weight scale ([`crate::weights::GpuWeight::scale`]: applied by I2_S, TQ1_0, TQ2_0).
         pub weight_scale: f32,
         /// The pair kernels ([`crate::kernels::Kernel::MatvecQ8Pair`]): the first
         /// weight's rows; 0 elsewhere.

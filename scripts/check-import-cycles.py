@@ -21,29 +21,33 @@ for dp,dn,fn in os.walk(os.path.join(root,sub)):
             if parts[-1]=='mod' or parts[-1]=='lib': parts=parts[:-1]
             files['::'.join(parts)]=p
 def clean(s):
+    """The text without comments and without an inline test module (by convention the last
+    item of a file, so everything from it on is dropped)."""
     s=re.sub(r'//[^\n]*','',s)
     s=re.sub(r'#\[cfg\(test\)\]\s*mod tests\s*\{.*',"",s,flags=re.S)
     return s
 src={m:clean(open(p).read()) for m,p in files.items()}
-def expand(prefix,t):
-    t=t.strip()
-    mm=re.match(r'^([\w:]*?)::\{(.*)\}$',t,re.S)
-    if mm:
-        pre=mm.group(1); inner=mm.group(2)
-        depth=0;cur='';items=[]
-        for ch in inner:
-            if ch=='{':depth+=1
-            if ch=='}':depth-=1
-            if ch==',' and depth==0: items.append(cur);cur=''
-            else: cur+=ch
-        items.append(cur)
-        for it in items:
-            if it.strip(): yield from expand(prefix+[pre] if pre else prefix,it)
-    elif t.startswith('{') and t.endswith('}'):
-        yield from expand(prefix,'::'.join(['']*0)+'X::'+t) if False else expand(prefix, 'self::'+t) if not prefix else expand(prefix,t)
+def expand(prefix, t):
+    """The (path, name) pairs one `use` tree brings in: `a::{b, c::{d as e}}` gives
+    (a::b, b) and (a::c::d, e)."""
+    t = t.strip()
+    group = re.match(r'^(?:([\w:]*?)::)?\{(.*)\}$', t, re.S)
+    if group:
+        pre = [group.group(1)] if group.group(1) else []
+        depth, cur = 0, ''
+        for ch in group.group(2) + ',':
+            depth += (ch == '{') - (ch == '}')
+            if ch == ',' and depth == 0:
+                if cur.strip():
+                    yield from expand(prefix + pre, cur)
+                cur = ''
+            else:
+                cur += ch
     else:
-        name=t.split(' as ')
-        yield ('::'.join([x for x in prefix if x]+[name[0].strip()]), name[-1].strip())
+        name = t.split(' as ')
+        yield ('::'.join([x for x in prefix if x] + [name[0].strip()]), name[-1].strip())
+
+
 def absolute(mod,path):
     """path relative to module mod -> absolute crate path (without crate::)."""
     parts=path.split('::')

@@ -102,6 +102,26 @@ pub enum ModelError {
     UnsupportedArchitecture { name: String },
     #[error("{key}: {value} is not a usable value")]
     BadMetadata { key: String, value: u64 },
+    #[error("{key} is {value}; it must be {expected}")]
+    BadHyperParameter {
+        key: String,
+        value: String,
+        expected: String,
+    },
+    #[error("{key} says {n_layers} blocks, but the model has no tensor {name}")]
+    MissingLayers {
+        key: String,
+        n_layers: usize,
+        name: String,
+    },
+    #[error("tensor '{name}' holds {have} bytes; its dtype and shape need exactly {need}")]
+    WrongByteLength { name: String, have: u64, need: u64 },
+    #[error("tensor '{name}': {elements} elements are not a whole number of {dtype} blocks")]
+    PartialBlocks {
+        name: String,
+        elements: u64,
+        dtype: String,
+    },
     #[error("{n_heads} attention heads over {n_kv_heads} KV heads of {head_dim} dimensions")]
     BadHeads {
         n_heads: usize,

@@ -1,7 +1,7 @@
 //! A model's hyper-parameters, read from GGUF metadata (`<arch>.block_count`, ...).
 
 use crate::error::ModelError;
-use crate::formats::gguf::GgufFile;
+use crate::formats::gguf::{GgufError, GgufFile};
 use crate::ops::{RopeConfig, RopeStyle};
 use crate::Error;
 
@@ -46,9 +46,20 @@ pub struct ModelConfig {
     pub rope: RopeConfig,
 }
 
+/// The largest width (embedding, FFN, attention heads times head size) and layer count a
+/// configuration may claim. Far above any released model, and small enough that every
+/// product of two of them fits in a `u64`; the tensors' shapes must still match.
+const MAX_WIDTH: usize = 1 << 20;
+const MAX_LAYERS: usize = 1 << 16;
+
 impl ModelConfig {
     /// Read the configuration from GGUF metadata. `n_vocab` comes from the embedding table
     /// (`token_embd.weight`), the authority on how many rows exist.
+    ///
+    /// Every hyper-parameter is checked here, once, for every backend: integers positive and
+    /// within [`MAX_WIDTH`] / [`MAX_LAYERS`], floats finite and positive, a key of the wrong
+    /// type an error rather than a silent default, and the last block's tensors present (a
+    /// `block_count` the file does not hold is refused before anything is sized by it).
     pub fn from_gguf(file: &GgufFile) -> Result<Self, Error> {
         let arch_name = file
             .architecture()
@@ -59,30 +70,60 @@ impl ModelConfig {
                 name: arch_name.clone(),
             })?;
         let key = |k: &str| format!("{arch_name}.{k}");
-        let req = |k: &str| -> Result<usize, Error> {
-            let v = file.require_u64(&key(k))?;
-            usize::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| {
-                ModelError::BadMetadata {
+        let bad = |k: &str, value: String, expected: &str| -> Error {
+            ModelError::BadHyperParameter {
+                key: key(k),
+                value,
+                expected: expected.to_string(),
+            }
+            .into()
+        };
+        // An integer key: absent is `None`; present, it must be an integer in 1..=max.
+        let int = |k: &str, max: usize| -> Result<Option<usize>, Error> {
+            let Some(v) = file.get(&key(k)) else {
+                return Ok(None);
+            };
+            let expected = format!("an integer from 1 to {max}");
+            let n = v
+                .as_u64()
+                .ok_or_else(|| bad(k, format!("{v:?}"), &expected))?;
+            match usize::try_from(n) {
+                Ok(n) if n >= 1 && n <= max => Ok(Some(n)),
+                _ => Err(bad(k, n.to_string(), &expected)),
+            }
+        };
+        let req = |k: &str, max: usize| -> Result<usize, Error> {
+            int(k, max)?.ok_or_else(|| {
+                GgufError::Metadata {
                     key: key(k),
-                    value: v,
+                    problem: "missing".into(),
                 }
                 .into()
             })
         };
-        let dim = req("embedding_length")?;
-        let n_layers = req("block_count")?;
-        let n_heads = req("attention.head_count")?;
-        let n_kv_heads = match file.get_u64(&key("attention.head_count_kv")) {
-            Some(v) => v as usize,
-            None => n_heads,
+        // A float key: absent is `default`; present, finite and positive.
+        let float = |k: &str, default: f64| -> Result<f64, Error> {
+            let Some(v) = file.get(&key(k)) else {
+                return Ok(default);
+            };
+            let expected = "a finite number above 0";
+            match v.as_f64() {
+                Some(x) if x.is_finite() && x > 0.0 => Ok(x),
+                Some(x) => Err(bad(k, x.to_string(), expected)),
+                None => Err(bad(k, format!("{v:?}"), expected)),
+            }
         };
-        let ffn_dim = req("feed_forward_length")?;
-        let context_length = req("context_length")?;
-        let head_dim = match file.get_u64(&key("attention.key_length")) {
-            Some(v) => v as usize,
+        let dim = req("embedding_length", MAX_WIDTH)?;
+        let n_layers = req("block_count", MAX_LAYERS)?;
+        let n_heads = req("attention.head_count", MAX_WIDTH)?;
+        let n_kv_heads = int("attention.head_count_kv", MAX_WIDTH)?.unwrap_or(n_heads);
+        let ffn_dim = req("feed_forward_length", MAX_WIDTH)?;
+        let context_length = req("context_length", usize::MAX)?;
+        let head_dim = match int("attention.key_length", MAX_WIDTH)? {
+            Some(v) => v,
             None => dim / n_heads,
         };
-        if n_kv_heads == 0 || n_heads % n_kv_heads != 0 || head_dim == 0 {
+        if head_dim == 0 || n_heads % n_kv_heads != 0 || n_heads * head_dim > MAX_WIDTH {
             return Err(ModelError::BadHeads {
                 n_heads,
                 n_kv_heads,
@@ -90,14 +131,18 @@ impl ModelConfig {
             }
             .into());
         }
-        let eps = file
-            .get_f64(&key("attention.layer_norm_rms_epsilon"))
-            .unwrap_or(1e-5) as f32;
-        let theta = file.get_f64(&key("rope.freq_base")).unwrap_or(10_000.0);
-        let rot_dim = file
-            .get_u64(&key("rope.dimension_count"))
-            .map_or(head_dim, |v| v as usize);
-        if rot_dim == 0 || rot_dim % 2 != 0 || rot_dim > head_dim {
+        let eps = float("attention.layer_norm_rms_epsilon", 1e-5)?;
+        if eps >= 1.0 || eps as f32 == 0.0 {
+            return Err(bad(
+                "attention.layer_norm_rms_epsilon",
+                eps.to_string(),
+                "above 0 (as an f32) and below 1",
+            ));
+        }
+        let eps = eps as f32;
+        let theta = float("rope.freq_base", 10_000.0)?;
+        let rot_dim = int("rope.dimension_count", MAX_WIDTH)?.unwrap_or(head_dim);
+        if rot_dim % 2 != 0 || rot_dim > head_dim {
             return Err(ModelError::BadRotaryDims { rot_dim, head_dim }.into());
         }
         let style = match arch {
@@ -106,24 +151,37 @@ impl ModelConfig {
         };
         let mut rope = RopeConfig::new(head_dim, theta, style);
         rope.rot_dim = rot_dim;
+        let last_block = format!("blk.{}.attn_norm.weight", n_layers - 1);
+        if file.tensor(&last_block).is_none() {
+            return Err(ModelError::MissingLayers {
+                key: key("block_count"),
+                n_layers,
+                name: last_block,
+            }
+            .into());
+        }
         let embd = file
             .tensor("token_embd.weight")
             .ok_or_else(|| ModelError::MissingTensor {
                 name: "token_embd.weight".into(),
             })?;
         let shape = embd.dims.clone();
-        if shape.len() != 2 || shape[0] as usize != dim {
+        let n_vocab = match shape[..] {
+            [d, v] if d == dim as u64 && v >= 1 => usize::try_from(v).ok(),
+            _ => None,
+        };
+        let Some(n_vocab) = n_vocab else {
             return Err(ModelError::WrongShape {
                 name: "token_embd.weight".into(),
                 shape,
                 expected: format!("[{dim}, n_vocab]"),
             }
             .into());
-        }
+        };
         Ok(ModelConfig {
             arch,
             arch_name,
-            n_vocab: shape[1] as usize,
+            n_vocab,
             dim,
             n_layers,
             n_heads,

@@ -122,7 +122,7 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
             }
             .into());
         }
-        let bytes = self.src.read(name).await?;
+        let bytes = read_exact(self.src, name, dtype, rows as u64 * cols as u64).await?;
         // Upstream llama.cpp's BitNet files carry a ternary weight's scale as its own tensor.
         let scale_name = format!("{}.scale", name.trim_end_matches(".weight"));
         let scale = match self.src.meta(&scale_name) {
@@ -146,10 +146,9 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
 
     /// A vector as f32.
     async fn vector_values(&mut self, name: &str) -> Result<Vec<f32>, Error> {
-        let (dtype, shape) = self.src.meta(name).ok_or_else(|| Self::missing(name))?;
-        let n: u64 = shape.iter().product();
-        let bytes = self.src.read(name).await?;
-        Ok(quant::dequantize(dtype, &bytes, n as usize)?)
+        vector_values(self.src, name)
+            .await?
+            .ok_or_else(|| Self::missing(name))
     }
 
     /// A norm weight of `dim` values.
@@ -197,7 +196,8 @@ impl Weights {
         };
         let (q_dim, kv_dim) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
         let bitnet = c.arch == Arch::BitNet;
-        let mut layers = Vec::with_capacity(c.n_layers);
+        // Grown one loaded layer at a time: never sized by the count the metadata claims.
+        let mut layers = Vec::new();
         for i in 0..c.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             layers.push(LayerWeights {
@@ -237,18 +237,78 @@ pub fn rope_freq_factors(src: &dyn TensorSource) -> Result<Option<Vec<f32>>, Err
     run_ready(rope_freq_factors_async(&ReadySource(src)))
 }
 
-/// [`rope_freq_factors`] from an asynchronous source.
+/// [`rope_freq_factors`] from an asynchronous source. Every factor must be finite and
+/// positive (they divide the rotation frequencies).
 pub async fn rope_freq_factors_async<S: AsyncTensorSource>(
     src: &S,
 ) -> Result<Option<Vec<f32>>, Error> {
     let name = "rope_freqs.weight";
+    let Some(factors) = vector_values(src, name).await? else {
+        return Ok(None);
+    };
+    if let Some(bad) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+        return Err(ModelError::BadHyperParameter {
+            key: name.into(),
+            value: bad.to_string(),
+            expected: "finite and above 0 in every element".into(),
+        }
+        .into());
+    }
+    Ok(Some(factors))
+}
+
+/// A tensor's element count from its shape, with overflow an error.
+fn element_count(name: &str, shape: &[u64]) -> Result<u64, Error> {
+    shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| {
+            ModelError::ShapeOverflow {
+                name: name.to_string(),
+            }
+            .into()
+        })
+}
+
+/// A tensor's bytes, which must be exactly what `n` elements of `dtype` occupy (the same
+/// check for every backend and every source: a tensor one byte short or long is refused).
+async fn read_exact<S: AsyncTensorSource>(
+    src: &S,
+    name: &str,
+    dtype: GgmlType,
+    n: u64,
+) -> Result<Vec<u8>, Error> {
+    let need = dtype
+        .tensor_bytes(n)
+        .ok_or_else(|| ModelError::PartialBlocks {
+            name: name.to_string(),
+            elements: n,
+            dtype: dtype.to_string(),
+        })?;
+    let bytes = src.read(name).await?;
+    if bytes.len() as u64 != need {
+        return Err(ModelError::WrongByteLength {
+            name: name.to_string(),
+            have: bytes.len() as u64,
+            need,
+        }
+        .into());
+    }
+    Ok(bytes)
+}
+
+/// A vector tensor's values as f32, `None` when the source has no such tensor.
+async fn vector_values<S: AsyncTensorSource>(
+    src: &S,
+    name: &str,
+) -> Result<Option<Vec<f32>>, Error> {
     let Some((dtype, shape)) = src.meta(name) else {
         return Ok(None);
     };
-    let n: u64 = shape.iter().product();
-    Ok(Some(quant::dequantize(
-        dtype,
-        &src.read(name).await?,
-        n as usize,
-    )?))
+    let n = element_count(name, &shape)?;
+    let bytes = read_exact(src, name, dtype, n).await?;
+    let n = usize::try_from(n).map_err(|_| ModelError::ShapeOverflow {
+        name: name.to_string(),
+    })?;
+    Ok(Some(quant::dequantize(dtype, &bytes, n)?))
 }

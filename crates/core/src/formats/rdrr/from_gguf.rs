@@ -233,7 +233,7 @@ pub fn convert_gguf_view(
     let metadata = ExtraFileData {
         name: GGUF_METADATA_FILE.to_string(),
         role: "gguf-metadata".to_string(),
-        bytes: GgufMetadata::from_gguf(file).to_json(),
+        bytes: GgufMetadata::from_gguf(file).to_json()?,
     };
     let mut extra = Map::new();
     let file_type = file.get_u64("general.file_type");

@@ -20,7 +20,11 @@
 //! reads back bit for bit); a non-finite float is written as a string of its bits in hex
 //! (`"0x7fc00000"`), which JSON numbers cannot hold.
 
-use serde_json::{json, Map, Value as Json};
+use std::io::Write;
+
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+use serde_json::{Map, Value as Json};
 
 use super::manifest::Manifest;
 use super::RdrrError;
@@ -76,26 +80,40 @@ impl GgufMetadata {
     }
 
     /// The JSON document (pretty enough to read, compact enough for a 128k-token vocabulary:
-    /// one line per metadata entry).
-    pub fn to_json(&self) -> Vec<u8> {
-        let mut out = String::new();
-        out.push_str("{\n");
-        out.push_str(&format!(
-            "  \"format\": \"{GGUF_METADATA_FORMAT}\",\n  \"formatVersion\": 1,\n  \
+    /// one line per metadata entry). Written straight from the values, never through a JSON
+    /// tree (an element of a GGUF array takes 1 to 12 bytes; as a tree node it took 32 and
+    /// more), and refused once it passes [`MAX_JSON_BYTES`](super::MAX_JSON_BYTES), the most
+    /// a reader of the folder accepts.
+    pub fn to_json(&self) -> Result<Vec<u8>, RdrrError> {
+        let mut out = Capped {
+            buf: Vec::new(),
+            limit: super::MAX_JSON_BYTES as usize,
+        };
+        let head = format!(
+            "{{\n  \"format\": \"{GGUF_METADATA_FORMAT}\",\n  \"formatVersion\": 1,\n  \
              \"ggufVersion\": {},\n  \"alignment\": {},\n  \"metadata\": [",
             self.version, self.alignment
-        ));
-        for (i, (key, value)) in self.metadata.iter().enumerate() {
-            let mut entry = Map::new();
-            entry.insert("key".into(), key.clone().into());
-            encode_value(value, &mut entry);
-            out.push_str(if i == 0 { "\n    " } else { ",\n    " });
-            out.push_str(&Json::Object(entry).to_string());
-        }
-        out.push_str("\n  ],\n  \"tensors\": ");
-        out.push_str(&json!(self.tensor_order).to_string());
-        out.push_str("\n}\n");
-        out.into_bytes()
+        );
+        let written = (|| -> std::io::Result<()> {
+            out.write_all(head.as_bytes())?;
+            for (i, (key, value)) in self.metadata.iter().enumerate() {
+                out.write_all(if i == 0 { b"\n    " } else { b",\n    " })?;
+                serde_json::to_writer(&mut out, &EntryJson { key, value })?;
+            }
+            out.write_all(b"\n  ],\n  \"tensors\": ")?;
+            serde_json::to_writer(&mut out, &self.tensor_order)?;
+            out.write_all(b"\n}\n")
+        })();
+        written.map_err(|_| {
+            field_error(
+                "metadata",
+                format!(
+                    "as JSON it takes more than the {} MiB an RDRR reader accepts",
+                    super::MAX_JSON_BYTES >> 20
+                ),
+            )
+        })?;
+        Ok(out.buf)
     }
 
     /// Parse the JSON document; errors name the field at fault.
@@ -231,71 +249,129 @@ fn type_name(type_id: u32) -> &'static str {
     }
 }
 
-fn f32_json(x: f32) -> Json {
-    if x.is_finite() {
-        json!(f64::from(x))
-    } else {
-        json!(format!("{:#010x}", x.to_bits()))
-    }
+/// A byte buffer that refuses to grow past `limit`.
+struct Capped {
+    buf: Vec<u8>,
+    limit: usize,
 }
 
-fn f64_json(x: f64) -> Json {
-    if x.is_finite() {
-        json!(x)
-    } else {
-        json!(format!("{:#018x}", x.to_bits()))
-    }
-}
-
-/// Write `type`, `elementType` (arrays) and `value` into `entry`.
-fn encode_value(value: &Value, entry: &mut Map<String, Json>) {
-    entry.insert("type".into(), type_name(value.type_id()).into());
-    let v = match value {
-        Value::U8(x) => json!(x),
-        Value::I8(x) => json!(x),
-        Value::U16(x) => json!(x),
-        Value::I16(x) => json!(x),
-        Value::U32(x) => json!(x),
-        Value::I32(x) => json!(x),
-        Value::F32(x) => f32_json(*x),
-        Value::Bool(x) => json!(x),
-        Value::String(x) => json!(x),
-        Value::U64(x) => json!(x),
-        Value::I64(x) => json!(x),
-        Value::F64(x) => f64_json(*x),
-        Value::Array(a) => {
-            entry.insert("elementType".into(), type_name(a.elem_type_id()).into());
-            encode_array(a)
+impl Write for Capped {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + bytes.len() > self.limit {
+            return Err(std::io::Error::other("over the limit"));
         }
-    };
-    entry.insert("value".into(), v);
+        self.buf.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
-/// An array's elements as a JSON array (inner arrays as `{elementType, value}` objects).
-fn encode_array(a: &Array) -> Json {
-    match a {
-        Array::U8(v) => json!(v),
-        Array::I8(v) => json!(v),
-        Array::U16(v) => json!(v),
-        Array::I16(v) => json!(v),
-        Array::U32(v) => json!(v),
-        Array::I32(v) => json!(v),
-        Array::F32(v) => Json::Array(v.iter().map(|&x| f32_json(x)).collect()),
-        Array::Bool(v) => json!(v),
-        Array::String(v) => json!(v),
-        Array::U64(v) => json!(v),
-        Array::I64(v) => json!(v),
-        Array::F64(v) => Json::Array(v.iter().map(|&x| f64_json(x)).collect()),
-        Array::Array(v) => Json::Array(
-            v.iter()
-                .map(|inner| {
-                    json!({
-                        "elementType": type_name(inner.elem_type_id()),
-                        "value": encode_array(inner),
-                    })
-                })
-                .collect(),
-        ),
+/// A float as the exact decimal of its value, or a non-finite one as its bits in hex.
+struct FloatJson {
+    value: f64,
+    bits: String,
+}
+
+impl FloatJson {
+    fn f32(x: f32) -> FloatJson {
+        FloatJson {
+            value: f64::from(x),
+            bits: if x.is_finite() {
+                String::new()
+            } else {
+                format!("{:#010x}", x.to_bits())
+            },
+        }
+    }
+
+    fn f64(x: f64) -> FloatJson {
+        FloatJson {
+            value: x,
+            bits: if x.is_finite() {
+                String::new()
+            } else {
+                format!("{:#018x}", x.to_bits())
+            },
+        }
+    }
+}
+
+impl Serialize for FloatJson {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.bits.is_empty() {
+            true => s.serialize_f64(self.value),
+            false => s.serialize_str(&self.bits),
+        }
+    }
+}
+
+/// One metadata entry: `{"elementType"?, "key", "type", "value"}` (keys in this order).
+struct EntryJson<'a> {
+    key: &'a str,
+    value: &'a Value,
+}
+
+impl Serialize for EntryJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        if let Value::Array(a) = self.value {
+            m.serialize_entry("elementType", type_name(a.elem_type_id()))?;
+        }
+        m.serialize_entry("key", self.key)?;
+        m.serialize_entry("type", type_name(self.value.type_id()))?;
+        match self.value {
+            Value::U8(x) => m.serialize_entry("value", x)?,
+            Value::I8(x) => m.serialize_entry("value", x)?,
+            Value::U16(x) => m.serialize_entry("value", x)?,
+            Value::I16(x) => m.serialize_entry("value", x)?,
+            Value::U32(x) => m.serialize_entry("value", x)?,
+            Value::I32(x) => m.serialize_entry("value", x)?,
+            Value::F32(x) => m.serialize_entry("value", &FloatJson::f32(*x))?,
+            Value::Bool(x) => m.serialize_entry("value", x)?,
+            Value::String(x) => m.serialize_entry("value", x)?,
+            Value::U64(x) => m.serialize_entry("value", x)?,
+            Value::I64(x) => m.serialize_entry("value", x)?,
+            Value::F64(x) => m.serialize_entry("value", &FloatJson::f64(*x))?,
+            Value::Array(a) => m.serialize_entry("value", &ArrayJson(a))?,
+        }
+        m.end()
+    }
+}
+
+/// An array's elements (inner arrays as `{"elementType", "value"}` objects).
+struct ArrayJson<'a>(&'a Array);
+
+impl Serialize for ArrayJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Array::U8(v) => v.serialize(s),
+            Array::I8(v) => v.serialize(s),
+            Array::U16(v) => v.serialize(s),
+            Array::I16(v) => v.serialize(s),
+            Array::U32(v) => v.serialize(s),
+            Array::I32(v) => v.serialize(s),
+            Array::F32(v) => s.collect_seq(v.iter().map(|&x| FloatJson::f32(x))),
+            Array::Bool(v) => v.serialize(s),
+            Array::String(v) => v.serialize(s),
+            Array::U64(v) => v.serialize(s),
+            Array::I64(v) => v.serialize(s),
+            Array::F64(v) => s.collect_seq(v.iter().map(|&x| FloatJson::f64(x))),
+            Array::Array(v) => s.collect_seq(v.iter().map(InnerArrayJson)),
+        }
+    }
+}
+
+struct InnerArrayJson<'a>(&'a Array);
+
+impl Serialize for InnerArrayJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("elementType", type_name(self.0.elem_type_id()))?;
+        m.serialize_entry("value", &ArrayJson(self.0))?;
+        m.end()
     }
 }
 
@@ -480,7 +556,7 @@ mod tests {
     #[test]
     fn every_type_round_trips_bit_for_bit() {
         let m = sample();
-        let json = m.to_json();
+        let json = m.to_json().unwrap();
         let back = GgufMetadata::from_json(&json).unwrap();
         assert!(same(&m, &back), "{}", String::from_utf8_lossy(&json));
         // f32 values are written as the exact value, not a rounded decimal.
@@ -489,7 +565,7 @@ mod tests {
 
     #[test]
     fn damaged_files_name_the_field() {
-        let json = String::from_utf8(sample().to_json()).unwrap();
+        let json = String::from_utf8(sample().to_json().unwrap()).unwrap();
         for (from, to, field) in [
             ("\"u8\",\"value\":255", "\"u8\",\"value\":256", "a.u8"),
             ("\"type\":\"bool\"", "\"type\":\"boolean\"", "a.yes"),

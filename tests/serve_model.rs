@@ -3,13 +3,15 @@
 //! paths and percent-encoded ones are not normalized away by a client library).
 //!
 //! Checked: content types, Range (206 with Content-Range, 416), HEAD, strong ETag with
-//! If-None-Match (304) and If-Range, CORS headers and preflight, path traversal refused, and
-//! convert-and-serve of a GGUF reusing its earlier conversion.
+//! If-None-Match (304) and If-Range, CORS headers and preflight, path traversal refused, only
+//! regular files inside the folder served (symlinks resolved first), and convert-and-serve of a
+//! GGUF reusing its earlier conversion.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
 
 const TINY_I2S: &str = "tests/fixtures/bitnet/tiny-i2s.gguf";
 
@@ -88,17 +90,41 @@ impl Reply {
     }
 }
 
-/// Send one request (`Connection: close`) and read the whole reply.
-fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
-    let mut s = TcpStream::connect(addr).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+/// The text of a request, `Connection: close` unless `keep_alive`.
+fn request_text(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    keep_alive: bool,
+) -> String {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n");
+    if !keep_alive {
+        req.push_str("Connection: close\r\n");
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
+    req
+}
+
+/// Send one request (`Connection: close`) and read the whole reply. The read gives up after
+/// 30 s, far beyond any answer from loopback, so a server that hangs fails the test instead of
+/// blocking it.
+fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(request_text(addr, method, path, headers, false).as_bytes())
+        .unwrap();
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
+    s.read_to_end(&mut raw)
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    parse_reply(&raw)
+}
+
+/// A whole reply (head and body) as read from the socket.
+fn parse_reply(raw: &[u8]) -> Reply {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -323,4 +349,93 @@ fn a_gguf_is_converted_once_and_served() {
         std::fs::read_dir(store.join("converted")).unwrap().count(),
         1
     );
+}
+
+/// A converted tiny model in `<tmp>/model`, with `empty.bin` (zero bytes) beside its files.
+fn model_folder(tmp: &Path) -> std::path::PathBuf {
+    let dir = tmp.join("model");
+    convert(TINY_I2S, &dir);
+    std::fs::write(dir.join("empty.bin"), b"").unwrap();
+    dir
+}
+
+#[cfg(unix)]
+#[test]
+fn only_regular_files_inside_the_folder_are_served() {
+    use std::os::unix::fs::symlink;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp_path = tmp.path().canonicalize().unwrap();
+    let dir = model_folder(&tmp_path);
+    std::fs::write(tmp_path.join("secret.txt"), b"not for you").unwrap();
+    std::fs::create_dir(tmp_path.join("outside")).unwrap();
+    std::fs::write(tmp_path.join("outside/secret.txt"), b"not for you").unwrap();
+    std::fs::create_dir(dir.join("nested")).unwrap();
+    std::fs::write(dir.join("nested/inner.bin"), b"inner bytes").unwrap();
+
+    // Leading out of the folder: relative, absolute, through a symlinked folder, to a system
+    // file.
+    symlink("../secret.txt", dir.join("relative-escape.txt")).unwrap();
+    symlink(tmp_path.join("secret.txt"), dir.join("absolute-escape.txt")).unwrap();
+    symlink(tmp_path.join("outside"), dir.join("outside-dir")).unwrap();
+    symlink("/etc/passwd", dir.join("passwd")).unwrap();
+    // Broken: dangling, a loop.
+    symlink("missing.bin", dir.join("dangling")).unwrap();
+    symlink("loop", dir.join("loop")).unwrap();
+    // Not regular files: a FIFO (opening it would wait for a writer), a folder, a symlink to
+    // one.
+    let fifo = Command::new("mkfifo")
+        .arg(dir.join("fifo"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    symlink("nested", dir.join("nested-link")).unwrap();
+    // Staying inside: served.
+    symlink("manifest.json", dir.join("alias.json")).unwrap();
+    symlink(dir.join("nested/inner.bin"), dir.join("absolute-alias.bin")).unwrap();
+    symlink("../model/nested/inner.bin", dir.join("out-and-back.bin")).unwrap();
+
+    // The folder is named through a symlink too: its resolved path is the boundary.
+    let served = tmp_path.join("served");
+    symlink(&dir, &served).unwrap();
+    let server = Server::start(&[served.to_str().unwrap()]);
+    let a = server.addr.clone();
+
+    for path in [
+        "/relative-escape.txt",
+        "/absolute-escape.txt",
+        "/outside-dir/secret.txt",
+        "/passwd",
+        "/dangling",
+        "/loop",
+        "/fifo",
+        "/nested",
+        "/nested-link",
+        "/",
+    ] {
+        for method in ["GET", "HEAD"] {
+            let r = request(&a, method, path, &[("Range", "bytes=0-")]);
+            assert_eq!(r.status, 404, "{method} {path}: {r:?}");
+            let body = String::from_utf8_lossy(&r.body);
+            assert!(
+                !body.contains("not for you") && !body.contains("root:"),
+                "{path}: {body}"
+            );
+        }
+    }
+
+    let manifest = std::fs::read(dir.join("manifest.json")).unwrap();
+    let r = get(&a, "/alias.json", &[]);
+    assert_eq!((r.status, &r.body), (200, &manifest));
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    for path in [
+        "/nested/inner.bin",
+        "/nested-link/inner.bin",
+        "/absolute-alias.bin",
+        "/out-and-back.bin",
+    ] {
+        let r = get(&a, path, &[("Range", "bytes=0-4")]);
+        assert_eq!((r.status, &r.body[..]), (206, &b"inner"[..]), "{path}");
+    }
+    server.stop();
 }

@@ -1,9 +1,12 @@
 //! `tritium serve-model <rdrr-dir | model.gguf> --port N [--host 127.0.0.1]`: serve a model
 //! folder over HTTP for `tritium pull` and browsers.
 //!
-//! - Static files of the folder through tower-http's `ServeDir`: `Range` (206 with
-//!   `Content-Range`, 416 for a range that cannot be satisfied), `HEAD`, `Last-Modified`,
-//!   content types from the file name (`application/json` for `.json`,
+//! - Only regular files inside the folder are served, judged after every symlink on the way is
+//!   resolved: symlinks (to files or folders) that stay inside are followed; one that leads
+//!   out, a folder, a FIFO, a socket or a device gets 404, as a missing file does.
+//! - The files through tower-http's `ServeFile`: `HEAD`, `Last-Modified` and
+//!   `If-Modified-Since`, `Range` (206 with `Content-Range`, 416 for a range that cannot be
+//!   satisfied), content types from the requested name (`application/json` for `.json`,
 //!   `application/octet-stream` for shards).
 //! - A strong `ETag` per file (`"<size>-<mtime ns>"`, both hex: it changes whenever the file
 //!   does), with `If-None-Match` (304) and `If-Range` (the range is served only while the
@@ -17,6 +20,7 @@
 //! where the key hashes the file's path, size and modification time: an unchanged GGUF reuses
 //! its earlier conversion.
 
+use std::fs::Metadata;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -31,7 +35,7 @@ use axum::Router;
 use clap::Args;
 use sha2::{Digest, Sha256};
 use tower_http::cors::{Any, CorsLayer};
-use tower_http::services::ServeDir;
+use tower_http::services::ServeFile;
 
 use super::convert::gguf_to_rdrr;
 use super::model::{open, OpenModel};
@@ -131,8 +135,9 @@ fn conversion_name(path: &Path) -> Result<String, Error> {
 
 /// What every request handler shares.
 struct Served {
+    /// The served folder with every symlink resolved: a file whose resolved path lies under it
+    /// is inside the folder.
     root: PathBuf,
-    files: ServeDir,
 }
 
 /// Bytes per file read (tower-http reads 64 KiB by default, each read a hop to a blocking
@@ -157,12 +162,29 @@ fn safe_relative_path(uri_path: &str) -> Option<String> {
     (!bad).then(|| rel.to_string())
 }
 
-/// The strong validator of a file: its size and modification time.
-fn etag_of(path: &Path) -> Option<String> {
-    let meta = std::fs::metadata(path).ok()?;
-    if !meta.is_file() {
+/// A file that may be served: its path with every symlink resolved, and its metadata.
+struct Servable {
+    path: PathBuf,
+    meta: Metadata,
+}
+
+/// `rel` under `root` (canonical), if it is a regular file inside the folder once every
+/// symlink on the way is resolved: a symlink, or a symlinked folder, that leads out of the
+/// folder is refused, and so is anything that is not a regular file (folders, FIFOs, sockets,
+/// devices: a FIFO would block the reader until some writer opened it). Symlinks that stay
+/// inside the folder are followed. Whoever can write to the folder is trusted: a symlink
+/// swapped in between this check and the file's opening is not guarded against.
+fn servable(root: &Path, rel: &str) -> Option<Servable> {
+    let path = root.join(rel).canonicalize().ok()?;
+    if !path.starts_with(root) {
         return None;
     }
+    let meta = std::fs::metadata(&path).ok()?;
+    meta.is_file().then_some(Servable { path, meta })
+}
+
+/// The strong validator of a file: its size and modification time.
+fn etag_of(meta: &Metadata) -> Option<String> {
     let mtime = meta
         .modified()
         .ok()?
@@ -183,15 +205,25 @@ fn none_match(headers: &HeaderMap, etag: &str) -> bool {
         .any(|tag| tag == "*" || tag.trim_start_matches("W/") == etag)
 }
 
+fn status_only(status: StatusCode, message: &'static str) -> Response {
+    (status, message).into_response()
+}
+
 async fn handle(State(served): State<Arc<Served>>, mut req: Request) -> Response {
     let Some(rel) = safe_relative_path(req.uri().path()) else {
-        return (StatusCode::BAD_REQUEST, "path outside the model folder\n").into_response();
+        return status_only(StatusCode::BAD_REQUEST, "path outside the model folder\n");
     };
-    let etag = if rel.is_empty() {
-        None
-    } else {
-        etag_of(&served.root.join(&rel))
+    let root = served.root.clone();
+    let name = rel.clone();
+    // Resolving symlinks and reading metadata block: off the async workers.
+    let file = tokio::task::spawn_blocking(move || servable(&root, &name))
+        .await
+        .ok()
+        .flatten();
+    let Some(file) = file else {
+        return status_only(StatusCode::NOT_FOUND, "not found\n");
     };
+    let etag = etag_of(&file.meta);
     if let Some(tag) = &etag {
         let read = matches!(*req.method(), Method::GET | Method::HEAD);
         if read && none_match(req.headers(), tag) {
@@ -201,26 +233,24 @@ async fn handle(State(served): State<Arc<Served>>, mut req: Request) -> Response
                 .body(Body::empty())
                 .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
         }
-        // If-Range: keep the range only while the strong validator still matches.
-        if let Some(validator) = req.headers().get(header::IF_RANGE) {
-            if validator.as_bytes() != tag.as_bytes() {
-                req.headers_mut().remove(header::RANGE);
-            }
-        }
-    } else {
-        // Without a validator (not a file), a conditional range cannot be honoured.
-        if req.headers().contains_key(header::IF_RANGE) {
-            req.headers_mut().remove(header::RANGE);
+    }
+    let headers = req.headers_mut();
+    // If-Range: keep the range only while the strong validator still matches (a date, a stale
+    // tag, or a file without a validator gets the whole file).
+    if let Some(validator) = headers.get(header::IF_RANGE) {
+        if etag.as_deref().map(str::as_bytes) != Some(validator.as_bytes()) {
+            headers.remove(header::RANGE);
         }
     }
-    let mut files = served.files.clone();
-    let response = match files.try_call(req).await {
+    // The content type follows the requested name (a symlink's target may be named otherwise).
+    let mime = mime_guess::from_path(&rel).first_or_octet_stream();
+    let mut files = ServeFile::new_with_mime(&file.path, &mime).with_buf_chunk_size(CHUNK);
+    let mut response = match files.try_call(req).await {
         Ok(r) => r.map(Body::new),
         Err(e) => {
             return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response();
         }
     };
-    let mut response = response;
     if let Some(tag) = etag {
         if response.status().is_success() || response.status() == StatusCode::RANGE_NOT_SATISFIABLE
         {
@@ -232,14 +262,9 @@ async fn handle(State(served): State<Arc<Served>>, mut req: Request) -> Response
     response
 }
 
-/// The service: files of `root` with ETags, behind CORS.
-pub fn router(root: PathBuf) -> Router {
-    let served = Arc::new(Served {
-        files: ServeDir::new(&root)
-            .append_index_html_on_directories(false)
-            .with_buf_chunk_size(CHUNK),
-        root,
-    });
+/// The service: the files of `root` (canonical) with ETags, behind CORS.
+fn router(root: PathBuf) -> Router {
+    let served = Arc::new(Served { root });
     let cors = CorsLayer::new()
         .allow_origin(Any)
         .allow_methods([Method::GET, Method::HEAD, Method::OPTIONS])
@@ -264,7 +289,8 @@ pub fn router(root: PathBuf) -> Router {
 
 /// `tritium serve-model`.
 pub fn run(args: &ServeModelArgs) -> Result<ExitCode, Error> {
-    let root = folder_to_serve(args)?;
+    let folder = folder_to_serve(args)?;
+    let root = folder.canonicalize().map_err(|e| io_error(&folder, e))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -284,7 +310,7 @@ pub fn run(args: &ServeModelArgs) -> Result<ExitCode, Error> {
         };
         println!(
             "serving {} at http://{host}:{}/ (manifest: http://{host}:{}/{MANIFEST_FILE})",
-            root.display(),
+            folder.display(),
             local.port(),
             local.port()
         );
@@ -297,7 +323,7 @@ pub fn run(args: &ServeModelArgs) -> Result<ExitCode, Error> {
         let listener = listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        axum::serve(listener, router(root.clone()))
+        axum::serve(listener, router(root))
             .with_graceful_shutdown(async {
                 let _ = tokio::signal::ctrl_c().await;
             })

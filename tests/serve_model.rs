@@ -2,10 +2,11 @@
 //! plain HTTP/1.1 client over `TcpStream` (so requests go out exactly as written: raw `..`
 //! paths and percent-encoded ones are not normalized away by a client library).
 //!
-//! Checked: content types, Range (206 with Content-Range, 416), HEAD, strong ETag with
-//! If-None-Match (304) and If-Range, CORS headers and preflight, path traversal refused, only
-//! regular files inside the folder served (symlinks resolved first), and convert-and-serve of a
-//! GGUF reusing its earlier conversion.
+//! Checked: content types, Range as RFC 9110 has it (206 with Content-Range, 416 with
+//! `bytes */len`, the whole file for a range not understood or for several ranges), HEAD,
+//! strong ETag with If-None-Match (304) and If-Range, CORS headers and preflight, path
+//! traversal refused, only regular files inside the folder served (symlinks resolved first),
+//! and convert-and-serve of a GGUF reusing its earlier conversion.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -233,6 +234,7 @@ fn serves_an_rdrr_folder_with_ranges_etags_cors_and_no_escape() {
         r.header("content-range"),
         Some(format!("bytes */{len}").as_str())
     );
+    assert_eq!(r.header("etag"), Some(shard_etag.as_str()));
 
     // HEAD: the headers of a GET, no body.
     let r = request(&a, "HEAD", "/shard_00000.bin", &[]);
@@ -250,6 +252,24 @@ fn serves_an_rdrr_folder_with_ranges_etags_cors_and_no_escape() {
         &[("If-None-Match", "\"other\", W/".to_string().as_str())],
     );
     assert_eq!(r.status, 200);
+    // A date does not overrule If-None-Match (RFC 9110 §13.1.3): a file modified long before
+    // 2100 would be "not modified since" then, yet the tag does not match.
+    let r = get(
+        &a,
+        "/manifest.json",
+        &[
+            ("If-None-Match", "\"other\""),
+            ("If-Modified-Since", "Fri, 01 Jan 2100 00:00:00 GMT"),
+        ],
+    );
+    assert_eq!((r.status, r.body.len()), (200, manifest.len()));
+    // Without If-None-Match the date is honoured.
+    let r = get(
+        &a,
+        "/manifest.json",
+        &[("If-Modified-Since", "Fri, 01 Jan 2100 00:00:00 GMT")],
+    );
+    assert_eq!(r.status, 304);
 
     // If-Range: the range while the validator matches, the whole file when it does not.
     let r = get(
@@ -357,6 +377,93 @@ fn model_folder(tmp: &Path) -> std::path::PathBuf {
     convert(TINY_I2S, &dir);
     std::fs::write(dir.join("empty.bin"), b"").unwrap();
     dir
+}
+
+#[test]
+fn ranges_follow_rfc_9110() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = model_folder(tmp.path());
+    let shard = std::fs::read(dir.join("shard_00000.bin")).unwrap();
+    let len = shard.len();
+    let server = Server::start(&[dir.to_str().unwrap()]);
+    let a = server.addr.clone();
+    let path = "/shard_00000.bin";
+
+    // One satisfiable range: 206 with exactly those bytes.
+    for (range, first, last) in [
+        ("bytes=0-0".to_string(), 0, 0),
+        ("bytes=-500".to_string(), len - 500, len - 1),
+        (format!("bytes=-{}", len * 2), 0, len - 1),
+        ("bytes=100-".to_string(), 100, len - 1),
+        ("bytes=5-99999999999999999999999".to_string(), 5, len - 1),
+        ("Bytes=5-9".to_string(), 5, 9),
+        ("bytes=, 5-9 ,".to_string(), 5, 9),
+    ] {
+        let r = get(&a, path, &[("Range", &range)]);
+        assert_eq!(r.status, 206, "{range}");
+        assert_eq!(r.body, &shard[first..=last], "{range}");
+        assert_eq!(
+            r.header("content-range"),
+            Some(format!("bytes {first}-{last}/{len}").as_str()),
+            "{range}"
+        );
+    }
+
+    // No satisfiable byte: 416 naming the length.
+    for range in [
+        format!("bytes={len}-"),
+        format!("bytes={len}-{}", len + 10),
+        "bytes=-0".to_string(),
+        "bytes=99999999999999999999999-".to_string(),
+    ] {
+        let r = get(&a, path, &[("Range", &range)]);
+        assert_eq!(r.status, 416, "{range}");
+        assert_eq!(
+            r.header("content-range"),
+            Some(format!("bytes */{len}").as_str()),
+            "{range}"
+        );
+        assert!(r.body.is_empty(), "{range}");
+    }
+
+    // Not understood (invalid, another unit) or several ranges: ignored, the whole file.
+    for range in [
+        "bytes=abc",
+        "items=0-5",
+        "bytes=5-2",
+        "bytes=",
+        "bytes=+1-2",
+        "bytes=0-1;5-9",
+        "bytes=0-1,5-9",
+        "bytes=0-1, -3",
+        "bytes=0-1,0-1",
+    ] {
+        let r = get(&a, path, &[("Range", range)]);
+        assert_eq!((r.status, r.body.len()), (200, len), "{range}");
+        assert_eq!(r.header("content-range"), None, "{range}");
+        assert_eq!(r.body, shard, "{range}");
+    }
+    // Two Range fields are not one range set.
+    let r = get(&a, path, &[("Range", "bytes=0-1"), ("Range", "bytes=5-9")]);
+    assert_eq!((r.status, r.body.len()), (200, len));
+    // A matching If-Range does not make an invalid range valid.
+    let etag = get(&a, path, &[]).header("etag").unwrap().to_string();
+    let r = get(&a, path, &[("Range", "bytes=abc"), ("If-Range", &etag)]);
+    assert_eq!((r.status, r.body.len()), (200, len));
+    // Ranges apply to GET only: HEAD describes the whole file.
+    let r = request(&a, "HEAD", path, &[("Range", "bytes=0-9")]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some(len.to_string().as_str()));
+
+    // An empty file has no byte to send: `bytes=0-` is unsatisfiable, while a suffix asks for
+    // the whole (empty) file.
+    let r = get(&a, "/empty.bin", &[("Range", "bytes=0-")]);
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some("bytes */0"));
+    let r = get(&a, "/empty.bin", &[("Range", "bytes=-5")]);
+    assert_eq!((r.status, r.body.len()), (200, 0));
+    assert_eq!(r.header("content-length"), Some("0"));
+    server.stop();
 }
 
 #[cfg(unix)]

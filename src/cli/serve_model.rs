@@ -5,12 +5,18 @@
 //!   resolved: symlinks (to files or folders) that stay inside are followed; one that leads
 //!   out, a folder, a FIFO, a socket or a device gets 404, as a missing file does.
 //! - The files through tower-http's `ServeFile`: `HEAD`, `Last-Modified` and
-//!   `If-Modified-Since`, `Range` (206 with `Content-Range`, 416 for a range that cannot be
-//!   satisfied), content types from the requested name (`application/json` for `.json`,
-//!   `application/octet-stream` for shards).
+//!   `If-Modified-Since`, content types from the requested name (`application/json` for
+//!   `.json`, `application/octet-stream` for shards).
+//! - `Range` as RFC 9110 §14 has it, parsed by
+//!   [`range_response`](crate::storage::download::range_response): one satisfiable byte range
+//!   gets 206 with `Content-Range`, one that selects no byte 416 with `Content-Range: bytes
+//!   */<len>`; a header not understood (invalid syntax, another unit) is ignored, and so are
+//!   several ranges (200 with the whole file: see `range_response` for why not
+//!   `multipart/byteranges`). Ranges apply to `GET` only.
 //! - A strong `ETag` per file (`"<size>-<mtime ns>"`, both hex: it changes whenever the file
-//!   does), with `If-None-Match` (304) and `If-Range` (the range is served only while the
-//!   validator still matches; a date validator or a stale ETag gets the whole file).
+//!   does), with `If-None-Match` (304; it overrules `If-Modified-Since`) and `If-Range` (the
+//!   range is served only while the validator still matches; a date validator or a stale ETag
+//!   gets the whole file).
 //! - CORS for any origin: `Access-Control-Allow-Origin: *`, `Content-Range`, `Content-Length`,
 //!   `ETag` and `Accept-Ranges` exposed to scripts, `OPTIONS` preflights answered.
 //! - Paths are checked before any file is touched: `..`, `.`, backslashes, NUL and
@@ -42,6 +48,7 @@ use super::model::{open, OpenModel};
 use crate::cli::Error;
 use crate::formats::rdrr::{ConvertOptions, MANIFEST_FILE};
 use crate::formats::source::ModelFiles;
+use crate::storage::download::{range_response, RangeResponse};
 
 /// `tritium serve-model` arguments.
 #[derive(Args, Clone, Debug)]
@@ -205,6 +212,19 @@ fn none_match(headers: &HeaderMap, etag: &str) -> bool {
         .any(|tag| tag == "*" || tag.trim_start_matches("W/") == etag)
 }
 
+/// How to answer the request's `Range` for a file of `len` bytes (RFC 9110 §14.2, see
+/// [`range_response`]): ranges apply to `GET` only, and a request with more than one `Range`
+/// field, or one that is not visible ASCII, is not understood and gets the whole file.
+fn requested_range(req: &Request, len: u64) -> RangeResponse {
+    let mut fields = req.headers().get_all(header::RANGE).iter();
+    match (req.method(), fields.next(), fields.next()) {
+        (&Method::GET, Some(value), None) => value
+            .to_str()
+            .map_or(RangeResponse::Full, |v| range_response(v, len)),
+        _ => RangeResponse::Full,
+    }
+}
+
 fn status_only(status: StatusCode, message: &'static str) -> Response {
     (status, message).into_response()
 }
@@ -223,6 +243,7 @@ async fn handle(State(served): State<Arc<Served>>, mut req: Request) -> Response
     let Some(file) = file else {
         return status_only(StatusCode::NOT_FOUND, "not found\n");
     };
+    let len = file.meta.len();
     let etag = etag_of(&file.meta);
     if let Some(tag) = &etag {
         let read = matches!(*req.method(), Method::GET | Method::HEAD);
@@ -235,11 +256,40 @@ async fn handle(State(served): State<Arc<Served>>, mut req: Request) -> Response
         }
     }
     let headers = req.headers_mut();
+    // If-None-Match decides alone (RFC 9110 §13.1.3): a date must not turn its 200 into a 304.
+    if headers.contains_key(header::IF_NONE_MATCH) {
+        headers.remove(header::IF_MODIFIED_SINCE);
+    }
     // If-Range: keep the range only while the strong validator still matches (a date, a stale
     // tag, or a file without a validator gets the whole file).
     if let Some(validator) = headers.get(header::IF_RANGE) {
         if etag.as_deref().map(str::as_bytes) != Some(validator.as_bytes()) {
             headers.remove(header::RANGE);
+        }
+    }
+    match requested_range(&req, len) {
+        RangeResponse::Full => {
+            req.headers_mut().remove(header::RANGE);
+        }
+        // The range as tower-http reads it, with the bounds resolved here (digits always make
+        // a header value; were it refused, the whole file would be the answer).
+        RangeResponse::Partial { first, last } => {
+            match HeaderValue::from_str(&format!("bytes={first}-{last}")) {
+                Ok(v) => req.headers_mut().insert(header::RANGE, v),
+                Err(_) => req.headers_mut().remove(header::RANGE),
+            };
+        }
+        RangeResponse::Unsatisfiable => {
+            let mut response = Response::builder()
+                .status(StatusCode::RANGE_NOT_SATISFIABLE)
+                .header(header::CONTENT_RANGE, format!("bytes */{len}"))
+                .header(header::ACCEPT_RANGES, "bytes");
+            if let Some(tag) = &etag {
+                response = response.header(header::ETAG, tag.as_str());
+            }
+            return response
+                .body(Body::empty())
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
         }
     }
     // The content type follows the requested name (a symlink's target may be named otherwise).

@@ -6,13 +6,14 @@
 //! `bytes */len`, the whole file for a range not understood or for several ranges), HEAD,
 //! strong ETag with If-None-Match (304) and If-Range, CORS headers and preflight, path
 //! traversal refused, only regular files inside the folder served (symlinks resolved first),
-//! and convert-and-serve of a GGUF reusing its earlier conversion.
+//! the connection limits (header, idle and send timeouts, at most N connections) on real
+//! sockets, and convert-and-serve of a GGUF reusing its earlier conversion.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const TINY_I2S: &str = "tests/fixtures/bitnet/tiny-i2s.gguf";
 
@@ -153,6 +154,42 @@ fn parse_reply(raw: &[u8]) -> Reply {
 
 fn get(addr: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
     request(addr, "GET", path, headers)
+}
+
+/// Read one reply of a kept-alive connection: the head, then `Content-Length` bytes of body.
+fn read_reply(s: &mut TcpStream) -> Reply {
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "closed inside a reply head");
+        raw.push(byte[0]);
+    }
+    let head = parse_reply(&raw);
+    let len: usize = head.header("content-length").unwrap().parse().unwrap();
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).unwrap();
+    raw.extend_from_slice(&body);
+    parse_reply(&raw)
+}
+
+/// How long after the call the server closed `s` (end of stream or reset), reading and
+/// discarding whatever arrives meanwhile; `None` if it is still open after `limit`. Polls
+/// every 20 ms, which bounds this measurement's own error.
+fn closed_within(s: &mut TcpStream, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return Some(start.elapsed()),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return Some(start.elapsed()),
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+    }
 }
 
 fn convert(gguf: &str, out: &Path) {
@@ -544,5 +581,179 @@ fn only_regular_files_inside_the_folder_are_served() {
         let r = get(&a, path, &[("Range", "bytes=0-4")]);
         assert_eq!((r.status, &r.body[..]), (206, &b"inner"[..]), "{path}");
     }
+    server.stop();
+}
+
+/// Header timeout 2 s, idle timeout 0.5 s: different enough that which one closed a
+/// connection shows in when it closed. Closing times are checked from below with 0.1 s of
+/// slack (the server's clock starts before the test's, timers fire no earlier than due) and
+/// from above with 1.5 s (a loaded machine may run the server's timer late; the other timeout
+/// still has to be told apart).
+#[test]
+fn slow_headers_and_idle_connections_are_closed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = model_folder(tmp.path());
+    let server = Server::start(&[
+        dir.to_str().unwrap(),
+        "--header-timeout",
+        "2",
+        "--idle-timeout",
+        "0.5",
+    ]);
+    let a = server.addr.clone();
+
+    // A header sent a byte every 100 ms: each byte keeps the idle timeout away, the header
+    // timeout ends it.
+    let mut slow = TcpStream::connect(&a).unwrap();
+    let start = Instant::now();
+    let text = format!("GET /manifest.json HTTP/1.1\r\nHost: {a}\r\nX-Slow: ");
+    let mut bytes = text.bytes().chain(std::iter::repeat(b'a')).take(100);
+    let closed = loop {
+        let Some(byte) = bytes.next() else {
+            panic!("a slow header is still read after 10 s");
+        };
+        if slow.write_all(&[byte]).is_err()
+            || closed_within(&mut slow, Duration::from_millis(100)).is_some()
+        {
+            break start.elapsed();
+        }
+    };
+    assert!(
+        closed >= Duration::from_millis(1900) && closed <= Duration::from_millis(3500),
+        "{closed:?}"
+    );
+
+    // A connection opened and never used: the idle timeout.
+    let mut silent = TcpStream::connect(&a).unwrap();
+    let closed = closed_within(&mut silent, Duration::from_secs(10)).expect("closed");
+    assert!(
+        closed >= Duration::from_millis(400) && closed < Duration::from_millis(1900),
+        "{closed:?}"
+    );
+
+    // Keep-alive: a second request within the idle timeout is served on the same connection
+    // (traffic restarts the clock), then the idle connection is closed.
+    let mut kept = TcpStream::connect(&a).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    for _ in 0..2 {
+        kept.write_all(request_text(&a, "GET", "/manifest.json", &[], true).as_bytes())
+            .unwrap();
+        assert_eq!(read_reply(&mut kept).status, 200);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let closed = closed_within(&mut kept, Duration::from_secs(10)).expect("closed")
+        + Duration::from_millis(300);
+    assert!(
+        closed >= Duration::from_millis(400) && closed < Duration::from_millis(1900),
+        "{closed:?}"
+    );
+    server.stop();
+}
+
+/// A client that stops reading its response is cut off by the send timeout (1.5 s), and one
+/// that pauses for less than that is not, even for longer than the idle timeout (0.25 s): the
+/// idle timeout applies only between requests. The timeout counts time in which the server can
+/// write nothing, which starts once the socket buffers are full: the file, 48 MiB, is far more
+/// than those hold while nobody reads (a few MiB), and the pausing client drains them (8 MiB
+/// per read) between pauses of 0.6 s, so the server's writes never stall much longer than
+/// that.
+#[test]
+fn a_client_that_stops_reading_is_cut_off() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = model_folder(tmp.path());
+    let big: Vec<u8> = (0..48u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.join("big.bin"), &big).unwrap();
+    let server = Server::start(&[
+        dir.to_str().unwrap(),
+        "--idle-timeout",
+        "0.25",
+        "--send-timeout",
+        "1.5",
+    ]);
+    let a = server.addr.clone();
+    let text = request_text(&a, "GET", "/big.bin", &[], false);
+
+    let mut s = TcpStream::connect(&a).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(text.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut chunk = vec![0u8; 8 << 20];
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(600));
+        s.read_exact(&mut chunk).unwrap();
+        raw.extend_from_slice(&chunk);
+    }
+    s.read_to_end(&mut raw).unwrap();
+    let r = parse_reply(&raw);
+    assert_eq!(r.status, 200);
+    assert!(r.body == big, "{} of {} bytes", r.body.len(), big.len());
+
+    // Not reading for 3.5 s: the server gives up 1.5 s after its writes stall; what it had
+    // written still arrives, then the end of the stream, short of the whole file.
+    let mut s = TcpStream::connect(&a).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(text.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(3500));
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    assert!(
+        raw.len() < big.len(),
+        "{} bytes of a {}-byte file arrived",
+        raw.len(),
+        big.len()
+    );
+    server.stop();
+}
+
+/// `--max-connections 2`: two connections that send nothing hold both places, a third is
+/// connected (the kernel queues it) but not answered; when one of the two closes, the third
+/// is served. The timeouts (10 s) are far longer than the test, so no connection is closed by
+/// them meanwhile; 0.7 s without an answer is far longer than a loopback answer takes.
+#[test]
+fn connections_beyond_the_limit_wait_their_turn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = model_folder(tmp.path());
+    let server = Server::start(&[
+        dir.to_str().unwrap(),
+        "--max-connections",
+        "2",
+        "--idle-timeout",
+        "10",
+        "--header-timeout",
+        "10",
+    ]);
+    let a = server.addr.clone();
+    // The server is answering before the limit is reached.
+    assert_eq!(get(&a, "/manifest.json", &[]).status, 200);
+
+    let first = TcpStream::connect(&a).unwrap();
+    let _second = TcpStream::connect(&a).unwrap();
+    let mut third = TcpStream::connect(&a).unwrap();
+    third
+        .write_all(request_text(&a, "GET", "/manifest.json", &[], false).as_bytes())
+        .unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_millis(700)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    match third.read(&mut byte) {
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+        other => panic!("the third connection was answered: {other:?}"),
+    }
+
+    drop(first);
+    let start = Instant::now();
+    third
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut raw = Vec::new();
+    third.read_to_end(&mut raw).unwrap();
+    assert_eq!(parse_reply(&raw).status, 200);
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
     server.stop();
 }

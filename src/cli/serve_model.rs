@@ -21,22 +21,27 @@
 //!   `ETag` and `Accept-Ranges` exposed to scripts, `OPTIONS` preflights answered.
 //! - Paths are checked before any file is touched: `..`, `.`, backslashes, NUL and
 //!   percent-encoded forms of them (`%2e%2e`, `%2f`) get 400.
+//! - Connections are bounded (`connections`): a header timeout (`--header-timeout`, 10 s), an
+//!   idle timeout between requests (`--idle-timeout`, 5 s), a send timeout for clients that
+//!   stop reading (`--send-timeout`, 60 s), and at most `--max-connections` (256) at once,
+//!   further clients waiting their turn.
 //!
 //! Given a GGUF file, the model is first converted to RDRR in `<store>/converted/<name>-<key>`,
 //! where the key hashes the file's path, size and modification time: an unchanged GGUF reuses
 //! its earlier conversion.
 
+mod connections;
+
 use std::fs::Metadata;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt as _;
 use axum::Router;
 use clap::Args;
 use sha2::{Digest, Sha256};
@@ -61,8 +66,44 @@ pub struct ServeModelArgs {
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
+    /// Seconds a request's header may take to arrive, counted from when its connection is
+    /// ready for it (just accepted, or its previous response sent); then the connection is
+    /// closed. Cuts off clients that send their header slowly or not at all.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
+    pub header_timeout: Duration,
+    /// Seconds a connection with no request in progress may go without a byte arriving (an
+    /// idle keep-alive connection, or one opened and never used) before it is closed.
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_seconds)]
+    pub idle_timeout: Duration,
+    /// Seconds a response may go without the server being able to write a byte of it (the
+    /// client has stopped reading and the socket buffers are full) before its connection is
+    /// closed.
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_seconds)]
+    pub send_timeout: Duration,
+    /// Connections served at once; further clients wait, connected but unanswered, until one
+    /// closes.
+    #[arg(long, value_name = "N", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
     #[command(flatten)]
     pub store: super::store::StoreArgs,
+}
+
+/// The longest timeout accepted: a day (a deadline must stay a representable instant).
+const MAX_TIMEOUT_SECS: f64 = 86_400.0;
+
+/// A timeout in seconds (fractions allowed), more than 0 and at most a day.
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(secs > 0.0 && secs <= MAX_TIMEOUT_SECS) {
+        return Err(format!(
+            "{s} s: a timeout must be more than 0 and at most {MAX_TIMEOUT_SECS} s"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> Error {
@@ -341,6 +382,12 @@ fn router(root: PathBuf) -> Router {
 pub fn run(args: &ServeModelArgs) -> Result<ExitCode, Error> {
     let folder = folder_to_serve(args)?;
     let root = folder.canonicalize().map_err(|e| io_error(&folder, e))?;
+    let limits = connections::Limits {
+        header_timeout: args.header_timeout,
+        idle_timeout: args.idle_timeout,
+        send_timeout: args.send_timeout,
+        max_connections: args.max_connections as usize,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -366,19 +413,11 @@ pub fn run(args: &ServeModelArgs) -> Result<ExitCode, Error> {
         );
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
-        // TCP_NODELAY: a response's head and body go out in separate writes, and with
-        // Nagle's algorithm the body of a small file waits for the head's acknowledgement,
-        // which a client on a kept-alive connection delays by up to 40 ms (`tritium pull`
-        // spent 45-50 ms of a 0.19 s download on its four small files that way).
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        axum::serve(listener, router(root))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
-            .map_err(|e| Error::Usage(format!("server: {e}")))
+        connections::serve(listener, router(root), limits, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await;
+        Ok::<_, Error>(())
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -412,5 +451,15 @@ mod tests {
             safe_relative_path("/a%20b.json").as_deref(),
             Some("a b.json")
         );
+    }
+
+    #[test]
+    fn timeouts_are_positive_seconds_up_to_a_day() {
+        assert_eq!(parse_seconds("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_seconds("0.25"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_seconds("86400"), Ok(Duration::from_secs(86_400)));
+        for bad in ["0", "-1", "86401", "1e30", "nan", "inf", "", "10s", "abc"] {
+            assert!(parse_seconds(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -30,6 +30,7 @@ mod local;
 #[cfg(not(target_arch = "wasm32"))]
 mod native;
 mod observe;
+mod range;
 mod rdrr;
 mod relay;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
@@ -55,6 +56,7 @@ pub use http::{
 pub use link::JobLink;
 #[cfg(not(target_arch = "wasm32"))]
 pub use native::{ReqwestBody, ReqwestClient};
+pub use range::{parse_range_header, range_response, ByteRangeSpec, RangeResponse};
 pub use rdrr::{base_url, download_rdrr, join_url};
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
 pub use relay::{JobError, JobSpec};

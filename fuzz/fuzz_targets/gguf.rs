@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tritium::formats::gguf::GgufFile;
-use tritium::quant;
+use tritium_core::formats::gguf::GgufFile;
+use tritium_core::quant;
 
 fuzz_target!(|data: &[u8]| {
     let bytes = data.to_vec();

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tritium::storage::download::{parse_range_header, range_response, RangeResponse};
+use tritium_storage::download::{parse_range_header, range_response, RangeResponse};
 
 fuzz_target!(|data: &[u8]| {
     let (len, value) = data.split_at(data.len().min(8));

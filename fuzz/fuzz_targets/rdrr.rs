@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tritium::formats::rdrr::{self, Manifest};
-use tritium::formats::source::MemoryFiles;
+use tritium_core::formats::rdrr::{self, Manifest};
+use tritium_core::formats::source::MemoryFiles;
 
 fuzz_target!(|data: &[u8]| {
     let mut parts = data.splitn(3, |&b| b == 0);

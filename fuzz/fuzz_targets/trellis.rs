@@ -6,9 +6,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tritium::formats::safetensors;
-use tritium::formats::source::MemoryFiles;
-use tritium::formats::trellis;
+use tritium_core::formats::safetensors;
+use tritium_core::formats::source::MemoryFiles;
+use tritium_core::formats::trellis;
 
 macro_rules! fixture {
     ($($path:literal),* $(,)?) => {

@@ -4,11 +4,8 @@ use std::path::{Path, PathBuf};
 
 use super::{load, AnyBackend, BackendChoice, KvCacheType, OpenOptions, OpenedModel, Session};
 use crate::backend::cpu::CpuBackend;
-use crate::error::ModelError;
 use crate::formats::source::SourceError;
-use crate::storage::download::DownloadError;
 use crate::storage::DirFiles;
-use crate::storage::StoreError;
 use crate::Error;
 
 /// Open a model and load it: `reference` is a GGUF file, an RDRR or Trellis folder, the name of
@@ -99,10 +96,19 @@ pub fn backend(options: &OpenOptions) -> Result<AnyBackend, Error> {
     Ok(AnyBackend::Cpu(Box::new(CpuBackend::new(batch))))
 }
 
+/// Without the HTTP client, a URL cannot be opened.
+#[cfg(not(feature = "http"))]
+fn download(_url: &str, _options: &OpenOptions) -> Result<PathBuf, Error> {
+    Err(Error::NotCompiled("http"))
+}
+
 /// Download the model at `url` into the store (every shard and group hash checked as it
 /// streams) unless it is there already; its path in the store.
+#[cfg(feature = "http")]
 fn download(url: &str, options: &OpenOptions) -> Result<PathBuf, Error> {
-    use crate::storage::download::{pull, DownloadOptions, ReqwestClient};
+    use crate::error::ModelError;
+    use crate::storage::download::{pull, DownloadError, DownloadOptions, ReqwestClient};
+    use crate::storage::StoreError;
     let name = crate::storage::model_name_from_url(url)
         .ok_or_else(|| ModelError::UnnamedUrl { url: url.into() })?;
     let store = crate::storage::FsStore::open_default(options.store.as_deref())?;

@@ -27,7 +27,7 @@ mod http;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
 mod link;
 mod local;
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(not(target_arch = "wasm32"), feature = "http"))]
 mod native;
 mod observe;
 mod range;
@@ -54,7 +54,7 @@ pub use http::{
 };
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
 pub use link::JobLink;
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(not(target_arch = "wasm32"), feature = "http"))]
 pub use native::{ReqwestBody, ReqwestClient};
 pub use range::{parse_range_header, range_response, ByteRangeSpec, RangeResponse};
 pub use rdrr::{base_url, download_rdrr, join_url};

@@ -175,8 +175,17 @@ fn read_tensor_checks_ranges() {
         v["output_norm.weight"]["offset"] = 2.into();
     });
     let m = load(&huge);
+    // 2^64 - 1 bytes are not what 64 F32 elements take: refused before the ranges are read.
     assert!(matches!(
         read_tensor(&m, &huge, "output_norm.weight"),
+        Err(RdrrError::BadTensor { .. })
+    ));
+    let past = patch(&good, "tensors.json", |v| {
+        v["output_norm.weight"]["offset"] = 8000.into();
+    });
+    let m = load(&past);
+    assert!(matches!(
+        read_tensor(&m, &past, "output_norm.weight"),
         Err(RdrrError::TensorOutOfBounds { .. })
     ));
     let far = patch(&good, "tensors.json", |v| {

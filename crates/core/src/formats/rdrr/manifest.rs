@@ -149,11 +149,10 @@ impl TensorLocation {
         ggml_type_for_dtype(&self.dtype)
     }
 
-    /// Number of elements (product of the shape; 1 for a scalar), `None` on overflow.
+    /// Number of elements (product of the shape; 1 for a scalar), `None` on overflow (see
+    /// [`element_count`]).
     pub fn element_count(&self) -> Option<u64> {
-        self.shape
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        element_count(&self.shape)
     }
 
     /// Where the bytes are, for `inspect`: `shard 3 @ 4096` or `shards 0-1`.
@@ -407,10 +406,29 @@ impl Manifest {
     }
 }
 
+/// The number of elements of `shape` (1 for a scalar), or `None` when the product of its
+/// non-zero dimensions passes 2^64: a zero dimension makes the count 0, but code that multiplies
+/// the dimensions in another order (innermost first, as GGUF stores them) must not wrap either.
+pub(crate) fn element_count(shape: &[u64]) -> Option<u64> {
+    let nonzero = shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))?;
+    Some(if shape.contains(&0) { 0 } else { nonzero })
+}
+
+/// The longest file name most file systems store (bytes).
+const MAX_FILE_NAME: usize = 255;
+
 /// Refuse a file name that is not a plain name inside the model folder: no `/`, `\`, `..`,
-/// absolute paths, drive letters or NUL.
+/// absolute paths, drive letters or NUL; nor one no file system could store as given (control
+/// characters, over 255 bytes).
 pub(crate) fn check_plain_file_name(field: &str, name: &str) -> Result<(), RdrrError> {
-    if name.contains('/') || check_relative_path(name).is_err() {
+    if name.contains('/')
+        || check_relative_path(name).is_err()
+        || name.chars().any(char::is_control)
+        || name.len() > MAX_FILE_NAME
+    {
         return Err(RdrrError::UnsafeFileName {
             field: field.to_string(),
             name: name.to_string(),
@@ -439,6 +457,7 @@ mod tests {
 
     #[test]
     fn plain_file_names_only() {
+        let long = "x".repeat(256);
         for bad in [
             "",
             "a/b",
@@ -449,9 +468,13 @@ mod tests {
             "a\0b",
             "..",
             ".",
+            "a\nb.bin",
+            "tab\t.bin",
+            long.as_str(),
         ] {
             assert!(check_plain_file_name("f", bad).is_err(), "{bad:?}");
         }
+        assert!(check_plain_file_name("f", &"x".repeat(255)).is_ok());
         assert!(check_plain_file_name("f", "shard_00000.bin").is_ok());
     }
 

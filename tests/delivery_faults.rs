@@ -772,3 +772,87 @@ async fn a_small_file_that_cannot_be_written_fails_the_download_and_keeps_the_sh
     pull(&f.store, &f.server.url()).await.unwrap();
     f.assert_complete().await;
 }
+
+/// File names that collide in one folder, refused by pull's manifest planning before anything
+/// but the manifest is fetched: a shard named `tensors.json` (whose bytes the tensors file
+/// would overwrite), and an `extraFiles` entry named like a shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_names_that_collide_are_refused_before_anything_is_fetched() {
+    let f = fixture(2).await;
+    let good: serde_json::Value = serde_json::from_slice(&f.files["manifest.json"]).unwrap();
+    let mut shard_named_tensors = good.clone();
+    set_shard_name(&mut shard_named_tensors, 0, "tensors.json");
+    let mut extra_named_shard = good.clone();
+    extra_named_shard["extraFiles"] = serde_json::json!([{
+        "fileName": f.shards[0], "size": 4,
+        "hash": hash_hex(HashAlgorithm::Sha256, b"abcd"),
+    }]);
+    for manifest in [shard_named_tensors, extra_named_shard] {
+        f.server
+            .set_file("manifest.json", serde_json::to_vec(&manifest).unwrap());
+        f.server.clear_log();
+        let err = pull(&f.store, &f.server.url()).await.unwrap_err();
+        assert!(
+            matches!(&err, DownloadError::InvalidManifest { problems, .. }
+                if problems.iter().any(|p| p.contains("is the name of"))),
+            "{err}"
+        );
+        let files: Vec<String> = f.server.log().into_iter().map(|r| r.file).collect();
+        assert_eq!(files, ["manifest.json"]);
+        assert!(f.store.list().await.unwrap().is_empty());
+    }
+}
+
+/// Tensor entries that claim more than the shards hold are refused before any shard is
+/// fetched: a BLAKE3 manifest with one 30 GiB shard and a tensor of 100,000 spans repeating it
+/// (3 PB: the group checks would size their work from it), and a group that lists a tensor
+/// 2,000 times (its hash would read the tensor 2,000 times). The store here has no quota, so
+/// nothing but validation stands before the group checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tensors_that_claim_more_than_the_shards_hold_are_refused_before_any_shard() {
+    let shard = 30u64 << 30;
+    let manifest = serde_json::json!({
+        "version": 1, "modelId": "x", "hashAlgorithm": "blake3", "tensorsFile": "tensors.json",
+        "groups": {"embed": {"type": "embed", "shards": [0], "tensors": ["t"], "hash": "0".repeat(64)}},
+        "shards": [{"index": 0, "fileName": "shard_00000.bin", "size": shard, "hash": "0".repeat(64)}],
+    });
+    let span = serde_json::json!({"shardIndex": 0, "offset": 0, "size": shard});
+    let size = shard * 100_000;
+    let tensors = serde_json::json!({"t": {
+        "group": "embed", "shard": 0, "offset": 0, "size": size, "shape": [size / 4],
+        "dtype": "F32", "spans": vec![span; 100_000],
+    }});
+    let files = BTreeMap::from([
+        (
+            "manifest.json".to_string(),
+            serde_json::to_vec(&manifest).unwrap(),
+        ),
+        (
+            "tensors.json".to_string(),
+            serde_json::to_vec(&tensors).unwrap(),
+        ),
+    ]);
+    let server = FaultServer::start(files).await;
+    let store = MemoryStore::new();
+    let err = pull(&store, &server.url()).await.unwrap_err();
+    assert!(
+        matches!(&err, DownloadError::InvalidManifest { problems, .. }
+            if problems.iter().any(|p| p.contains("overlap"))),
+        "{err}"
+    );
+    assert!(server.requests("shard_00000.bin").is_empty());
+
+    let f = fixture(2).await;
+    let mut m: serde_json::Value = serde_json::from_slice(&f.files["manifest.json"]).unwrap();
+    m["groups"]["layer.0"]["tensors"] = serde_json::json!(vec!["blk.0.attn.weight"; 2000]);
+    f.server
+        .set_file("manifest.json", serde_json::to_vec(&m).unwrap());
+    let err = pull(&f.store, &f.server.url()).await.unwrap_err();
+    assert!(
+        matches!(&err, DownloadError::InvalidManifest { problems, .. }
+            if problems.iter().any(|p| p.contains("more than once"))),
+        "{err}"
+    );
+    assert_eq!(f.shard_requests(), 0);
+    assert!(f.store.list().await.unwrap().is_empty());
+}

@@ -117,7 +117,13 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     )
     .await?
     .unwrap_or_default();
-    let raw: serde_json::Value =
+    // Only `tensorsFile` is read here (the rest is skipped, not stored).
+    #[derive(serde::Deserialize)]
+    struct TensorsFile {
+        #[serde(rename = "tensorsFile")]
+        tensors_file: Option<serde_json::Value>,
+    }
+    let raw: TensorsFile =
         serde_json::from_slice(&manifest_bytes).map_err(|e| DownloadError::Manifest {
             url: manifest_url.clone(),
             source: RdrrError::Json {
@@ -126,7 +132,8 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
             },
         })?;
     let tensors_file = raw
-        .get("tensorsFile")
+        .tensors_file
+        .filter(|v| !v.is_null())
         .map(|v| v.as_str().map(str::to_string).ok_or(v.to_string()));
     let tensors_file = match tensors_file {
         None => None,

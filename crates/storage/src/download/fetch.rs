@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::gguf::HeaderGuard;
+use super::gguf_header::HeaderGuard;
 use super::groups::ShardTap;
 use super::hash_kind::HashKind;
 use super::hashing::{Hashing, WorkerPool};
@@ -42,7 +42,7 @@ impl StreamObserver for Observer<'_> {
         match self {
             Observer::None => Ok(()),
             Observer::Groups(t) => t.bytes(offset, data).await,
-            Observer::Gguf(g) => g.bytes(offset, data).await,
+            Observer::Gguf(g) => g.bytes(offset, data),
             #[cfg(all(target_arch = "wasm32", feature = "web"))]
             Observer::Worker(l) => l.bytes(offset, data).await,
         }

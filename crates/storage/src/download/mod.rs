@@ -19,6 +19,7 @@
 
 mod fetch;
 mod gguf;
+mod gguf_header;
 mod groups;
 mod hash_kind;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]

@@ -138,9 +138,9 @@ pub(crate) fn kind(v: &Value) -> &'static str {
 // ---------------------------------------------------------------------------------------------
 // Typed reading of the large parts (shards, groups, tensors)
 //
-// A `Value` tree takes many times the text it comes from (each small object is a B-tree node
-// of several hundred bytes, each string an allocation of its own): a 5 MB `tensors.json` of a
-// hundred thousand spans would take over 100 MB. The parts of a manifest that can be large are
+// A `Value` tree takes many times the text it comes from: each small object is a B-tree node
+// of several hundred bytes, each string an allocation of its own. The parts of a manifest that
+// can be large are
 // therefore read straight from the text into typed entries, whose size is a small multiple of
 // the text's; the entry that fails is named by its path, as `value_at` names a field.
 

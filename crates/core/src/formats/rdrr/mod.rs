@@ -247,8 +247,9 @@ fn layout_message(problems: &[String]) -> String {
 
 /// One tensor's entry against itself: its dtype is known, its size is what its shape and dtype
 /// take (checked arithmetic), its spans add up to its size and share no bytes. Then the bytes
-/// it claims are backed by as many distinct bytes of its shards.
-fn check_tensor(name: &str, tensor: &TensorLocation) -> Result<(), RdrrError> {
+/// it claims are backed by as many distinct bytes of its shards, once each span is checked to
+/// lie inside its shard: what reads a tensor's spans into one buffer calls this first.
+pub fn check_tensor(name: &str, tensor: &TensorLocation) -> Result<(), RdrrError> {
     let bad = |message: String| RdrrError::BadTensor {
         name: name.to_string(),
         message,

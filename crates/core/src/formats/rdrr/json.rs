@@ -163,16 +163,18 @@ impl Failure {
         }
     }
 
-    /// The error to report for a read of `file` that failed with `e`: the entry recorded, or
-    /// the file itself (not JSON, or not the shape expected at its top level).
+    /// The error to report for a read of `file` that failed with `e`: the entry recorded (a
+    /// value of the wrong kind), or the file itself (not JSON, or not the shape expected at its
+    /// top level).
     pub fn error(self, file: &str, e: serde_json::Error) -> RdrrError {
+        let syntax = !matches!(e.classify(), serde_json::error::Category::Data);
         match self.0.into_inner() {
-            Some((field, message)) => RdrrError::Field {
+            Some((field, message)) if !syntax => RdrrError::Field {
                 file: file.to_string(),
                 field,
                 message,
             },
-            None => RdrrError::Json {
+            _ => RdrrError::Json {
                 file: file.to_string(),
                 message: e.to_string(),
             },

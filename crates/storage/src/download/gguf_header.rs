@@ -8,10 +8,10 @@ use super::DownloadError;
 use crate::formats::gguf::{GgufError, GgufFile};
 use crate::formats::source::{ByteSource, SourceError};
 
-/// The most header bytes kept in memory to parse: the metadata (vocabulary, merges, chat
-/// template) and tensor infos of real GGUF files take tens of MiB at most, and the GGUF reader
-/// takes strings of up to 64 MiB.
-const MAX_HEADER: usize = 128 << 20;
+/// The most header bytes kept in memory to parse; a download whose header is longer is
+/// refused. The metadata (vocabulary, merges, chat template) and tensor infos of real GGUF
+/// files take a few MiB.
+const MAX_HEADER: usize = 64 << 20;
 /// Bytes past those received that a parse may be shown as zeros: the GGUF reader reads ahead in
 /// windows of 1 MiB. Zeros it reads ahead are never decoded when the parse ends within the
 /// bytes received, which [`HeaderGuard`] checks before trusting it.

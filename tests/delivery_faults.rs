@@ -7,11 +7,15 @@
 mod delivery_support;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use delivery_support::{model_files, shard_names, FaultServer, Faults};
 use futures_util::future::{AbortHandle, Abortable};
+use tritium::formats::gguf::{GgufWriter, Value};
 use tritium::formats::rdrr::{hash_hex, verify, HashAlgorithm, Manifest};
+use tritium::quant::GgmlType;
 use tritium::storage::download::{
     download_gguf, download_rdrr, DownloadError, DownloadEvent, DownloadOptions, ReqwestClient,
     RetryPolicy,
@@ -610,10 +614,17 @@ async fn groups_read_back_during_the_download_verify() {
     f.assert_incomplete().await;
 }
 
+/// A real GGUF file (a header and one I8 tensor) of about `n` bytes, not padded at its end.
 fn gguf_bytes(n: usize) -> Vec<u8> {
-    let mut b = b"GGUF".to_vec();
-    b.extend((0..n as u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8));
-    b
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", Value::String("llama".into()))
+        .unwrap();
+    let data: Vec<u8> = (0..n as u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    w.add_tensor("t.weight", GgmlType::I8, &[n as u64], data)
+        .unwrap();
+    w.to_bytes().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -771,4 +782,206 @@ async fn a_small_file_that_cannot_be_written_fails_the_download_and_keeps_the_sh
     f.server.clear_log();
     pull(&f.store, &f.server.url()).await.unwrap();
     f.assert_complete().await;
+}
+
+/// A GGUF served as a chunked body, with no `Content-Length` and no `--sha256`: a whole file is
+/// stored and committed; one followed by 64 MiB of zeros is refused once its header has arrived
+/// (the zeros are never stored, nothing is listed, no partial file stays); one that ends before
+/// its last tensor, and one whose header is garbage, are refused at their end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gguf_without_content_length_is_stored_only_as_its_header_describes() {
+    let bytes = gguf_bytes(300_000);
+    let server = FaultServer::start(BTreeMap::from([("x.gguf".to_string(), bytes.clone())])).await;
+    server.faults(|f| {
+        f.no_length.insert("x.gguf".into());
+    });
+    let url = format!("{}x.gguf", server.url());
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::new(dir.path());
+    download_gguf(&store, &client(), &url, "whole", None, &options(), &|_| {})
+        .await
+        .unwrap();
+    let path = resolve_model("whole", Some(dir.path())).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+
+    // Zeros after the last tensor: the download stops at the end the header gives.
+    server.faults(|f| {
+        f.append_zeros.insert("x.gguf".into(), 64 << 20);
+    });
+    let most = Arc::new(AtomicU64::new(0));
+    let seen = most.clone();
+    let err = download_gguf(
+        &store,
+        &client(),
+        &url,
+        "zeros",
+        None,
+        &options(),
+        &move |e| {
+            if let DownloadEvent::Progress(p) = e {
+                seen.fetch_max(p.done, Ordering::Relaxed);
+            }
+        },
+    )
+    .await
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, DownloadError::BadGguf { .. }) && msg.contains("x.gguf"),
+        "{msg}"
+    );
+    let end = (bytes.len() as u64).next_multiple_of(32);
+    assert!(msg.contains(&format!("past byte {end}")), "{msg}");
+    // Received and stored: the file, then at most one chunk of the zeros (the guard refuses
+    // every chunk that crosses the end before it is written).
+    assert!(most.load(Ordering::Relaxed) <= end, "{most:?}");
+    assert_eq!(store.list().await.unwrap().len(), 1);
+    assert!(resolve_model("zeros", Some(dir.path())).is_err());
+    assert!(!dir.path().join("partial/zeros/model.gguf").exists());
+
+    // A file cut before its last tensor ends, and a header that is not one.
+    server.faults(|f| f.append_zeros.clear());
+    server.set_file("x.gguf", bytes[..bytes.len() - 10].to_vec());
+    let err = download_gguf(&store, &client(), &url, "cut", None, &options(), &|_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, DownloadError::BadGguf { message, .. } if message.contains("tensors end at byte")),
+        "{err}"
+    );
+    let mut garbage = b"GGUF\x03\x00\x00\x00".to_vec();
+    garbage.extend((0..200_000u32).map(|i| (i.wrapping_mul(2654435761) >> 7) as u8));
+    server.set_file("x.gguf", garbage);
+    let err = download_gguf(
+        &store,
+        &client(),
+        &url,
+        "garbage",
+        None,
+        &options(),
+        &|_| {},
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, DownloadError::BadGguf { .. }), "{err}");
+    assert_eq!(store.list().await.unwrap().len(), 1);
+    assert!(store
+        .list_partial()
+        .await
+        .unwrap()
+        .iter()
+        .all(|p| p.bytes == 0));
+}
+
+/// File names that collide in one folder, refused by pull's manifest planning before anything
+/// but the manifest is fetched: a shard named `tensors.json` (whose bytes the tensors file
+/// would overwrite), and an `extraFiles` entry named like a shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_names_that_collide_are_refused_before_anything_is_fetched() {
+    let f = fixture(2).await;
+    let good: serde_json::Value = serde_json::from_slice(&f.files["manifest.json"]).unwrap();
+    let mut shard_named_tensors = good.clone();
+    set_shard_name(&mut shard_named_tensors, 0, "tensors.json");
+    let mut extra_named_shard = good.clone();
+    extra_named_shard["extraFiles"] = serde_json::json!([{
+        "fileName": f.shards[0], "size": 4,
+        "hash": hash_hex(HashAlgorithm::Sha256, b"abcd"),
+    }]);
+    for manifest in [shard_named_tensors, extra_named_shard] {
+        f.server
+            .set_file("manifest.json", serde_json::to_vec(&manifest).unwrap());
+        f.server.clear_log();
+        let err = pull(&f.store, &f.server.url()).await.unwrap_err();
+        assert!(
+            matches!(&err, DownloadError::InvalidManifest { problems, .. }
+                if problems.iter().any(|p| p.contains("is the name of"))),
+            "{err}"
+        );
+        let files: Vec<String> = f.server.log().into_iter().map(|r| r.file).collect();
+        assert_eq!(files, ["manifest.json"]);
+        assert!(f.store.list().await.unwrap().is_empty());
+    }
+}
+
+/// Tensor entries that claim more than the shards hold are refused before any shard is
+/// fetched: a BLAKE3 manifest with one 30 GiB shard and a tensor of 100,000 spans repeating it
+/// (3 PB: the group checks would size their work from it), and a group that lists a tensor
+/// 2,000 times (its hash would read the tensor 2,000 times). The store here has no quota, so
+/// nothing but validation stands before the group checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tensors_that_claim_more_than_the_shards_hold_are_refused_before_any_shard() {
+    let shard = 30u64 << 30;
+    let manifest = serde_json::json!({
+        "version": 1, "modelId": "x", "hashAlgorithm": "blake3", "tensorsFile": "tensors.json",
+        "groups": {"embed": {"type": "embed", "shards": [0], "tensors": ["t"], "hash": "0".repeat(64)}},
+        "shards": [{"index": 0, "fileName": "shard_00000.bin", "size": shard, "hash": "0".repeat(64)}],
+    });
+    let span = serde_json::json!({"shardIndex": 0, "offset": 0, "size": shard});
+    let size = shard * 100_000;
+    let tensors = serde_json::json!({"t": {
+        "group": "embed", "shard": 0, "offset": 0, "size": size, "shape": [size / 4],
+        "dtype": "F32", "spans": vec![span; 100_000],
+    }});
+    let files = BTreeMap::from([
+        (
+            "manifest.json".to_string(),
+            serde_json::to_vec(&manifest).unwrap(),
+        ),
+        (
+            "tensors.json".to_string(),
+            serde_json::to_vec(&tensors).unwrap(),
+        ),
+    ]);
+    let server = FaultServer::start(files).await;
+    let store = MemoryStore::new();
+    let err = pull(&store, &server.url()).await.unwrap_err();
+    assert!(
+        matches!(&err, DownloadError::InvalidManifest { problems, .. }
+            if problems.iter().any(|p| p.contains("overlap"))),
+        "{err}"
+    );
+    assert!(server.requests("shard_00000.bin").is_empty());
+
+    let f = fixture(2).await;
+    let mut m: serde_json::Value = serde_json::from_slice(&f.files["manifest.json"]).unwrap();
+    m["groups"]["layer.0"]["tensors"] = serde_json::json!(vec!["blk.0.attn.weight"; 2000]);
+    f.server
+        .set_file("manifest.json", serde_json::to_vec(&m).unwrap());
+    let err = pull(&f.store, &f.server.url()).await.unwrap_err();
+    assert!(
+        matches!(&err, DownloadError::InvalidManifest { problems, .. }
+            if problems.iter().any(|p| p.contains("more than once"))),
+        "{err}"
+    );
+    assert_eq!(f.shard_requests(), 0);
+    assert!(f.store.list().await.unwrap().is_empty());
+}
+
+/// A GGUF an earlier run marked verified (as a version that did not check headers did) is
+/// checked again before it is committed: garbage is removed and refused, a real file commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gguf_verified_earlier_is_checked_before_it_is_committed() {
+    let server = FaultServer::start(BTreeMap::new()).await;
+    let url = format!("{}x.gguf", server.url());
+    let store = MemoryStore::new();
+    let mut garbage = b"GGUF\x03\x00\x00\x00".to_vec();
+    garbage.resize(5000, 0xee);
+    let good = gguf_bytes(3000);
+    for (bytes, ok) in [(garbage, false), (good, true)] {
+        store.begin("v", &url).await.unwrap();
+        store
+            .write_partial_file("v", "model.gguf", &bytes)
+            .await
+            .unwrap();
+        let hash = hash_hex(HashAlgorithm::Sha256, &bytes);
+        store.mark_verified("v", "model.gguf", &hash).await.unwrap();
+        let r = download_gguf(&store, &client(), &url, "v", None, &options(), &|_| {}).await;
+        assert_eq!(r.is_ok(), ok, "{r:?}");
+        assert_eq!(store.list().await.unwrap().len(), usize::from(ok));
+        if !ok {
+            assert_eq!(store.partial_len("v", "model.gguf").await.unwrap(), None);
+        }
+    }
+    // Nothing was fetched: both files were the earlier run's.
+    assert!(server.log().is_empty());
 }

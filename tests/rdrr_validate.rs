@@ -94,9 +94,52 @@ fn each_validation_check_has_a_broken_fixture() {
             UnknownDtype,
             t(|v| v["output_norm.weight"]["dtype"] = "Q9_X".into()),
         ),
+        // The bytes are those of 1024 F16 elements, not the 2048 the shape says.
         (
             TensorSize,
-            t(|v| v["token_embd.weight"]["size"] = 4100.into()),
+            t(|v| v["token_embd.weight"]["shape"] = json!([32, 32])),
+        ),
+        // Bytes 0..576 of shard 0 are token_embd.weight's too.
+        (
+            SpanOverlap,
+            t(|v| v["blk.0.attn_q.weight"]["offset"] = 0.into()),
+        ),
+        (
+            DuplicateGroupTensor,
+            m(|v| {
+                v["groups"]["head"]["tensors"] =
+                    json!(["output.weight", "output_norm.weight", "output.weight"])
+            }),
+        ),
+        (
+            DuplicateGroupTensor,
+            m(|v| v["groups"]["embed"]["tensors"] = json!(["token_embd.weight", "output.weight"])),
+        ),
+        (
+            FileNameCollision,
+            m(|v| v["extraFiles"] = json!([{"fileName": "shard_00000.bin", "size": 1}])),
+        ),
+        // Case-insensitive file systems hold one file for both names.
+        (
+            FileNameCollision,
+            m(|v| v["extraFiles"] = json!([{"fileName": "Shard_00003.BIN", "size": 1}])),
+        ),
+        (
+            FileNameCollision,
+            m(|v| v["extraFiles"] = json!([{"fileName": "manifest.json", "size": 1}])),
+        ),
+        // 0 elements, but the other dimensions multiplied in another order pass 2^64.
+        (
+            TensorShape,
+            t(|v| v["output_norm.weight"]["shape"] = json!([0, 1u64 << 40, 1u64 << 40])),
+        ),
+        (
+            TensorShape,
+            t(|v| v["output_norm.weight"]["shape"] = json!([0, u64::MAX])),
+        ),
+        (
+            UnknownDtype,
+            t(|v| v["output_norm.weight"]["dtype"] = "TL1".into()),
         ),
         (
             TensorShape,
@@ -150,6 +193,36 @@ fn each_validation_check_has_a_broken_fixture() {
         .any(|i| i.message.contains("past the end of the file")));
     let dup = m(|v| v["shards"][2]["fileName"] = "shard_00001.bin".into());
     assert!(check(&dup).has(DuplicateShardFile));
+    let dup = m(|v| v["shards"][2]["fileName"] = "SHARD_00001.bin".into());
+    assert!(check(&dup).has(DuplicateShardFile));
+    // A shard named like the tensors file, or the tokenizer the loader falls back on: in one
+    // folder, one of the two files would be written over by the other.
+    for name in [
+        "tensors.json",
+        "tokenizer.json",
+        "gguf_metadata.json",
+        "manifest.json",
+    ] {
+        let r = check(&patch(&good, "manifest.json", |v| {
+            v["shards"][0]["fileName"] = name.into()
+        }));
+        let hit = r
+            .issues
+            .iter()
+            .find(|i| i.kind == FileNameCollision)
+            .unwrap_or_else(|| panic!("{name}: {:#?}", r.issues));
+        assert!(
+            hit.subject == format!("shard 0 ({name})") && hit.message.contains(name),
+            "{hit}"
+        );
+    }
+    // The tokenizer listed in extraFiles (as `tritium convert` lists it) is one file, named
+    // twice on purpose.
+    let listed = m(|v| {
+        v["tokenizer"] = json!({"type": "bpe", "file": "tokenizer.json"});
+        v["extraFiles"] = json!([{"fileName": "tokenizer.json", "size": 2, "role": "tokenizer"}]);
+    });
+    assert!(!check(&listed).has(FileNameCollision));
 
     // Whole-manifest problems.
     let r = check(&m(|v| v["shards"] = json!([])));
@@ -232,6 +305,106 @@ fn unsafe_file_names_are_never_opened() {
 
 // ---------------------------------------------------------------------------------------------
 // Hostile input
+
+/// A tensor that claims 128 GiB made of one 1 MiB shard repeated 131,072 times: validation
+/// names the overlap, and reading, checking the layout or converting it to GGUF is refused
+/// before anything the size of the claim is allocated or written (were it allocated, this test
+/// would abort).
+#[test]
+fn spans_that_repeat_a_shard_are_refused_before_allocating() {
+    let files = hostile_model(1 << 20, 131_072, 1);
+    let m = load(&files);
+    assert_eq!(m.tensors["big.weight"].size, 128 << 30);
+    let r = validate(&m, &files);
+    assert_only(&r, IssueKind::SpanOverlap);
+    // One issue for the tensor, not one per span.
+    assert_eq!(r.issues.len(), 1, "{:#?}", r.issues);
+    assert!(
+        r.issues[0].subject.contains("big.weight") && r.issues[0].message.contains("span 0"),
+        "{}",
+        r.issues[0]
+    );
+    let err = read_tensor(&m, &files, "big.weight").unwrap_err();
+    assert!(
+        matches!(&err, RdrrError::BadTensor { name, message }
+            if name == "big.weight" && message.contains("share bytes")),
+        "{err}"
+    );
+    let err = check_layout(&m, &files).unwrap_err();
+    assert!(
+        err.to_string().contains("big.weight") && err.to_string().contains("1 problem"),
+        "{err}"
+    );
+    let mut out = Vec::new();
+    assert!(matches!(
+        write_gguf(&m, &files, &mut out),
+        Err(RdrrError::Layout { .. })
+    ));
+    assert!(out.is_empty());
+
+    // Two spans that overlap by one byte are refused just the same.
+    let files = patch(&hostile_model(4096, 2, 1), "tensors.json", |v| {
+        v["big.weight"]["spans"] = json!([
+            {"shardIndex": 0, "offset": 0, "size": 4096},
+            {"shardIndex": 0, "offset": 4095, "size": 1},
+        ]);
+        v["big.weight"]["size"] = 4097.into();
+        v["big.weight"]["shape"] = json!([4097]);
+        v["big.weight"]["dtype"] = "I8".into();
+    });
+    let m = load(&files);
+    assert_only(&validate(&m, &files), IssueKind::SpanOverlap);
+    assert!(matches!(
+        read_tensor(&m, &files, "big.weight"),
+        Err(RdrrError::BadTensor { .. })
+    ));
+}
+
+/// A tensor whose size agrees with its spans but not with its shape and dtype, and a shape
+/// whose element count overflows: named by validation and refused by the reader.
+#[test]
+fn sizes_come_from_shapes_and_dtypes_with_checked_arithmetic() {
+    let (good, _) = written_model(HashAlgorithm::Sha256);
+    // output.weight: 20000 bytes in 3 spans, the shape says 10000 F32s (40000 bytes).
+    let files = patch(&good, "tensors.json", |v| {
+        v["output.weight"]["shape"] = json!([10000])
+    });
+    let m = load(&files);
+    let r = validate(&m, &files);
+    assert_only(&r, IssueKind::TensorSize);
+    assert!(r.issues[0].message.contains("40000"), "{}", r.issues[0]);
+    let err = read_tensor(&m, &files, "output.weight").unwrap_err();
+    assert!(err.to_string().contains("40000"), "{err}");
+    assert!(check_layout(&m, &files).is_err());
+    for shape in [json!([u64::MAX, 2]), json!([0, 1u64 << 40, 1u64 << 40])] {
+        let files = patch(&good, "tensors.json", |v| {
+            v["output.weight"]["shape"] = shape.clone()
+        });
+        let m = load(&files);
+        assert_only(&validate(&m, &files), IssueKind::TensorShape);
+        assert!(matches!(
+            read_tensor(&m, &files, "output.weight"),
+            Err(RdrrError::BadTensor { .. })
+        ));
+    }
+    // The good model passes the layout check.
+    let m = load(&good);
+    assert!(check_layout(&m, &good).is_ok());
+}
+
+/// A group that lists one tensor a million times: one issue, found without hashing.
+#[test]
+fn a_tensor_listed_a_million_times_is_one_issue() {
+    let files = hostile_model(4096, 1, 1_000_000);
+    let m = load(&files);
+    let r = validate(&m, &files);
+    assert_only(&r, IssueKind::DuplicateGroupTensor);
+    assert_eq!(r.issues.len(), 1, "{:#?}", r.issues);
+    assert_eq!(
+        r.issues[0].to_string(),
+        r#"group "embed": lists tensor "big.weight" more than once"#
+    );
+}
 
 /// A small deterministic mutation fuzzer: no input may panic the parser, validator, reader
 /// or verifier.

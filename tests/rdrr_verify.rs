@@ -3,6 +3,7 @@
 //! (`tests/fixtures/rdrr/mod.rs`).
 
 use tritium::formats::rdrr::*;
+use tritium::formats::source::MemoryFiles;
 
 #[path = "fixtures/rdrr/mod.rs"]
 mod fixtures;
@@ -175,8 +176,17 @@ fn read_tensor_checks_ranges() {
         v["output_norm.weight"]["offset"] = 2.into();
     });
     let m = load(&huge);
+    // 2^64 - 1 bytes are not what 64 F32 elements take: refused before the ranges are read.
     assert!(matches!(
         read_tensor(&m, &huge, "output_norm.weight"),
+        Err(RdrrError::BadTensor { .. })
+    ));
+    let past = patch(&good, "tensors.json", |v| {
+        v["output_norm.weight"]["offset"] = 8000.into();
+    });
+    let m = load(&past);
+    assert!(matches!(
+        read_tensor(&m, &past, "output_norm.weight"),
         Err(RdrrError::TensorOutOfBounds { .. })
     ));
     let far = patch(&good, "tensors.json", |v| {
@@ -194,4 +204,107 @@ fn read_tensor_checks_ranges() {
         ),
         "{err}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile input: verify runs every validation check, and hashes only the bytes that exist
+
+/// Folders `validate` rejects are never "verified": a wrong `totalSize`, shard `offset` or
+/// `index`, or a shard file of another length. The bytes hashed are the files' real bytes.
+#[test]
+fn verify_reports_what_validate_finds() {
+    let (good, m) = written_model(HashAlgorithm::Sha256);
+    let real: u64 = m
+        .shards
+        .iter()
+        .map(|s| good.files[&s.filename].len() as u64)
+        .sum();
+    let r = verify(&m, &good, None);
+    assert!(r.is_ok() && r.validation.is_empty());
+    // Shards once, then the group tensors (which hold fewer bytes than the shards).
+    let tensors: u64 = m.tensors.values().map(|t| t.size).sum();
+    assert_eq!(r.bytes_hashed, real + tensors);
+
+    let cases: Vec<(IssueKind, MemoryFiles)> = vec![
+        (
+            IssueKind::TotalSize,
+            patch(&good, "manifest.json", |v| v["totalSize"] = 1.into()),
+        ),
+        (
+            IssueKind::ShardOffset,
+            patch(&good, "manifest.json", |v| {
+                v["shards"][1]["offset"] = 7.into()
+            }),
+        ),
+        (
+            IssueKind::ShardIndex,
+            patch(&good, "manifest.json", |v| {
+                v["shards"][1]["index"] = 5.into()
+            }),
+        ),
+        (
+            IssueKind::ShardSize,
+            patch(&good, "manifest.json", |v| {
+                v["shards"][1]["size"] = 9000.into();
+                v["totalSize"] = (m.total_size.unwrap() + 808).into();
+            }),
+        ),
+    ];
+    for (kind, files) in &cases {
+        let m = load(files);
+        let r = verify(&m, files, None);
+        assert!(!r.is_ok(), "{kind:?} verified");
+        assert!(
+            r.validation.iter().any(|i| i.kind == *kind),
+            "{kind:?}: {:#?}",
+            r.validation
+        );
+        let problems = r.problems();
+        assert_eq!(problems[0], r.validation[0].to_string());
+        // The shard hashes themselves still match: hashed, and counted at their real length.
+        assert!(r.shards.iter().all(|s| s.status == VerifyStatus::Ok));
+        assert_eq!(r.bytes_hashed, real + tensors, "{kind:?}");
+    }
+}
+
+/// Spans that repeat one shard 100,000 times (a 100 GB claim over 1 MiB) and a group listing
+/// a tensor a million times: verify hashes the shard once and the groups not at all, so the
+/// work is the shard's real bytes, not the manifest's claim.
+#[test]
+fn verify_hashes_each_byte_a_bounded_number_of_times() {
+    for (repeats, group_repeats) in [(100_000, 1), (1, 1_000_000)] {
+        let files = hostile_model(1 << 20, repeats, group_repeats);
+        let m = load(&files);
+        let r = verify(&m, &files, None);
+        assert!(!r.is_ok());
+        assert_eq!(r.bytes_hashed, 1 << 20);
+        assert_eq!(r.shards[0].status, VerifyStatus::Ok);
+        let kind = if repeats > 1 {
+            IssueKind::SpanOverlap
+        } else {
+            IssueKind::DuplicateGroupTensor
+        };
+        assert!(
+            r.validation.iter().all(|i| i.kind == kind),
+            "{:#?}",
+            r.validation
+        );
+        assert!(
+            matches!(&r.groups[0].status, VerifyStatus::Error(why) if why.contains("not hashed")),
+            "{:?}",
+            r.groups[0].status
+        );
+    }
+    // Two shards naming one file: the file is hashed once.
+    let (good, _) = written_model(HashAlgorithm::Sha256);
+    let files = patch(&good, "manifest.json", |v| {
+        v["shards"][1]["fileName"] = "shard_00000.bin".into()
+    });
+    let m = load(&files);
+    let r = verify(&m, &files, None);
+    assert!(r
+        .validation
+        .iter()
+        .any(|i| i.kind == IssueKind::DuplicateShardFile));
+    assert!(matches!(&r.shards[1].status, VerifyStatus::Error(why) if why.contains("shard 0")));
 }

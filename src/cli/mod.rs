@@ -56,7 +56,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Recompute every shard's and group's hash of an RDRR folder and report mismatches.
+    /// Run every check of `validate`, then recompute every shard's and group's hash of an RDRR
+    /// folder and report mismatches.
     Verify {
         dir: PathBuf,
         #[arg(long)]

@@ -1,5 +1,5 @@
-//! `tritium validate` (structure of an RDRR or Trellis folder) and `tritium verify` (hashes of an
-//! RDRR folder).
+//! `tritium validate` (structure of an RDRR or Trellis folder) and `tritium verify` (every check
+//! of `validate`, then the hashes of an RDRR folder).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -95,7 +95,6 @@ pub fn verify(dir: &Path, json: bool) -> Result<ExitCode, Error> {
             dir.display()
         )));
     };
-    let total: u64 = manifest.shards.iter().map(|s| s.size).sum();
     let mut last_shown = 0u64;
     let mut progress = |p: &rdrr::VerifyProgress<'_>| {
         if !json && p.done >= last_shown + (256 << 20) {
@@ -136,9 +135,11 @@ pub fn verify(dir: &Path, json: bool) -> Result<ExitCode, Error> {
                 })
             })
             .collect();
-        print_json(
-            &json!({ "ok": report.is_ok(), "shards": shards, "groups": groups, "problems": problems }),
-        )?;
+        let validation: Vec<String> = report.validation.iter().map(ToString::to_string).collect();
+        print_json(&json!({
+            "ok": report.is_ok(), "validation": validation, "shards": shards, "groups": groups,
+            "bytes_hashed": report.bytes_hashed, "problems": problems,
+        }))?;
     } else {
         for p in &problems {
             println!("{p}");
@@ -148,7 +149,7 @@ pub fn verify(dir: &Path, json: bool) -> Result<ExitCode, Error> {
             dir.display(),
             if report.is_ok() { "verified" } else { "FAILED" },
             report.shards.len(),
-            total,
+            report.bytes_hashed,
             report.groups.len(),
             problems.len()
         );

@@ -15,8 +15,8 @@ use web_sys::{Blob, FileSystemDirectoryHandle, FileSystemFileHandle, FileSystemH
 use super::errors::WebError;
 use crate::error::ModelError;
 use crate::formats::gguf::GgufFile;
-use crate::formats::rdrr::{Manifest, RdrrError};
-use crate::formats::source::{ByteSource, MemoryFiles, SourceError};
+use crate::formats::rdrr::{self, Manifest};
+use crate::formats::source::{ByteSource, MemoryFiles, ModelFiles, SourceError};
 use crate::model::{AsyncTensorSource, RdrrModel};
 use crate::quant::GgmlType;
 use crate::storage::opfs::error_text;
@@ -27,6 +27,57 @@ use crate::Error;
 const FIRST_HEADER_READ: u64 = 4 << 20;
 /// A GGUF header larger than this is refused.
 const MAX_HEADER: u64 = 512 << 20;
+
+/// The lengths of an RDRR folder's files given as `Blob`s, for [`rdrr::check_layout`] (which
+/// opens each shard for its length and reads nothing).
+struct BlobLengths<'a>(&'a BTreeMap<String, Blob>);
+
+/// A file's length, with no bytes to read.
+struct Length<'a> {
+    name: &'a str,
+    len: u64,
+}
+
+impl ByteSource for Length<'_> {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), SourceError> {
+        Err(SourceError::Io {
+            path: self.name.to_string(),
+            message: format!(
+                "{} bytes at {offset}: only its length is known here",
+                buf.len()
+            ),
+        })
+    }
+
+    fn name(&self) -> &str {
+        self.name
+    }
+}
+
+impl ModelFiles for BlobLengths<'_> {
+    fn open<'a>(&'a self, path: &str) -> Result<Box<dyn ByteSource + 'a>, SourceError> {
+        match self.0.get_key_value(path) {
+            Some((name, blob)) => Ok(Box::new(Length {
+                name,
+                len: blob.size() as u64,
+            })),
+            None => Err(SourceError::NotFound {
+                path: path.to_string(),
+            }),
+        }
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>, SourceError> {
+        match dir {
+            "" => Ok(self.0.keys().cloned().collect()),
+            _ => Ok(Vec::new()),
+        }
+    }
+}
 
 fn missing_tensor(name: &str) -> Error {
     ModelError::MissingTensor {
@@ -174,6 +225,8 @@ impl BlobModel {
             }
         }
         let model = RdrrModel::open(small)?;
+        // The manifest against the shards' real lengths, before anything is read from them.
+        rdrr::check_layout(&model.manifest, &BlobLengths(&files))?;
         let tokenizer = model.tokenizer()?;
         let template = model
             .chat_template(Some(&tokenizer))
@@ -229,19 +282,9 @@ impl BlobModel {
                     .tensors
                     .get(tensor)
                     .ok_or_else(|| missing_tensor(tensor))?;
-                let total: Option<u64> = loc
-                    .spans
-                    .iter()
-                    .try_fold(0u64, |a, s| a.checked_add(s.size));
-                if total != Some(loc.size) {
-                    return Err(RdrrError::SpanSizeMismatch {
-                        name: tensor.to_string(),
-                        // u64::MAX stands for "more than 2^64".
-                        spans: total.unwrap_or(u64::MAX),
-                        size: loc.size,
-                    }
-                    .into());
-                }
+                // Size, shape and dtype agree, spans add up and share no bytes: the buffer
+                // below holds no more than the distinct bytes of the shards it reads.
+                rdrr::check_tensor(tensor, loc)?;
                 let mut out = Vec::new();
                 for span in &loc.spans {
                     let file = manifest.shard_file(span.shard).map_err(|e| Error::At {

@@ -33,6 +33,10 @@ pub struct Faults {
     pub replace: HashMap<String, Vec<u8>>,
     /// Ignore `Range` headers (always 200 with the whole file).
     pub no_range: bool,
+    /// Send no `Content-Length` (a chunked body) for these files.
+    pub no_length: HashSet<String>,
+    /// After these files' bytes, send this many zero bytes more (made as they are sent).
+    pub append_zeros: HashMap<String, u64>,
 }
 
 /// One request as the server saw it.
@@ -185,14 +189,17 @@ async fn serve(State(inner): State<Arc<Inner>>, uri: Uri, headers: HeaderMap) ->
         let i = at.iter().position(|&c| c > from && c < total)?;
         Some(at.remove(i))
     });
+    let no_length = faults.no_length.contains(&file);
+    let zeros = faults.append_zeros.get(&file).copied().unwrap_or(0);
     drop(faults);
     let body_bytes = Bytes::from(bytes).slice(from as usize..);
-    let builder = Response::builder()
-        .header(
-            header::ACCEPT_RANGES,
-            if start.is_some() { "bytes" } else { "none" },
-        )
-        .header(header::CONTENT_LENGTH, total - from);
+    let mut builder = Response::builder().header(
+        header::ACCEPT_RANGES,
+        if start.is_some() { "bytes" } else { "none" },
+    );
+    if !no_length {
+        builder = builder.header(header::CONTENT_LENGTH, total - from + zeros);
+    }
     let builder = match start {
         Some(s) => builder.status(StatusCode::PARTIAL_CONTENT).header(
             header::CONTENT_RANGE,
@@ -219,6 +226,14 @@ async fn serve(State(inner): State<Arc<Inner>>, uri: Uri, headers: HeaderMap) ->
     }
     if cut.is_some() {
         pieces.push(Err(std::io::Error::other("connection dropped on purpose")));
+    }
+    // The zeros, in 64 KiB pieces that share one buffer.
+    let zero_piece = Bytes::from(vec![0u8; 64 << 10]);
+    let mut left = zeros;
+    while left > 0 && cut.is_none() {
+        let n = left.min(zero_piece.len() as u64) as usize;
+        pieces.push(Ok(zero_piece.slice(..n)));
+        left -= n as u64;
     }
     let indexed = futures_util::stream::iter(pieces.into_iter().enumerate());
     let stream = futures_util::StreamExt::then(indexed, move |(i, p)| async move {

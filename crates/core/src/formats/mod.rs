@@ -38,16 +38,54 @@ pub struct TensorDescription {
 }
 
 impl ModelDescription {
-    /// Total bytes of all tensors.
+    /// Total bytes of all tensors (saturating at `u64::MAX`: a manifest can claim any sizes,
+    /// and `inspect` shows what it claims).
     pub fn total_bytes(&self) -> u64 {
-        self.tensors.iter().map(|t| t.bytes).sum()
-    }
-
-    /// Total number of elements of all tensors.
-    pub fn total_elements(&self) -> u64 {
         self.tensors
             .iter()
-            .map(|t| t.shape.iter().product::<u64>())
-            .sum()
+            .fold(0u64, |acc, t| acc.saturating_add(t.bytes))
+    }
+
+    /// Total number of elements of all tensors (saturating at `u64::MAX`, as
+    /// [`total_bytes`](Self::total_bytes)).
+    pub fn total_elements(&self) -> u64 {
+        self.tensors.iter().fold(0u64, |acc, t| {
+            let n = t.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+            acc.saturating_add(n.unwrap_or(u64::MAX))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_of_claimed_sizes_saturate() {
+        let tensor = |shape: Vec<u64>, bytes: u64| TensorDescription {
+            name: "t".into(),
+            dtype: "F32".into(),
+            shape,
+            bytes,
+            location: String::new(),
+        };
+        let d = ModelDescription {
+            format: "RDRR v1".into(),
+            architecture: None,
+            hyper_parameters: Vec::new(),
+            tokenizer: None,
+            tensors: vec![
+                tensor(vec![2, 3], 24),
+                tensor(vec![1 << 40, 1 << 40], u64::MAX),
+                tensor(vec![0, 1 << 40, 1 << 40], 8),
+            ],
+        };
+        assert_eq!(d.total_bytes(), u64::MAX);
+        assert_eq!(d.total_elements(), u64::MAX);
+        let small = ModelDescription {
+            tensors: vec![tensor(vec![2, 3], 24), tensor(vec![4], 16)],
+            ..d
+        };
+        assert_eq!((small.total_bytes(), small.total_elements()), (40, 10));
     }
 }

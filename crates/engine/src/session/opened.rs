@@ -39,8 +39,9 @@ pub enum OpenedModel<F: ModelFiles> {
         file: String,
         header: Box<GgufFile>,
     },
-    /// An RDRR folder: its manifest, and the GGUF view of its metadata, read when the model
-    /// is first run (checking a folder needs only the manifest).
+    /// An RDRR folder: its manifest, and the GGUF view of its metadata, read (after
+    /// [`rdrr::check_layout`]) when the model is first run; checking a folder needs only the
+    /// manifest.
     Rdrr {
         files: F,
         manifest: Box<Manifest>,
@@ -136,6 +137,9 @@ impl<F: ModelFiles> OpenedModel<F> {
                     .tensors
                     .get(name)
                     .ok_or_else(|| self.no_tensor(name))?;
+                // Nothing is allocated from a manifest whose tensors claim bytes the files do
+                // not hold.
+                rdrr::check_layout(manifest, files)?;
                 let dtype = t.ggml_type()?;
                 let n = t.element_count().ok_or_else(|| ModelError::ShapeOverflow {
                     name: name.to_string(),
@@ -198,6 +202,9 @@ impl<F: ModelFiles> ModelMeta for OpenedModel<F> {
                 if let Some(h) = view.get() {
                     return Ok(h);
                 }
+                // Before the tensor infos reach the engine, which sizes buffers from them: a
+                // model whose manifest contradicts itself or its files is refused here.
+                rdrr::check_layout(manifest, files)?;
                 let h = crate::model::rdrr::gguf_view(manifest, files)?;
                 Ok(view.get_or_init(|| h))
             }

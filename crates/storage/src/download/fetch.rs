@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 
+use super::gguf_header::HeaderGuard;
 use super::groups::ShardTap;
 use super::hash_kind::HashKind;
 use super::hashing::{Hashing, WorkerPool};
@@ -31,6 +32,7 @@ pub(crate) struct Ctx<'a, S, C> {
 pub(crate) enum Observer<'a> {
     None,
     Groups(ShardTap<'a>),
+    Gguf(&'a HeaderGuard),
     #[cfg(all(target_arch = "wasm32", feature = "web"))]
     Worker(&'a super::link::LinkObserver<'a>),
 }
@@ -40,6 +42,7 @@ impl StreamObserver for Observer<'_> {
         match self {
             Observer::None => Ok(()),
             Observer::Groups(t) => t.bytes(offset, data).await,
+            Observer::Gguf(g) => g.bytes(offset, data),
             #[cfg(all(target_arch = "wasm32", feature = "web"))]
             Observer::Worker(l) => l.bytes(offset, data).await,
         }
@@ -49,8 +52,16 @@ impl StreamObserver for Observer<'_> {
         match self {
             Observer::None => {}
             Observer::Groups(t) => t.void(),
+            Observer::Gguf(g) => g.void(),
             #[cfg(all(target_arch = "wasm32", feature = "web"))]
             Observer::Worker(l) => l.void(),
+        }
+    }
+
+    fn admit(&self, end: u64) -> Result<(), DownloadError> {
+        match self {
+            Observer::Gguf(g) => g.admit(end),
+            _ => Ok(()),
         }
     }
 
@@ -463,6 +474,7 @@ async fn fetch_once<S: ShardStore, C: HttpClient>(
                 None => chunk.len(),
             };
             let data = chunk.slice(..take);
+            observer.admit(have + take as u64)?;
             w.write_shared(&data).await?;
             observer.bytes(have, &data).await?;
             hasher.update(0, data).await?;

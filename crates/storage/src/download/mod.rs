@@ -7,7 +7,8 @@
 //!   match is deleted and fetched once more (from the next mirror when there are mirrors), then
 //!   the download fails naming the shard and both hashes. Group hashes are checked too, mostly
 //!   while the shards stream (see `groups.rs`). Only then is the model committed.
-//! - [`download_gguf`]: one file streamed to the store in chunks, with an optional SHA-256.
+//! - [`download_gguf`]: one file streamed to the store in chunks, with an optional SHA-256; its
+//!   header parsed as it arrives, and no byte past the end of its tensors stored.
 //! - An interrupted file continues with `Range: bytes=N-` (after hashing the N bytes already
 //!   stored), or starts over when the server answers `200`; verified files are never fetched
 //!   again. Network errors and `5xx` are retried with exponential backoff; other statuses
@@ -18,6 +19,7 @@
 
 mod fetch;
 mod gguf;
+mod gguf_header;
 mod groups;
 mod hash_kind;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
@@ -358,6 +360,9 @@ pub enum DownloadError {
     Quota { needed: u64, available: u64 },
     #[error("{url}: not a GGUF file (it starts with {magic:?})")]
     NotGguf { url: String, magic: String },
+    /// A GGUF whose header does not parse, or whose length is not what its header describes.
+    #[error("{url}: not a usable GGUF file: {message}")]
+    BadGguf { url: String, message: String },
     #[error("hashing: {0}")]
     Hashing(String),
     /// A failure in a browser worker fetching a shard, by its message.

@@ -1,5 +1,5 @@
 //! What sees a downloaded file's bytes as they stream ([`StreamObserver`]): the group checks,
-//! or on a browser worker the link back to the download.
+//! a GGUF's header check, or on a browser worker the link back to the download.
 
 use bytes::Bytes;
 
@@ -13,6 +13,13 @@ pub(crate) trait StreamObserver {
     async fn bytes(&self, offset: u64, data: &Bytes) -> Result<(), DownloadError>;
     /// What was seen of this file is void (it starts over, or did not verify).
     fn void(&self);
+
+    /// Called before the file's bytes up to `end` are written: an error refuses them (a GGUF
+    /// whose header says the file ends before).
+    fn admit(&self, end: u64) -> Result<(), DownloadError> {
+        let _ = end;
+        Ok(())
+    }
 
     /// For a browser worker fetching the file: the hash streams it may compute itself and the
     /// byte ranges (offset, length) that must still come here; `None`: every byte comes here.

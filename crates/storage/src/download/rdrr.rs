@@ -19,17 +19,25 @@ use crate::formats::rdrr::{
 };
 use crate::store::{ModelKind, ShardStore};
 
-/// Manifest problems that make a download unsafe or unverifiable.
+/// Manifest problems that make a download unsafe or unverifiable, or its model unusable:
+/// files that would overwrite each other, tensors that claim bytes the shards do not hold
+/// (which would also make the group checks hash the same bytes again and again), sizes that
+/// contradict shapes. Each is refused before any shard is requested.
 const FATAL: &[IssueKind] = &[
     IssueKind::NoShards,
     IssueKind::UnsafeFileName,
     IssueKind::DuplicateShardFile,
+    IssueKind::FileNameCollision,
     IssueKind::MissingHash,
     IssueKind::MalformedHash,
     IssueKind::ShardOutOfRange,
     IssueKind::TensorOutOfBounds,
     IssueKind::SpanSize,
+    IssueKind::SpanOverlap,
+    IssueKind::TensorSize,
+    IssueKind::TensorShape,
     IssueKind::UnknownTensor,
+    IssueKind::DuplicateGroupTensor,
 ];
 
 /// The folder URL of a model: `url` without a final `manifest.json`, ending in `/`.
@@ -109,7 +117,13 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
     )
     .await?
     .unwrap_or_default();
-    let raw: serde_json::Value =
+    // Only `tensorsFile` is read here (the rest is skipped, not stored).
+    #[derive(serde::Deserialize)]
+    struct TensorsFile {
+        #[serde(rename = "tensorsFile")]
+        tensors_file: Option<serde_json::Value>,
+    }
+    let raw: TensorsFile =
         serde_json::from_slice(&manifest_bytes).map_err(|e| DownloadError::Manifest {
             url: manifest_url.clone(),
             source: RdrrError::Json {
@@ -118,7 +132,8 @@ pub async fn download_rdrr<S: ShardStore, C: HttpClient>(
             },
         })?;
     let tensors_file = raw
-        .get("tensorsFile")
+        .tensors_file
+        .filter(|v| !v.is_null())
         .map(|v| v.as_str().map(str::to_string).ok_or(v.to_string()));
     let tensors_file = match tensors_file {
         None => None,
@@ -520,9 +535,15 @@ fn group_hash_threads(options: &DownloadOptions) -> usize {
     options.parallel.clamp(1, cores.max(1))
 }
 
-/// Refuse a manifest whose shard, tensors or tokenizer file names could leave the folder.
+/// Refuse a manifest whose shard, tensors, tokenizer or extra file names could leave the
+/// folder, or name one file twice (a shard called `tensors.json`, an extra file called like a
+/// shard: one would overwrite the other in the store).
 fn check_names(manifest: &Manifest, url: &str) -> Result<(), DownloadError> {
-    let unsafe_names = [IssueKind::UnsafeFileName, IssueKind::DuplicateShardFile];
+    let unsafe_names = [
+        IssueKind::UnsafeFileName,
+        IssueKind::DuplicateShardFile,
+        IssueKind::FileNameCollision,
+    ];
     let problems: Vec<String> = validate_manifest(manifest)
         .issues
         .iter()

@@ -134,3 +134,147 @@ pub(crate) fn kind(v: &Value) -> &'static str {
         Value::Object(_) => "an object",
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Typed reading of the large parts (shards, groups, tensors)
+//
+// A `Value` tree takes many times the text it comes from: each small object is a B-tree node
+// of several hundred bytes, each string an allocation of its own. The parts of a manifest that
+// can be large are
+// therefore read straight from the text into typed entries, whose size is a small multiple of
+// the text's; the entry that fails is named by its path, as `value_at` names a field.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+/// Where a typed read failed: the path of the entry and serde's message (the first failure).
+#[derive(Default)]
+pub(crate) struct Failure(RefCell<Option<(String, String)>>);
+
+impl Failure {
+    /// Record `path` and `message` unless a deeper failure was recorded first.
+    pub fn note(&self, path: impl FnOnce() -> String, message: &dyn fmt::Display) {
+        let mut slot = self.0.borrow_mut();
+        if slot.is_none() {
+            *slot = Some((path(), message.to_string()));
+        }
+    }
+
+    /// The error to report for a read of `file` that failed with `e`: the entry recorded (a
+    /// value of the wrong kind), or the file itself (not JSON, or not the shape expected at its
+    /// top level).
+    pub fn error(self, file: &str, e: serde_json::Error) -> RdrrError {
+        let syntax = !matches!(e.classify(), serde_json::error::Category::Data);
+        match self.0.into_inner() {
+            Some((field, message)) if !syntax => RdrrError::Field {
+                file: file.to_string(),
+                field,
+                message,
+            },
+            _ => RdrrError::Json {
+                file: file.to_string(),
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+/// A JSON array read into `Vec<T>` (`null`: `None`), each element named `path[i]` on failure.
+pub(crate) struct Items<'f, T> {
+    pub path: String,
+    pub failed: &'f Failure,
+    pub item: PhantomData<T>,
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for Items<'_, T> {
+    type Value = Option<Vec<T>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array")
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        // Grown as elements arrive, never sized from a hint.
+        let mut out = Vec::new();
+        loop {
+            match seq.next_element::<T>() {
+                Ok(Some(v)) => out.push(v),
+                Ok(None) => return Ok(Some(out)),
+                Err(e) => {
+                    let i = out.len();
+                    self.failed.note(|| format!("{}[{i}]", self.path), &e);
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Items<'_, T> {
+    type Value = Option<Vec<T>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+/// A JSON object read into `(key, T)` entries in file order (`null`: `None`), each named
+/// `path["key"]` on failure.
+pub(crate) struct Entries<'f, T> {
+    pub path: String,
+    pub failed: &'f Failure,
+    pub item: PhantomData<T>,
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for Entries<'_, T> {
+    type Value = Option<Vec<(String, T)>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            match map.next_value::<T>() {
+                Ok(v) => out.push((key, v)),
+                Err(e) => {
+                    self.failed.note(|| key_path(&self.path, &key), &e);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
+impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Entries<'_, T> {
+    type Value = Option<Vec<(String, T)>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+/// Read a whole JSON document with `seed`, then require that nothing but whitespace follows.
+/// Map the error with [`Failure::error`].
+pub(crate) fn read_with<'de, S: DeserializeSeed<'de>>(
+    bytes: &'de [u8],
+    seed: S,
+) -> Result<S::Value, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = seed.deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
+}

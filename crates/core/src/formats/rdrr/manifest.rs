@@ -11,7 +11,10 @@ use super::metadata::{
     AdapterType, Architecture, ExtraFile, GroupKind, LoraConfig, ModelType, MoeConfig,
     QuantizationInfo, TensorLayout, TokenizerInfo,
 };
-use super::normalize::{parse_groups, parse_shards, parse_tensors};
+use super::normalize::{
+    parse_groups, parse_shards, parse_tensors, read_manifest, read_tensors_file, RawManifest,
+    RawTensor,
+};
 use super::runtime_hints::{self, RuntimeOptimizations};
 use super::validate::{IssueKind, RdrrIssue};
 use super::{ggml_type_for_dtype, RdrrError, MANIFEST_FILE, MAX_JSON_BYTES, TOKENIZER_FILE};
@@ -149,11 +152,10 @@ impl TensorLocation {
         ggml_type_for_dtype(&self.dtype)
     }
 
-    /// Number of elements (product of the shape; 1 for a scalar), `None` on overflow.
+    /// Number of elements (product of the shape; 1 for a scalar), `None` on overflow (see
+    /// [`element_count`]).
     pub fn element_count(&self) -> Option<u64> {
-        self.shape
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        element_count(&self.shape)
     }
 
     /// Where the bytes are, for `inspect`: `shard 3 @ 4096` or `shards 0-1`.
@@ -225,18 +227,19 @@ impl Manifest {
     /// [`MAX_JSON_BYTES`] and a `tensorsFile` that is not a plain file name.
     pub fn load(files: &dyn ModelFiles) -> Result<Manifest, RdrrError> {
         let manifest_bytes = read_json_file(files, MANIFEST_FILE)?;
-        let root = json::parse(MANIFEST_FILE, &manifest_bytes)?;
-        let top = Obj::new(MANIFEST_FILE, String::new(), &root)?;
+        let raw = read_manifest(&manifest_bytes)?;
+        let top = Obj::new(MANIFEST_FILE, String::new(), &raw.fields)?;
         let tensors_file: Option<String> = top.get("tensorsFile")?;
-        let external = match &tensors_file {
+        let external = match tensors_file {
             Some(name) => {
-                check_plain_file_name("tensorsFile", name)?;
-                let bytes = read_json_file(files, name)?;
-                Some((name.as_str(), json::parse(name, &bytes)?))
+                check_plain_file_name("tensorsFile", &name)?;
+                let bytes = read_json_file(files, &name)?;
+                let entries = read_tensors_file(&name, &bytes)?;
+                Some((name, entries))
             }
             None => None,
         };
-        let mut manifest = Manifest::from_values(&root, external.as_ref().map(|(n, v)| (*n, v)))?;
+        let mut manifest = Manifest::from_raw(raw, external)?;
         let tokenizer_file_present = manifest
             .tokenizer
             .as_ref()
@@ -248,19 +251,24 @@ impl Manifest {
 
     /// Parse from bytes: `manifest.json` and, when it names a `tensorsFile`, that file's bytes.
     pub fn parse(manifest_json: &[u8], tensors_json: Option<&[u8]>) -> Result<Manifest, RdrrError> {
-        let root = json::parse(MANIFEST_FILE, manifest_json)?;
-        let top = Obj::new(MANIFEST_FILE, String::new(), &root)?;
+        let raw = read_manifest(manifest_json)?;
+        let top = Obj::new(MANIFEST_FILE, String::new(), &raw.fields)?;
         let name: Option<String> = top.get("tensorsFile")?;
         let name = name.unwrap_or_else(|| "tensors.json".to_string());
         let external = match tensors_json {
-            Some(bytes) => Some(json::parse(&name, bytes)?),
+            Some(bytes) => Some((name.clone(), read_tensors_file(&name, bytes)?)),
             None => None,
         };
-        Manifest::from_values(&root, external.as_ref().map(|v| (name.as_str(), v)))
+        Manifest::from_raw(raw, external)
     }
 
-    fn from_values(root: &Value, external: Option<(&str, &Value)>) -> Result<Manifest, RdrrError> {
-        let top = Obj::new(MANIFEST_FILE, String::new(), root)?;
+    /// The manifest from what was read: `manifest.json`, and the tensors file's name and
+    /// entries when it was given.
+    fn from_raw(
+        raw: RawManifest,
+        external: Option<(String, Vec<(String, RawTensor)>)>,
+    ) -> Result<Manifest, RdrrError> {
+        let top = Obj::new(MANIFEST_FILE, String::new(), &raw.fields)?;
         let mut m = Manifest {
             version: match top.raw("version") {
                 None => None,
@@ -317,18 +325,21 @@ impl Manifest {
         for (i, f) in m.extra_files.iter().enumerate() {
             check_plain_file_name(&format!("extraFiles[{i}].fileName"), &f.file_name)?;
         }
-        m.groups = parse_groups(&top)?;
-        m.shards = parse_shards(&top, m.hash_algorithm, &mut m.normalization_issues)?;
+        m.groups = parse_groups(raw.groups.unwrap_or_default())?;
+        m.shards = parse_shards(
+            raw.shards.unwrap_or_default(),
+            m.hash_algorithm,
+            &mut m.normalization_issues,
+        )?;
 
-        let inline = top.object("tensors")?;
-        m.tensors = match (&m.tensors_file, external, inline) {
+        m.tensors = match (&m.tensors_file, external, raw.tensors) {
             (Some(name), None, _) => {
                 return Err(top.error(
                     "tensorsFile",
                     format!("the tensors are in {name:?}, which was not given"),
                 ))
             }
-            (Some(_), Some((file, value)), inline) => {
+            (Some(_), Some((file, entries)), inline) => {
                 if inline.is_some() {
                     m.normalization_issues.push(RdrrIssue::new(
                         IssueKind::Normalization,
@@ -336,10 +347,14 @@ impl Manifest {
                         "has both tensorsFile and inline tensors; the inline tensors were ignored",
                     ));
                 }
-                let obj = Obj::new(file, String::new(), value)?;
-                parse_tensors(&obj, &mut m.normalization_issues)?
+                parse_tensors(&file, "", entries, &mut m.normalization_issues)?
             }
-            (None, _, Some(obj)) => parse_tensors(&obj, &mut m.normalization_issues)?,
+            (None, _, Some(entries)) => parse_tensors(
+                MANIFEST_FILE,
+                "tensors",
+                entries,
+                &mut m.normalization_issues,
+            )?,
             (None, _, None) => BTreeMap::new(),
         };
         Ok(m)
@@ -407,10 +422,29 @@ impl Manifest {
     }
 }
 
+/// The number of elements of `shape` (1 for a scalar), or `None` when the product of its
+/// non-zero dimensions passes 2^64: a zero dimension makes the count 0, but code that multiplies
+/// the dimensions in another order (innermost first, as GGUF stores them) must not wrap either.
+pub(crate) fn element_count(shape: &[u64]) -> Option<u64> {
+    let nonzero = shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))?;
+    Some(if shape.contains(&0) { 0 } else { nonzero })
+}
+
+/// The longest file name most file systems store (bytes).
+const MAX_FILE_NAME: usize = 255;
+
 /// Refuse a file name that is not a plain name inside the model folder: no `/`, `\`, `..`,
-/// absolute paths, drive letters or NUL.
+/// absolute paths, drive letters or NUL; nor one no file system could store as given (control
+/// characters, over 255 bytes).
 pub(crate) fn check_plain_file_name(field: &str, name: &str) -> Result<(), RdrrError> {
-    if name.contains('/') || check_relative_path(name).is_err() {
+    if name.contains('/')
+        || check_relative_path(name).is_err()
+        || name.chars().any(char::is_control)
+        || name.len() > MAX_FILE_NAME
+    {
         return Err(RdrrError::UnsafeFileName {
             field: field.to_string(),
             name: name.to_string(),
@@ -439,6 +473,7 @@ mod tests {
 
     #[test]
     fn plain_file_names_only() {
+        let long = "x".repeat(256);
         for bad in [
             "",
             "a/b",
@@ -449,9 +484,13 @@ mod tests {
             "a\0b",
             "..",
             ".",
+            "a\nb.bin",
+            "tab\t.bin",
+            long.as_str(),
         ] {
             assert!(check_plain_file_name("f", bad).is_err(), "{bad:?}");
         }
+        assert!(check_plain_file_name("f", &"x".repeat(255)).is_ok());
         assert!(check_plain_file_name("f", "shard_00000.bin").is_ok());
     }
 

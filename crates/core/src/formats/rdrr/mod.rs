@@ -152,6 +152,14 @@ pub enum RdrrError {
     SpanSizeMismatch { name: String, spans: u64, size: u64 },
     #[error("tensor {name:?}: {size} bytes cannot be held in memory on this machine")]
     TensorTooLarge { name: String, size: u64 },
+    /// A tensor whose entry contradicts itself (its size, shape and dtype disagree, or its
+    /// spans share bytes): reading it would trust a size its bytes do not back.
+    #[error("tensor {name:?}: {message}")]
+    BadTensor { name: String, message: String },
+    /// The manifest's tensor layout does not match itself or the files ([`check_layout`]):
+    /// the first few problems, and how many there are.
+    #[error("{}", layout_message(problems))]
+    Layout { problems: Vec<String> },
     /// The writer was asked for something it cannot write.
     #[error("writer: {0}")]
     Writer(String),
@@ -182,17 +190,90 @@ pub fn ggml_type_for_dtype(dtype: &str) -> Result<GgmlType, RdrrError> {
     GgmlType::from_name(base).ok_or_else(unknown)
 }
 
-/// Read one tensor's bytes, joining its spans when it crosses shards. Every range is checked
-/// against the shard file's real length before anything is allocated.
-pub fn read_tensor(
-    manifest: &Manifest,
-    files: &dyn ModelFiles,
-    name: &str,
-) -> Result<Vec<u8>, RdrrError> {
-    let tensor = manifest
-        .tensors
-        .get(name)
-        .ok_or_else(|| RdrrError::NoSuchTensor(name.to_string()))?;
+/// The [`IssueKind`]s of [`validate`] that make a model unsafe to read or run: its tensors
+/// would claim bytes the files do not hold (spans out of range, overlapping, or not adding up;
+/// a size its shape and dtype do not take), or its files are not the ones the manifest
+/// describes (missing, of another length, named unsafely or twice). [`check_layout`] refuses a
+/// model with any of these; the others (hashes, counts, groups, normalization) do not change
+/// what is read.
+pub const LAYOUT_ISSUES: &[IssueKind] = &[
+    IssueKind::UnsafeFileName,
+    IssueKind::DuplicateShardFile,
+    IssueKind::FileNameCollision,
+    IssueKind::ShardMissing,
+    IssueKind::ShardSize,
+    IssueKind::ShardOutOfRange,
+    IssueKind::TensorOutOfBounds,
+    IssueKind::SpanSize,
+    IssueKind::SpanOverlap,
+    IssueKind::UnknownDtype,
+    IssueKind::TensorSize,
+    IssueKind::TensorShape,
+];
+
+/// Refuse a model whose layout cannot be trusted: every issue of a [`LAYOUT_ISSUES`] kind that
+/// [`validate`] finds (it opens each shard for its length and reads nothing). Once this passes,
+/// the tensors hold at most the bytes the shard files hold, each tensor's size is what its
+/// shape and dtype take, and reading every tensor reads each shard byte at most once: what
+/// runs, dumps or converts a model calls it before allocating anything from the manifest.
+pub fn check_layout(manifest: &Manifest, files: &dyn ModelFiles) -> Result<(), RdrrError> {
+    let problems: Vec<String> = validate(manifest, files)
+        .issues
+        .iter()
+        .filter(|i| LAYOUT_ISSUES.contains(&i.kind))
+        .map(ToString::to_string)
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(RdrrError::Layout { problems })
+    }
+}
+
+/// [`RdrrError::Layout`]'s message: the first few problems and the count.
+fn layout_message(problems: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut s = format!(
+        "the manifest's tensor layout does not match the model's files ({} problem{}): {}",
+        problems.len(),
+        if problems.len() == 1 { "" } else { "s" },
+        problems[..problems.len().min(SHOWN)].join("; ")
+    );
+    if problems.len() > SHOWN {
+        s.push_str(&format!("; and {} more", problems.len() - SHOWN));
+    }
+    s
+}
+
+/// One tensor's entry against itself: its dtype is known, its size is what its shape and dtype
+/// take (checked arithmetic), its spans add up to its size and share no bytes. Then the bytes
+/// it claims are backed by as many distinct bytes of its shards, once each span is checked to
+/// lie inside its shard: what reads a tensor's spans into one buffer calls this first.
+pub fn check_tensor(name: &str, tensor: &TensorLocation) -> Result<(), RdrrError> {
+    let bad = |message: String| RdrrError::BadTensor {
+        name: name.to_string(),
+        message,
+    };
+    let ty = tensor.ggml_type()?;
+    let shape = &tensor.shape;
+    let elements = tensor
+        .element_count()
+        .ok_or_else(|| bad(format!("shape {shape:?} has more than 2^64 elements")))?;
+    match ty.tensor_bytes(elements) {
+        Some(expected) if expected == tensor.size => {}
+        Some(expected) => {
+            return Err(bad(format!(
+                "is {} bytes, but {elements} elements of {} take {expected}",
+                tensor.size, tensor.dtype
+            )))
+        }
+        None => {
+            return Err(bad(format!(
+                "shape {shape:?} of {} has no size this reader can check",
+                tensor.dtype
+            )))
+        }
+    }
     let spans_total = tensor
         .spans
         .iter()
@@ -205,6 +286,34 @@ pub fn read_tensor(
             size: tensor.size,
         });
     }
+    let mut spans: Vec<&TensorSpan> = tensor.spans.iter().filter(|s| s.size > 0).collect();
+    spans.sort_unstable_by_key(|s| (s.shard, s.offset));
+    for pair in spans.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a.shard == b.shard && a.offset.saturating_add(a.size) > b.offset {
+            return Err(bad(format!(
+                "two of its spans share bytes of shard {} (at {} and {})",
+                a.shard, a.offset, b.offset
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Read one tensor's bytes, joining its spans when it crosses shards. The entry is checked
+/// against itself first (size, shape and dtype agree; spans add up and share no bytes) and
+/// every range against the shard file's real length, before anything is allocated: the
+/// allocation is never larger than the distinct bytes of the files it reads.
+pub fn read_tensor(
+    manifest: &Manifest,
+    files: &dyn ModelFiles,
+    name: &str,
+) -> Result<Vec<u8>, RdrrError> {
+    let tensor = manifest
+        .tensors
+        .get(name)
+        .ok_or_else(|| RdrrError::NoSuchTensor(name.to_string()))?;
+    check_tensor(name, tensor)?;
     // Open every shard and check every range first, so a corrupt size allocates nothing.
     let mut sources = Vec::with_capacity(tensor.spans.len());
     for span in &tensor.spans {

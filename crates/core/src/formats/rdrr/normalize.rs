@@ -11,21 +11,158 @@
 //! - every tensor has one or more [`TensorSpan`]s: its `spans`, or its `shard`/`offset`/`size`.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
 
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use super::json::{self, key_path, value_at, Obj};
+use super::json::{self, key_path, read_with, Entries, Failure, Items};
 use super::manifest::{
     Group, HashAlgorithm, HashAlgorithmSource, Shard, TensorLocation, TensorSpan,
 };
 use super::metadata::{GroupKind, TensorLayout};
 use super::validate::{IssueKind, RdrrIssue};
-use super::RdrrError;
+use super::{RdrrError, MANIFEST_FILE};
+
+/// The fields of `manifest.json` kept as JSON values (small objects and scalars, read through
+/// [`json::Obj`]); `shards`, `groups` and inline `tensors`, which can be large, are read typed;
+/// fields nothing reads are skipped without being stored.
+const VALUE_FIELDS: &[&str] = &[
+    "version",
+    "modelId",
+    "modelType",
+    "quantization",
+    "quantizationInfo",
+    "hashAlgorithm",
+    "architecture",
+    "tensorsFile",
+    "tensorCount",
+    "totalSize",
+    "tokenizer",
+    "moeConfig",
+    "runtimeOptimizations",
+    "blake3Full",
+    "adapterType",
+    "baseModel",
+    "loraConfig",
+    "extraFiles",
+];
+
+/// `manifest.json` as read: its small fields as a JSON object, its large parts typed.
+pub(crate) struct RawManifest {
+    pub fields: Value,
+    pub shards: Option<Vec<RawShard>>,
+    pub groups: Option<Vec<(String, RawGroup)>>,
+    pub tensors: Option<Vec<(String, RawTensor)>>,
+}
+
+/// Read `manifest.json` (see [`VALUE_FIELDS`]); errors name the entry at fault.
+pub(crate) fn read_manifest(bytes: &[u8]) -> Result<RawManifest, RdrrError> {
+    let failed = Failure::default();
+    read_with(bytes, TopLevel { failed: &failed }).map_err(|e| failed.error(MANIFEST_FILE, e))
+}
+
+/// Read an external tensors file (`tensorsFile`): an object of tensor entries.
+pub(crate) fn read_tensors_file(
+    file: &str,
+    bytes: &[u8],
+) -> Result<Vec<(String, RawTensor)>, RdrrError> {
+    let failed = Failure::default();
+    let seed = Entries {
+        path: String::new(),
+        failed: &failed,
+        item: PhantomData,
+    };
+    read_with(bytes, seed)
+        .map_err(|e| failed.error(file, e))?
+        .ok_or_else(|| RdrrError::Json {
+            file: file.to_string(),
+            message: "the top level must be an object, found null".to_string(),
+        })
+}
+
+struct TopLevel<'f> {
+    failed: &'f Failure,
+}
+
+impl<'de> Visitor<'de> for TopLevel<'_> {
+    type Value = RawManifest;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object at the top level")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawManifest, A::Error> {
+        let failed = self.failed;
+        let mut raw = RawManifest {
+            fields: Value::Null,
+            shards: None,
+            groups: None,
+            tensors: None,
+        };
+        let mut fields = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            // A value of the wrong kind is named by its field (deeper failures first).
+            let at = |e: A::Error| {
+                failed.note(|| key.clone(), &e);
+                e
+            };
+            let path = key.clone();
+            match key.as_str() {
+                "shards" => {
+                    raw.shards = map
+                        .next_value_seed(Items {
+                            path,
+                            failed,
+                            item: PhantomData,
+                        })
+                        .map_err(at)?
+                }
+                "groups" => {
+                    raw.groups = map
+                        .next_value_seed(Entries {
+                            path,
+                            failed,
+                            item: PhantomData,
+                        })
+                        .map_err(at)?
+                }
+                "tensors" => {
+                    raw.tensors = map
+                        .next_value_seed(Entries {
+                            path,
+                            failed,
+                            item: PhantomData,
+                        })
+                        .map_err(at)?
+                }
+                k if VALUE_FIELDS.contains(&k) => {
+                    let value: Value = map.next_value()?;
+                    fields.insert(key, value);
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        raw.fields = Value::Object(fields);
+        Ok(raw)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for TopLevel<'_> {
+    type Value = RawManifest;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawManifest, D::Error> {
+        d.deserialize_map(self)
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RawShard {
+pub(crate) struct RawShard {
     index: Option<u64>,
     file_name: Option<String>,
     filename: Option<String>,
@@ -37,23 +174,14 @@ struct RawShard {
 }
 
 pub(crate) fn parse_shards(
-    top: &Obj<'_>,
+    entries: Vec<RawShard>,
     manifest_alg: Option<HashAlgorithm>,
     issues: &mut Vec<RdrrIssue>,
 ) -> Result<Vec<Shard>, RdrrError> {
-    let entries = match top.raw("shards") {
-        None => return Ok(Vec::new()),
-        Some(Value::Array(a)) => a,
-        Some(other) => {
-            let found = json::kind(other);
-            return Err(top.error("shards", format!("expected an array, found {found}")));
-        }
-    };
     let mut shards = Vec::with_capacity(entries.len());
     let mut cumulative = 0u64;
-    for (i, entry) in entries.iter().enumerate() {
+    for (i, raw) in entries.into_iter().enumerate() {
         let path = format!("shards[{i}]");
-        let raw: RawShard = value_at(top.file, &path, entry)?;
         let subject = format!("shard {i}");
         let filename = match (raw.file_name, raw.filename) {
             (Some(a), Some(b)) if a != b => {
@@ -72,7 +200,7 @@ pub(crate) fn parse_shards(
             Some(name) => {
                 Some(
                     HashAlgorithm::parse(&name).ok_or_else(|| RdrrError::UnknownVariant {
-                        file: top.file.to_string(),
+                        file: MANIFEST_FILE.to_string(),
                         field: format!("{path}.hashAlgorithm"),
                         value: name,
                         expected: HashAlgorithm::NAMES.join(", "),
@@ -121,7 +249,7 @@ pub(crate) fn parse_shards(
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RawGroup {
+pub(crate) struct RawGroup {
     #[serde(rename = "type")]
     kind: String,
     version: Option<Value>,
@@ -134,16 +262,15 @@ struct RawGroup {
     expert_index: Option<u64>,
 }
 
-pub(crate) fn parse_groups(top: &Obj<'_>) -> Result<BTreeMap<String, Group>, RdrrError> {
-    let Some(obj) = top.object("groups")? else {
-        return Ok(BTreeMap::new());
-    };
+/// The groups, by id (a repeated id: the last entry, as JSON readers take it).
+pub(crate) fn parse_groups(
+    entries: Vec<(String, RawGroup)>,
+) -> Result<BTreeMap<String, Group>, RdrrError> {
     let mut groups = BTreeMap::new();
-    for (id, value) in obj.map {
-        let path = key_path(&obj.path, id);
-        let raw: RawGroup = value_at(top.file, &path, value)?;
+    for (id, raw) in entries {
+        let path = key_path("groups", &id);
         let kind = GroupKind::from_name(&raw.kind).ok_or_else(|| RdrrError::UnknownVariant {
-            file: top.file.to_string(),
+            file: MANIFEST_FILE.to_string(),
             field: format!("{path}.type"),
             value: raw.kind.clone(),
             expected: GroupKind::NAMES.join(", "),
@@ -154,14 +281,14 @@ pub(crate) fn parse_groups(top: &Obj<'_>) -> Result<BTreeMap<String, Group>, Rdr
             Some(Value::Number(n)) => Some(n.to_string()),
             Some(other) => {
                 return Err(RdrrError::Field {
-                    file: top.file.to_string(),
+                    file: MANIFEST_FILE.to_string(),
                     field: format!("{path}.version"),
                     message: format!("expected a string, found {}", json::kind(&other)),
                 })
             }
         };
         groups.insert(
-            id.clone(),
+            id,
             Group {
                 kind,
                 version,
@@ -178,7 +305,7 @@ pub(crate) fn parse_groups(top: &Obj<'_>) -> Result<BTreeMap<String, Group>, Rdr
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RawTensor {
+pub(crate) struct RawTensor {
     group: Option<String>,
     shard: Option<u64>,
     offset: Option<u64>,
@@ -205,23 +332,26 @@ fn to_index(i: u64) -> usize {
     usize::try_from(i).unwrap_or(usize::MAX)
 }
 
+/// The tensors of `file` (entries under `prefix`: `tensors` inline, nothing in a tensors
+/// file), by name (a repeated name: the last entry, as JSON readers take it).
 pub(crate) fn parse_tensors(
-    obj: &Obj<'_>,
+    file: &str,
+    prefix: &str,
+    entries: Vec<(String, RawTensor)>,
     issues: &mut Vec<RdrrIssue>,
 ) -> Result<BTreeMap<String, TensorLocation>, RdrrError> {
     let mut tensors = BTreeMap::new();
-    for (name, value) in obj.map {
-        let path = key_path(&obj.path, name);
-        let raw: RawTensor = value_at(obj.file, &path, value)?;
+    for (name, raw) in entries {
+        let path = key_path(prefix, &name);
         let field = |f: &str, message: &str| RdrrError::Field {
-            file: obj.file.to_string(),
+            file: file.to_string(),
             field: format!("{path}.{f}"),
             message: message.to_string(),
         };
         let layout = match raw.layout {
             None => TensorLayout::Row,
             Some(l) => TensorLayout::from_name(&l).ok_or_else(|| RdrrError::UnknownVariant {
-                file: obj.file.to_string(),
+                file: file.to_string(),
                 field: format!("{path}.layout"),
                 value: l,
                 expected: TensorLayout::NAMES.join(", "),
@@ -270,7 +400,7 @@ pub(crate) fn parse_tensors(
             }
         };
         tensors.insert(
-            name.clone(),
+            name,
             TensorLocation {
                 group: raw.group,
                 dtype: raw.dtype,

@@ -8,17 +8,19 @@ use std::io::Write;
 
 use super::gguf_metadata::{GgufMetadata, GGUF_METADATA_FILE};
 use super::manifest::Manifest;
-use super::{read_tensor, RdrrError};
+use super::{check_layout, read_tensor, RdrrError};
 use crate::formats::gguf::{GgufError, GgufWriter};
 use crate::formats::source::ModelFiles;
 
 /// Write the GGUF an RDRR folder was converted from to `out`. Fails when the folder carries no
-/// GGUF metadata (it did not come from a GGUF).
+/// GGUF metadata (it did not come from a GGUF), and before writing anything when its layout
+/// does not match its files ([`check_layout`]).
 pub fn write_gguf(
     manifest: &Manifest,
     files: &dyn ModelFiles,
     out: &mut dyn Write,
 ) -> Result<(), RdrrError> {
+    check_layout(manifest, files)?;
     let meta = GgufMetadata::load(manifest, files)?.ok_or_else(|| {
         RdrrError::Writer(format!(
             "the folder has no {GGUF_METADATA_FILE}: only RDRR models converted from a GGUF \

@@ -5,14 +5,20 @@
 //! and `tokenizer.file` names are plain file names (checked before any shard is opened);
 //! shard files exist and their lengths equal the declared sizes; hashes are present (shards)
 //! and well-formed hex of their algorithm's length; every tensor span lies inside its shard
-//! (both the declared size and the real file length); spans add up to the tensor size; a
-//! tensor's size matches its dtype and shape; tensor groups exist; groups reference existing
-//! tensors and shards; `tensorCount` and `totalSize` agree; `moeConfig` is coherent.
+//! (both the declared size and the real file length); spans add up to the tensor size; no two
+//! spans overlap (within a tensor or across tensors), so the tensors never claim more bytes
+//! than the shards hold; a tensor's size matches its dtype and shape (checked arithmetic);
+//! tensor groups exist; groups reference existing tensors and shards, and no tensor is listed
+//! twice (in one group or in two), so hashing the groups reads each byte at most once; every
+//! file the manifest names (shards, `tensorsFile`, tokenizer, `extraFiles`) has a name of its
+//! own in the folder; `tensorCount` and `totalSize` agree; `moeConfig` is coherent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
+use super::gguf_metadata::GGUF_METADATA_FILE;
 use super::manifest::{check_plain_file_name, HashAlgorithm, Manifest};
+use super::{MANIFEST_FILE, TOKENIZER_FILE};
 use crate::formats::source::ModelFiles;
 use crate::quant::GgmlType;
 
@@ -33,6 +39,9 @@ pub enum IssueKind {
     UnsafeFileName,
     /// Two shards name the same file.
     DuplicateShardFile,
+    /// Two of the files the manifest names (a shard, `tensorsFile`, the tokenizer, an
+    /// `extraFiles` entry, `manifest.json` itself) would be one file in the folder.
+    FileNameCollision,
     /// A shard file cannot be opened.
     ShardMissing,
     /// A shard file's length differs from its declared size.
@@ -47,6 +56,8 @@ pub enum IssueKind {
     TensorOutOfBounds,
     /// A tensor's spans do not add up to its size.
     SpanSize,
+    /// Two spans (of one tensor, or of two tensors) share bytes of a shard.
+    SpanOverlap,
     /// A dtype this reader does not know.
     UnknownDtype,
     /// A tensor's size differs from what its dtype and shape take.
@@ -57,6 +68,8 @@ pub enum IssueKind {
     UnknownGroup,
     /// A group lists a tensor that is not in the manifest.
     UnknownTensor,
+    /// A group lists a tensor twice, or two groups list the same tensor.
+    DuplicateGroupTensor,
     /// `tensorCount` differs from the number of tensors.
     TensorCount,
     /// `totalSize` differs from the sum of the shard sizes.
@@ -155,8 +168,10 @@ impl Issues {
 fn run(m: &Manifest, files: Option<&dyn ModelFiles>) -> ValidationReport {
     let mut issues = Issues(m.normalization_issues.clone());
     check_top_level(m, &mut issues);
+    check_file_names(m, &mut issues);
     let file_lens = check_shards(m, files, &mut issues);
     check_tensors(m, &file_lens, &mut issues);
+    check_overlaps(m, &mut issues);
     check_groups(m, &mut issues);
     ValidationReport { issues: issues.0 }
 }
@@ -236,6 +251,76 @@ fn check_top_level(m: &Manifest, issues: &mut Issues) {
     }
 }
 
+/// Every file the manifest names must be a file of its own in the model folder. A shard named
+/// like `tensors.json`, or an `extraFiles` entry named like a shard, would be written over by
+/// the other in a download, and read as the wrong thing by the loader. Reserved besides what
+/// the manifest names: `manifest.json`, and the names the loader falls back on
+/// (`tokenizer.json`, `gguf_metadata.json`). The tokenizer and the GGUF metadata may be listed
+/// in `extraFiles` as well (that is how a download checks them): one file, named twice on
+/// purpose. Names are compared without case, as case-insensitive file systems store them.
+/// Shards that share a name with each other are [`IssueKind::DuplicateShardFile`]s.
+fn check_file_names(m: &Manifest, issues: &mut Issues) {
+    // Lowercased name -> what claimed it first.
+    let mut claimed: HashMap<String, String> = HashMap::new();
+    let mut claim = |name: &str, what: String, issues: &mut Issues| {
+        use std::collections::hash_map::Entry;
+        match claimed.entry(name.to_lowercase()) {
+            Entry::Occupied(first) => issues.push(
+                IssueKind::FileNameCollision,
+                &what,
+                format!(
+                    "is named {name:?}, which is the name of {} too",
+                    first.get()
+                ),
+            ),
+            Entry::Vacant(slot) => {
+                slot.insert(what);
+            }
+        }
+    };
+    claim(MANIFEST_FILE, "the manifest".to_string(), issues);
+    if let Some(name) = &m.tensors_file {
+        claim(name, "field tensorsFile".to_string(), issues);
+    }
+    let mut extras: HashSet<String> = HashSet::new();
+    for (i, f) in m.extra_files.iter().enumerate() {
+        extras.insert(f.file_name.to_lowercase());
+        claim(
+            &f.file_name,
+            format!("extraFiles[{i}] ({})", f.file_name),
+            issues,
+        );
+    }
+    let mut conventional = vec![
+        (TOKENIZER_FILE, "the tokenizer".to_string()),
+        (GGUF_METADATA_FILE, "the GGUF metadata".to_string()),
+    ];
+    if let Some(file) = m.tokenizer.as_ref().and_then(|t| t.file.as_deref()) {
+        if !file.eq_ignore_ascii_case(TOKENIZER_FILE) {
+            conventional.push((file, "field tokenizer.file".to_string()));
+        }
+    }
+    for (name, what) in conventional {
+        if !extras.contains(&name.to_lowercase()) {
+            claim(name, what, issues);
+        }
+    }
+    for (i, shard) in m.shards.iter().enumerate() {
+        let name = shard.filename.as_str();
+        // Missing and unsafe names are reported by `check_shards`.
+        if name.is_empty() || check_plain_file_name("fileName", name).is_err() {
+            continue;
+        }
+        if let Some(first) = claimed.get(&name.to_lowercase()) {
+            issues.push(
+                IssueKind::FileNameCollision,
+                &format!("shard {i} ({name})"),
+                format!("is named {name:?}, which is the name of {first} too"),
+            );
+        }
+    }
+}
+
 /// Shard checks; returns each shard file's real length where it could be opened.
 fn check_shards(
     m: &Manifest,
@@ -245,7 +330,8 @@ fn check_shards(
     let n = m.shards.len();
     let mut file_lens = vec![None; n];
     let mut cumulative = Some(0u64);
-    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    // By lowercased name: case-insensitive file systems (macOS, Windows) hold one file for both.
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for (i, shard) in m.shards.iter().enumerate() {
         let subject = if shard.filename.is_empty() {
             format!("shard {i}")
@@ -289,7 +375,7 @@ fn check_shards(
             issues.push(IssueKind::UnsafeFileName, &subject, format!("file name {name:?} is not a plain file name inside the model folder; it will not be opened"));
             continue;
         }
-        if let Some(first) = seen.insert(name, i) {
+        if let Some(first) = seen.insert(name.to_lowercase(), i) {
             issues.push(
                 IssueKind::DuplicateShardFile,
                 &subject,
@@ -405,6 +491,62 @@ fn check_tensors(m: &Manifest, file_lens: &[Option<u64>], issues: &mut Issues) {
     }
 }
 
+/// No two spans may share a byte of a shard, whether they belong to one tensor (a span
+/// repeated) or to two. Then the tensors hold at most the bytes the shards hold: reading or
+/// hashing every tensor reads each shard byte at most once, whatever sizes the manifest claims.
+/// One issue per tensor; spans of 0 bytes hold nothing, and spans outside their shard are
+/// reported by `check_tensors`.
+fn check_overlaps(m: &Manifest, issues: &mut Issues) {
+    // (shard, offset, end, tensor, span index), in shard and offset order.
+    let mut spans: Vec<(usize, u64, u64, &str, usize)> = Vec::new();
+    for (name, t) in &m.tensors {
+        for (k, s) in t.spans.iter().enumerate() {
+            if s.size == 0 || s.shard >= m.shards.len() {
+                continue;
+            }
+            if let Some(end) = s.offset.checked_add(s.size) {
+                spans.push((s.shard, s.offset, end, name, k));
+            }
+        }
+    }
+    spans.sort_unstable();
+    let mut reported: HashSet<&str> = HashSet::new();
+    // The span of the current shard that reaches furthest: (shard, end, tensor, span index).
+    let mut reach: Option<(usize, u64, &str, usize)> = None;
+    for &(shard, offset, end, name, k) in &spans {
+        match reach {
+            Some((s, far, other, j)) if s == shard && offset < far => {
+                if reported.insert(name) {
+                    let multi = m.tensors.get(name).is_some_and(|t| t.spans.len() > 1);
+                    let subject = if multi {
+                        format!("tensor {name:?} span {k}")
+                    } else {
+                        format!("tensor {name:?}")
+                    };
+                    let file = &m.shards[shard].filename;
+                    let with = if other == name {
+                        format!("its own span {j}")
+                    } else {
+                        format!("tensor {other:?}")
+                    };
+                    issues.push(
+                        IssueKind::SpanOverlap,
+                        &subject,
+                        format!(
+                            "bytes {offset}..{end} of shard {shard} ({file}) overlap {with}: \
+                             spans must not share bytes"
+                        ),
+                    );
+                }
+                if end > far {
+                    reach = Some((shard, end, name, k));
+                }
+            }
+            _ => reach = Some((shard, end, name, k)),
+        }
+    }
+}
+
 fn check_tensor_size(
     size: u64,
     shape: &[u64],
@@ -413,7 +555,15 @@ fn check_tensor_size(
     subject: &str,
     issues: &mut Issues,
 ) {
-    let Some(elements) = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)) else {
+    if shape.iter().any(|&d| d > i64::MAX as u64) {
+        issues.push(
+            IssueKind::TensorShape,
+            subject,
+            format!("shape {shape:?} has a dimension over 2^63 (GGUF's limit)"),
+        );
+        return;
+    }
+    let Some(elements) = super::manifest::element_count(shape) else {
         issues.push(
             IssueKind::TensorShape,
             subject,
@@ -428,8 +578,17 @@ fn check_tensor_size(
             format!("is {size} bytes, but {elements} elements of {dtype} ({ty}) take {expected}"),
         ),
         Some(_) => {}
-        // TL1's size is kernel-specific: nothing to check.
-        None if ty == GgmlType::TL1 => {}
+        // Refused as the GGUF reader refuses it: with no size to check against the shape, the
+        // shape could claim any number of elements.
+        None if ty == GgmlType::TL1 => issues.push(
+            IssueKind::UnknownDtype,
+            subject,
+            format!(
+                "has dtype {dtype:?} (TL1), which is not supported: its layout is \
+                 kernel-specific, so its size cannot be checked against its shape (convert the \
+                 model to I2_S)"
+            ),
+        ),
         None => issues.push(
             IssueKind::TensorShape,
             subject,
@@ -444,14 +603,38 @@ fn check_tensor_size(
 fn check_groups(m: &Manifest, issues: &mut Issues) {
     let n = m.shards.len();
     let alg = m.group_hash_algorithm();
+    // Tensor -> the group that lists it: a group's hash covers each of its tensors once, and
+    // each tensor belongs to one group, so checking the group hashes reads every byte once.
+    let mut owner: HashMap<&str, &str> = HashMap::new();
     for (id, g) in &m.groups {
         let subject = format!("group {id:?}");
+        let mut listed: HashSet<&str> = HashSet::new();
+        let mut repeated: HashSet<&str> = HashSet::new();
         for t in &g.tensors {
+            if !listed.insert(t) {
+                if repeated.insert(t) {
+                    issues.push(
+                        IssueKind::DuplicateGroupTensor,
+                        &subject,
+                        format!("lists tensor {t:?} more than once"),
+                    );
+                }
+                continue;
+            }
             if !m.tensors.contains_key(t) {
                 issues.push(
                     IssueKind::UnknownTensor,
                     &subject,
                     format!("lists tensor {t:?}, which the manifest does not have"),
+                );
+                continue;
+            }
+            if let Some(first) = owner.insert(t, id) {
+                owner.insert(t, first);
+                issues.push(
+                    IssueKind::DuplicateGroupTensor,
+                    &subject,
+                    format!("lists tensor {t:?}, which group {first:?} lists too"),
                 );
             }
         }

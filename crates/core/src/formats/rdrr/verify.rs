@@ -1,5 +1,12 @@
-//! Verification: recompute every shard's hash and every group's hash, streaming through
-//! [`ByteSource::read_at`] in chunks (never a whole shard in memory).
+//! Verification: every check of [`validate`] first (a model it rejects is never "verified"),
+//! then every shard's hash and every group's hash, streaming through [`ByteSource::read_at`] in
+//! chunks (never a whole shard in memory).
+//!
+//! The work is bounded by the bytes that exist, not by what the manifest claims: each shard
+//! file is hashed once (a second shard naming the same file is not hashed again), and the
+//! group hashes are computed only when no two spans share bytes and no tensor is listed twice
+//! ([`IssueKind::SpanOverlap`], [`IssueKind::DuplicateGroupTensor`]), so that they read each
+//! shard byte at most once. [`VerifyReport::bytes_hashed`] counts the bytes really hashed.
 //!
 //! A group's hash is the manifest's hash algorithm over the raw bytes of the group's tensors,
 //! concatenated in the order of the group's `tensors` list; a tensor split across shards is
@@ -12,6 +19,7 @@
 use sha2::Digest;
 
 use super::manifest::{HashAlgorithm, HashAlgorithmSource, Manifest};
+use super::validate::{validate, IssueKind, RdrrIssue};
 use super::RdrrError;
 use crate::formats::source::{ByteSource, ModelFiles, SourceError};
 
@@ -263,23 +271,30 @@ fn status_line(
 /// Everything [`verify`] found.
 #[derive(Debug, Clone, Default)]
 pub struct VerifyReport {
+    /// What [`validate`] found: each issue is a reason the model is not verified.
+    pub validation: Vec<RdrrIssue>,
     pub shards: Vec<ShardVerification>,
     pub groups: Vec<GroupVerification>,
+    /// Bytes read from the files and hashed (shards and group tensors together).
+    pub bytes_hashed: u64,
 }
 
 impl VerifyReport {
-    /// True when every shard matched its hash and no group hash mismatched or failed.
-    /// Groups without a hash are not counted against the model; shards without one are.
+    /// True when validation found nothing, every shard matched its hash and no group hash
+    /// mismatched or failed. Groups without a hash are not counted against the model; shards
+    /// without one are.
     pub fn is_ok(&self) -> bool {
-        self.shards.iter().all(|s| s.status == VerifyStatus::Ok)
+        self.validation.is_empty()
+            && self.shards.iter().all(|s| s.status == VerifyStatus::Ok)
             && self
                 .groups
                 .iter()
                 .all(|g| matches!(g.status, VerifyStatus::Ok | VerifyStatus::NoHash))
     }
 
-    /// One line per problem.
+    /// One line per problem: validation's first, then the hashes'.
     pub fn problems(&self) -> Vec<String> {
+        let validation = self.validation.iter().map(ToString::to_string);
         let shards = self
             .shards
             .iter()
@@ -290,9 +305,13 @@ impl VerifyReport {
             .iter()
             .filter(|g| !matches!(g.status, VerifyStatus::Ok | VerifyStatus::NoHash))
             .map(GroupVerification::message);
-        shards.chain(groups).collect()
+        validation.chain(shards).chain(groups).collect()
     }
 }
+
+/// Issue kinds under which hashing the groups could read the same bytes more than once: then
+/// the groups are not hashed.
+const GROUP_BLOCKERS: &[IssueKind] = &[IssueKind::SpanOverlap, IssueKind::DuplicateGroupTensor];
 
 /// Verify every shard and group hash with default options.
 pub fn verify(
@@ -303,7 +322,8 @@ pub fn verify(
     verify_with(manifest, files, &VerifyOptions::default(), progress)
 }
 
-/// Verify every shard hash and (unless turned off) every group hash.
+/// Run every check of [`validate`], then verify every shard hash and (unless turned off, or
+/// unless the layout would make it read bytes twice) every group hash.
 pub fn verify_with(
     manifest: &Manifest,
     files: &dyn ModelFiles,
@@ -311,13 +331,20 @@ pub fn verify_with(
     mut progress: Option<&mut dyn FnMut(&VerifyProgress<'_>)>,
 ) -> VerifyReport {
     let mut buf = vec![0u8; options.chunk_size.clamp(1, 1 << 30)];
-    let mut report = VerifyReport::default();
+    let mut report = VerifyReport {
+        validation: validate(manifest, files).issues,
+        ..VerifyReport::default()
+    };
 
     let total = manifest
         .shards
         .iter()
         .fold(0u64, |acc, s| acc.saturating_add(s.size));
     let mut done = 0u64;
+    // Shard files hashed so far, by lowercased name (as `validate` compares them): a file
+    // named by two shards is hashed once.
+    let mut hashed_files: std::collections::HashMap<String, usize> =
+        std::collections::HashMap::new();
     for shard in &manifest.shards {
         let mut result = ShardVerification {
             index: shard.index,
@@ -341,6 +368,15 @@ pub fn verify_with(
                 });
             }
         };
+        let first = hashed_files
+            .entry(shard.filename.to_lowercase())
+            .or_insert(shard.index);
+        if *first != shard.index {
+            result.status =
+                VerifyStatus::Error(format!("its file is shard {}'s too, hashed once", *first));
+            report.shards.push(result);
+            continue;
+        }
         result.status = match open_shard(manifest, files, shard.index) {
             Err(status) => status,
             Ok(source) => {
@@ -369,9 +405,45 @@ pub fn verify_with(
     }
 
     if options.check_groups {
-        report.groups = verify_groups(manifest, files, &mut buf, &mut progress);
+        let blocked = report
+            .validation
+            .iter()
+            .any(|i| GROUP_BLOCKERS.contains(&i.kind));
+        if blocked {
+            report.groups = not_hashed(manifest);
+        } else {
+            let (groups, hashed) = verify_groups(manifest, files, &mut buf, &mut progress);
+            report.groups = groups;
+            done = done.saturating_add(hashed);
+        }
     }
+    report.bytes_hashed = done;
     report
+}
+
+/// The groups' results when their hashes are not computed: spans that share bytes, or a tensor
+/// listed twice, would make hashing them read the same bytes again, as often as the manifest
+/// says.
+fn not_hashed(manifest: &Manifest) -> Vec<GroupVerification> {
+    let alg = manifest.group_hash_algorithm();
+    manifest
+        .groups
+        .iter()
+        .map(|(id, group)| GroupVerification {
+            id: id.clone(),
+            algorithm: alg,
+            expected: group.hash.clone(),
+            actual: None,
+            status: match group.hash {
+                None => VerifyStatus::NoHash,
+                Some(_) => VerifyStatus::Error(
+                    "not hashed: the manifest lists some tensor bytes more than once (spans \
+                     that share bytes, or a tensor listed twice)"
+                        .to_string(),
+                ),
+            },
+        })
+        .collect()
 }
 
 fn compare(expected: &Option<String>, actual: &str) -> VerifyStatus {
@@ -433,7 +505,7 @@ fn verify_groups(
     files: &dyn ModelFiles,
     buf: &mut [u8],
     progress: &mut Option<&mut dyn FnMut(&VerifyProgress<'_>)>,
-) -> Vec<GroupVerification> {
+) -> (Vec<GroupVerification>, u64) {
     let alg = manifest.group_hash_algorithm();
     let total = manifest
         .groups
@@ -519,7 +591,7 @@ fn verify_groups(
         };
         results.push(result);
     }
-    results
+    (results, done)
 }
 
 #[cfg(test)]

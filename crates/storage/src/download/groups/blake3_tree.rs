@@ -29,12 +29,13 @@ pub(super) struct Tree {
 }
 
 impl Tree {
+    /// `len` is the segments' total (checked by the caller: `GroupTaps::new`).
     pub(super) fn new(segments: &[TensorSpan], block: u64) -> Tree {
         let mut starts = Vec::with_capacity(segments.len());
-        let mut len = 0;
+        let mut len = 0u64;
         for seg in segments {
             starts.push(len);
-            len += seg.size;
+            len = len.saturating_add(seg.size);
         }
         let blocks = len.div_ceil(block) as usize;
         Tree {

@@ -117,7 +117,15 @@ impl GroupTaps {
                     segments.push(*span);
                 }
             }
-            let len: u64 = segments.iter().map(|s| s.size).sum();
+            // No larger than the shards once validation passed (no two spans share bytes, no
+            // tensor is listed twice); checked here too, as the trees are sized from it.
+            let len = segments
+                .iter()
+                .try_fold(0u64, |acc, s| acc.checked_add(s.size))
+                .filter(|&len| len <= manifest.shard_bytes().unwrap_or(u64::MAX))
+                .ok_or_else(|| {
+                    format!("group {id:?}: its tensors claim more bytes than the shards hold")
+                })?;
             let tree = tree_block
                 .filter(|&b| len > b)
                 .map(|b| Tree::new(&segments, b));

@@ -213,3 +213,144 @@ fn a_tensor_one_byte_long_or_short_is_refused_by_every_backend() {
         }
     }
 }
+
+#[cfg(target_os = "linux")]
+mod memory_support;
+
+/// Write a GGUF header of `n` metadata array elements (`elem` bytes each, as `elem_type`)
+/// under one key, streamed to `path` (the test never holds it). Returns the file's size.
+#[cfg(target_os = "linux")]
+fn write_header_of_elements(path: &std::path::Path, elem_type: u32, elem: &[u8], n: u64) -> u64 {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut put = |b: &[u8]| f.write_all(b).unwrap();
+    put(b"GGUF");
+    put(&3u32.to_le_bytes());
+    put(&0u64.to_le_bytes()); // tensors
+    put(&2u64.to_le_bytes()); // metadata entries
+    let key = |put: &mut dyn FnMut(&[u8]), k: &str| {
+        put(&(k.len() as u64).to_le_bytes());
+        put(k.as_bytes());
+    };
+    key(&mut put, "general.architecture");
+    put(&8u32.to_le_bytes());
+    key(&mut put, "llama");
+    key(&mut put, "tokenizer.ggml.tokens");
+    put(&9u32.to_le_bytes());
+    put(&elem_type.to_le_bytes());
+    put(&n.to_le_bytes());
+    for _ in 0..n {
+        put(elem);
+    }
+    f.flush().unwrap();
+    std::fs::metadata(path).unwrap().len()
+}
+
+/// `inspect`, `convert` and `run` on GGUF headers made of millions of tiny metadata values,
+/// their peak memory measured (tests/memory_support): a clear exit, and at most the same
+/// command on the tiny fixture plus 8 times the file plus 64 MiB. The factor covers what the
+/// values cost as Rust values (up to 6.2 times their encoding): a one-byte string takes 9 bytes in the file and 56 in memory
+/// (a `String` and its smallest heap block); an empty inner array 12 and 32. `run` and
+/// `convert` also build the tokenizer from the strings, and `convert` writes the JSON of the
+/// metadata (at most 64 MiB). A JSON tree of the metadata once took 73 times the file here.
+#[cfg(target_os = "linux")]
+#[test]
+fn millions_of_tiny_metadata_values_stay_within_a_memory_bound() {
+    use memory_support::tritium;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let files = [
+        // One million empty u8 arrays inside an array of arrays.
+        (
+            "nested.gguf",
+            9u32,
+            [0u8; 4]
+                .iter()
+                .chain(&[0u8; 8])
+                .copied()
+                .collect::<Vec<_>>(),
+        ),
+        // 1.3 million one-byte strings.
+        ("strings.gguf", 8, [1u8, 0, 0, 0, 0, 0, 0, 0, b'a'].to_vec()),
+    ];
+    for (name, elem_type, elem) in files {
+        let path = dir.path().join(name);
+        let n = 12_000_000 / elem.len() as u64;
+        let size = write_header_of_elements(&path, elem_type, &elem, n);
+        let path = path.to_str().unwrap();
+        let out = dir.path().join(format!("{name}.rdrr"));
+        let out = out.to_str().unwrap();
+        let commands: [(&str, Vec<&str>, Vec<&str>); 3] = [
+            ("inspect", vec!["inspect", path], vec!["inspect", MODEL]),
+            (
+                "convert",
+                vec!["convert", path, out],
+                vec!["convert", MODEL, "-"],
+            ),
+            (
+                "run",
+                vec![
+                    "run",
+                    path,
+                    "--prompt",
+                    "hi",
+                    "--max-tokens",
+                    "1",
+                    "--backend",
+                    "cpu",
+                ],
+                vec![
+                    "run",
+                    MODEL,
+                    "--prompt",
+                    "hi",
+                    "--max-tokens",
+                    "1",
+                    "--backend",
+                    "cpu",
+                ],
+            ),
+        ];
+        for (what, args, baseline_args) in commands {
+            let base_out = dir.path().join("baseline.rdrr");
+            let baseline_args: Vec<&str> = baseline_args
+                .iter()
+                .map(|a| {
+                    if *a == "-" {
+                        base_out.to_str().unwrap()
+                    } else {
+                        a
+                    }
+                })
+                .collect();
+            let baseline = tritium(&baseline_args, &store);
+            assert_eq!(
+                baseline.code,
+                Some(0),
+                "{what} baseline: {}",
+                baseline.text()
+            );
+            let _ = std::fs::remove_dir_all(&base_out);
+            let o = tritium(&args, &store);
+            assert!(
+                o.signal.is_none() && o.code.is_some(),
+                "{what} {name}: {}",
+                o.text()
+            );
+            assert!(
+                !o.stderr.contains("panicked"),
+                "{what} {name}: {}",
+                o.text()
+            );
+            let bound = baseline.peak + 8 * size + (64 << 20);
+            eprintln!(
+                "{what} {name} ({size} bytes): peak {} MiB, baseline {} MiB, bound {} MiB, exit {:?}",
+                o.peak >> 20,
+                baseline.peak >> 20,
+                bound >> 20,
+                o.code
+            );
+            assert!(o.peak <= bound, "{what} {name}: peak {} > {bound}", o.peak);
+        }
+    }
+}

@@ -1,26 +1,27 @@
 //! The real `tritium` binary on RDRR folders that claim more than they hold, its peak memory
-//! measured: a tensor of 128 GiB made of 131,072 spans that repeat one 1 MiB shard, and a
+//! measured (tests/memory_support): a tensor of 128 GiB made of 131,072 spans that repeat one 1 MiB shard, and a
 //! group that lists one tensor a million times. `inspect`, `validate`, `verify`, `convert`,
 //! `dump` and `run` each end with a clear error or report (never a signal: an allocation
 //! failure aborts), leave no `.part` file, hash only the bytes that exist, and stay within
 //! [`memory_bound`] of the same command on a small valid model.
 //!
 //! The peak is the child's `ru_maxrss` from `wait4` (Linux). The children also run under an
-//! address-space limit ([`ADDRESS_SPACE_LIMIT`]), so that a regression fails here, cleanly,
+//! address-space limit ([`memory_support::ADDRESS_SPACE_LIMIT`]), so that a regression fails here, cleanly,
 //! instead of filling the machine's memory.
 
 #![cfg(target_os = "linux")]
 
-use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
+use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use tritium::formats::rdrr::{hash_hex, HashAlgorithm};
 use tritium::formats::source::MemoryFiles;
 
 #[path = "fixtures/rdrr/mod.rs"]
 mod fixtures;
+mod memory_support;
+
+use memory_support::tritium;
 
 use fixtures::written_model;
 
@@ -31,92 +32,6 @@ use fixtures::written_model;
 /// of what the manifest claims (here 128 GiB, or a million times a tensor).
 fn memory_bound(baseline: u64, folder_bytes: u64) -> u64 {
     baseline + folder_bytes + (64 << 20)
-}
-
-/// The children's address-space limit: far above what any command here needs (the tokio and
-/// rayon thread stacks and malloc arenas reserve a few hundred MiB), far below the claims.
-const ADDRESS_SPACE_LIMIT: u64 = 16 << 30;
-
-struct Outcome {
-    code: Option<i32>,
-    signal: Option<i32>,
-    stdout: String,
-    stderr: String,
-    /// Peak resident set size, bytes.
-    peak: u64,
-}
-
-impl Outcome {
-    fn text(&self) -> String {
-        format!(
-            "exit {:?}, signal {:?}\nstdout: {}\nstderr: {}",
-            self.code,
-            self.signal,
-            &self.stdout[..self.stdout.len().min(2000)],
-            &self.stderr[..self.stderr.len().min(2000)]
-        )
-    }
-}
-
-/// Run the binary with `args`, its store in `store`, and reap it with `wait4` for its peak RSS.
-///
-/// A forked child starts with the parent's resident pages counted as its own (and keeps that
-/// high-water mark through `exec`), so the parent returns its free memory to the system first
-/// and never holds the hostile folders in memory: their files are written as they are made.
-fn tritium(args: &[&str], store: &Path) -> Outcome {
-    // SAFETY: glibc's malloc_trim only releases free heap memory.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tritium"));
-    cmd.args(args)
-        .env("TRITIUM_STORE", store)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe, and the closure touches nothing else.
-    unsafe {
-        cmd.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: ADDRESS_SPACE_LIMIT,
-                rlim_max: ADDRESS_SPACE_LIMIT,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    // Reaped below with `wait4`, which `wait` cannot give the rusage of.
-    #[allow(clippy::zombie_processes)]
-    let mut child = cmd.spawn().expect("runs");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let read_out = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        out.read_to_end(&mut s).unwrap();
-        String::from_utf8_lossy(&s).into_owned()
-    });
-    let read_err = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        err.read_to_end(&mut s).unwrap();
-        String::from_utf8_lossy(&s).into_owned()
-    });
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: plain out-parameters; the child is ours and reaped here, once (std's `Child`
-    // is not waited on afterwards).
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
-    Outcome {
-        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
-        signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
-        stdout: read_out.join().unwrap(),
-        stderr: read_err.join().unwrap(),
-        // Linux reports kibibytes.
-        peak: usage.ru_maxrss as u64 * 1024,
-    }
 }
 
 /// Write the folder of [`fixtures::hostile_model`] into `dir` without holding it in memory

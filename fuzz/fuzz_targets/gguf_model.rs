@@ -248,7 +248,10 @@ fn gguf(input: &Input) -> Vec<u8> {
             })
             .unwrap_or(0);
         let offset = t.and_then(|t| t.offset).unwrap_or(next);
-        next = offset.saturating_add(bytes).next_multiple_of(32);
+        next = offset
+            .saturating_add(bytes)
+            .checked_next_multiple_of(32)
+            .unwrap_or(u64::MAX);
         infos.push((name.clone(), dims, dtype, offset));
     }
 

@@ -113,8 +113,13 @@ impl TensorInfo {
         self.dims.iter().rev().copied().collect()
     }
 
+    /// The element count; `u64::MAX` for dimensions whose product overflows (the reader
+    /// refuses those, but a header can also be built from an RDRR manifest or by hand).
     pub fn n_elements(&self) -> u64 {
-        self.dims.iter().product()
+        self.dims
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .unwrap_or(u64::MAX)
     }
 }
 

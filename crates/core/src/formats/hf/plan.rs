@@ -77,8 +77,12 @@ pub struct OutputTensor {
 }
 
 impl OutputTensor {
+    /// The element count, saturating at `u64::MAX` (where `n_bytes` then finds no size).
     pub fn elements(&self) -> u64 {
-        self.shape.iter().product()
+        self.shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .unwrap_or(u64::MAX)
     }
 
     /// Bytes of the tensor as `dtype`.

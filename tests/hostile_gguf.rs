@@ -217,6 +217,10 @@ fn a_tensor_one_byte_long_or_short_is_refused_by_every_backend() {
 #[cfg(target_os = "linux")]
 mod memory_support;
 
+/// A command's arguments for a model, an output folder and the `run` options.
+#[cfg(target_os = "linux")]
+type Args = fn(&str, &str, &[&str]) -> Vec<String>;
+
 /// Write a GGUF header of `n` metadata array elements (`elem` bytes each, as `elem_type`)
 /// under one key, streamed to `path` (the test never holds it). Returns the file's size.
 #[cfg(target_os = "linux")]
@@ -280,49 +284,25 @@ fn millions_of_tiny_metadata_values_stay_within_a_memory_bound() {
         let path = path.to_str().unwrap();
         let out = dir.path().join(format!("{name}.rdrr"));
         let out = out.to_str().unwrap();
-        let commands: [(&str, Vec<&str>, Vec<&str>); 3] = [
-            ("inspect", vec!["inspect", path], vec!["inspect", MODEL]),
-            (
-                "convert",
-                vec!["convert", path, out],
-                vec!["convert", MODEL, "-"],
-            ),
-            (
-                "run",
-                vec![
-                    "run",
-                    path,
-                    "--prompt",
-                    "hi",
-                    "--max-tokens",
-                    "1",
-                    "--backend",
-                    "cpu",
-                ],
-                vec![
-                    "run",
-                    MODEL,
-                    "--prompt",
-                    "hi",
-                    "--max-tokens",
-                    "1",
-                    "--backend",
-                    "cpu",
-                ],
-            ),
+        let base_out = dir.path().join("baseline.rdrr");
+        let base_out = base_out.to_str().unwrap();
+        // Each command's arguments for a model and an output folder: the hostile file, and the
+        // fixture for the baseline.
+        let run = ["--prompt", "hi", "--max-tokens", "1", "--backend", "cpu"];
+        let commands: [(&str, Args); 3] = [
+            ("inspect", |m, _, _| vec!["inspect".into(), m.into()]),
+            ("convert", |m, o, _| {
+                vec!["convert".into(), m.into(), o.into()]
+            }),
+            ("run", |m, _, r| {
+                ["run", m].iter().chain(r).map(|a| a.to_string()).collect()
+            }),
         ];
-        for (what, args, baseline_args) in commands {
-            let base_out = dir.path().join("baseline.rdrr");
-            let baseline_args: Vec<&str> = baseline_args
-                .iter()
-                .map(|a| {
-                    if *a == "-" {
-                        base_out.to_str().unwrap()
-                    } else {
-                        a
-                    }
-                })
-                .collect();
+        for (what, command) in commands {
+            let args = command(path, out, &run);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let baseline_args = command(MODEL, base_out, &run);
+            let baseline_args: Vec<&str> = baseline_args.iter().map(String::as_str).collect();
             let baseline = tritium(&baseline_args, &store);
             assert_eq!(
                 baseline.code,
@@ -330,7 +310,7 @@ fn millions_of_tiny_metadata_values_stay_within_a_memory_bound() {
                 "{what} baseline: {}",
                 baseline.text()
             );
-            let _ = std::fs::remove_dir_all(&base_out);
+            let _ = std::fs::remove_dir_all(base_out);
             let o = tritium(&args, &store);
             assert!(
                 o.signal.is_none() && o.code.is_some(),

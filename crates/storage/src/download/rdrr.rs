@@ -544,12 +544,7 @@ fn check_names(manifest: &Manifest, url: &str) -> Result<(), DownloadError> {
         IssueKind::DuplicateShardFile,
         IssueKind::FileNameCollision,
     ];
-    let problems: Vec<String> = validate_manifest(manifest)
-        .issues
-        .iter()
-        .filter(|i| unsafe_names.contains(&i.kind))
-        .map(ToString::to_string)
-        .collect();
+    let problems = validate_manifest(manifest).problems_of(&unsafe_names);
     if problems.is_empty() {
         Ok(())
     } else {

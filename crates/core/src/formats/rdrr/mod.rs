@@ -217,12 +217,7 @@ pub const LAYOUT_ISSUES: &[IssueKind] = &[
 /// shape and dtype take, and reading every tensor reads each shard byte at most once: what
 /// runs, dumps or converts a model calls it before allocating anything from the manifest.
 pub fn check_layout(manifest: &Manifest, files: &dyn ModelFiles) -> Result<(), RdrrError> {
-    let problems: Vec<String> = validate(manifest, files)
-        .issues
-        .iter()
-        .filter(|i| LAYOUT_ISSUES.contains(&i.kind))
-        .map(ToString::to_string)
-        .collect();
+    let problems = validate(manifest, files).problems_of(LAYOUT_ISSUES);
     if problems.is_empty() {
         Ok(())
     } else {

@@ -116,6 +116,15 @@ impl ValidationReport {
         self.issues.is_empty()
     }
 
+    /// The issues of the given kinds, as messages.
+    pub fn problems_of(&self, kinds: &[IssueKind]) -> Vec<String> {
+        self.issues
+            .iter()
+            .filter(|i| kinds.contains(&i.kind))
+            .map(ToString::to_string)
+            .collect()
+    }
+
     /// True when some issue is of `kind`.
     pub fn has(&self, kind: IssueKind) -> bool {
         self.issues.iter().any(|i| i.kind == kind)

@@ -40,7 +40,8 @@ pub struct LoadArgs {
     /// Most tokens per forward pass (prefill batch).
     #[arg(long, default_value_t = 128)]
     pub batch: usize,
-    /// The GPU's KV cache element type: f16 where the device supports it, or f32.
+    /// The KV cache element type, on every backend (auto: f32 for a cache whose f32 form is
+    /// at most 256 MiB, else f16).
     #[arg(long, value_enum, default_value = "auto")]
     pub kv_cache: KvChoice,
 }

@@ -8,14 +8,15 @@
 use std::sync::Arc;
 
 use super::{
-    check_batch, AttentionShape, Backend, Batch, Elementwise, KvShape, Limits, Logits, Names, Op,
-    Pass, Readback, Tensor, Tokens, Weight, WeightData,
+    check_batch, AttentionShape, Backend, Batch, Elementwise, KvShape, KvType, Limits, Logits,
+    Names, Op, Pass, Readback, Tensor, Tokens, Weight, WeightData,
 };
 use crate::cpu::bitlinear::quantize_activations;
 use crate::cpu::ops;
 use crate::error::{BackendError, BatchError};
 use crate::ops::RopeConfig;
-use crate::quant::{self, GgmlType};
+use crate::pass::Activations;
+use crate::quant::{self, q8dot, GgmlType};
 use crate::Error;
 
 /// A weight as the file stores it, row by row.
@@ -59,6 +60,10 @@ pub struct CpuBackend {
     rope: Option<RopeConfig>,
     /// The best candidate of the last pass that read back its top-k (for chained passes).
     best: Option<u32>,
+    /// The KV cache type asked for ([`Backend::kv_request`]).
+    kv_request: Option<KvType>,
+    /// [`Limits::int8_activations`].
+    int8_activations: bool,
 }
 
 /// A pass of the CPU backend: its ops and the batch they run over.
@@ -79,7 +84,21 @@ impl CpuBackend {
             kv: None,
             rope: None,
             best: None,
+            kv_request: None,
+            int8_activations: true,
         }
+    }
+
+    /// Whether one-token passes are written with int8 activations ([`Limits::int8_activations`];
+    /// on by default, as on a GPU with integer dot products). Before the model loads.
+    pub fn set_int8_activations(&mut self, on: bool) {
+        self.int8_activations = on;
+    }
+
+    /// Choose the KV cache's element type (before the model is loaded; `None`: the model's
+    /// default, [`KvType::default_for`]).
+    pub fn set_kv_type(&mut self, t: Option<KvType>) {
+        self.kv_request = t;
     }
 
     fn tensor(&self, t: Tensor) -> &[f32] {
@@ -122,18 +141,36 @@ impl CpuBackend {
         n: usize,
         dot: impl Fn(&[f32], usize) -> f32 + Sync,
     ) -> Result<Vec<f32>, Error> {
+        self.rows_apply(w, n, |r, row, out| {
+            w.decode_row(r, row)?;
+            for (t, o) in out.iter_mut().enumerate() {
+                *o = dot(row, t);
+            }
+            Ok(())
+        })
+    }
+
+    /// `y[t, r]` for `n` tokens, where `per_row(r, scratch, y[.., r])` writes row `r`'s value
+    /// for every token (`scratch`: `cols` f32 to decode into), rows in parallel natively.
+    fn rows_apply(
+        &self,
+        w: &CpuWeight,
+        n: usize,
+        per_row: impl Fn(usize, &mut [f32], &mut [f32]) -> Result<(), Error> + Sync,
+    ) -> Result<Vec<f32>, Error> {
         let block_rows = 32;
         let blocks: Vec<usize> = (0..w.rows.div_ceil(block_rows)).collect();
         let run = |&b: &usize| -> Result<Vec<f32>, Error> {
             let mut row = vec![0f32; w.cols];
+            let mut col = vec![0f32; n];
             let r0 = b * block_rows;
             let r1 = (r0 + block_rows).min(w.rows);
             // (token, row within block)
             let mut out = vec![0f32; n * (r1 - r0)];
             for r in r0..r1 {
-                w.decode_row(r, &mut row)?;
-                for t in 0..n {
-                    out[t * (r1 - r0) + (r - r0)] = dot(&row, t);
+                per_row(r, &mut row, &mut col)?;
+                for (t, &v) in col.iter().enumerate() {
+                    out[t * (r1 - r0) + (r - r0)] = v;
                 }
             }
             Ok(out)
@@ -169,7 +206,20 @@ impl CpuBackend {
                 dim,
                 eps,
             } => self.rms_norm(x, weight, out, rows, dim, eps)?,
-            Op::MatMul { w, x, out, rows } => self.matmul(w, x, out, rows)?,
+            Op::MatMul {
+                w,
+                x,
+                out,
+                rows,
+                act: Activations::F32,
+            } => self.matmul(w, x, out, rows)?,
+            Op::MatMul {
+                w,
+                x,
+                out,
+                rows,
+                act: Activations::Q8,
+            } => self.matmul_q8(w, x, out, rows)?,
             Op::BitLinear { w, x, out, rows } => self.bitlinear(w, x, out, rows)?,
             Op::Rope { x, heads } => self.rope(x, heads, batch)?,
             Op::Attention {
@@ -270,6 +320,33 @@ impl CpuBackend {
         Ok(())
     }
 
+    /// [`Activations::Q8`]: each token's row quantized to int8 blocks of 32, then per weight
+    /// row the integer dot products of [`q8dot::vec_dot_q8`] (exact integer sums per group,
+    /// combined with the f32 block and group scales), rounded once to f32, times the weight's
+    /// scale. The GPU's integer-dot kernels make the same records bit for bit and the same
+    /// integer sums; they add the scaled group terms in f32, which differs from this by the
+    /// rounding of those additions only.
+    fn matmul_q8(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
+        let cw = self.weight(w)?;
+        self.need(x, rows * cw.cols, "matmul x")?;
+        self.need(out, rows * cw.rows, "matmul out")?;
+        let cols = cw.cols;
+        let records = self.tensor(x)[..rows * cols]
+            .chunks_exact(cols)
+            .map(q8dot::quantize_q8)
+            .collect::<Result<Vec<_>, _>>()?;
+        let y = self.rows_apply(cw, rows, |r, _, out| {
+            let bytes = &cw.data[r * cw.row_bytes..][..cw.row_bytes];
+            for (o, record) in out.iter_mut().zip(&records) {
+                let (sum, _) = q8dot::vec_dot_q8(cw.dtype, bytes, record)?;
+                *o = sum as f32 * cw.scale;
+            }
+            Ok(())
+        })?;
+        self.tensors[out.0 as usize][..y.len()].copy_from_slice(&y);
+        Ok(())
+    }
+
     fn bitlinear(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
         let cw = self.weight(w)?;
         self.need(x, rows * cw.cols, "bitlinear x")?;
@@ -329,8 +406,16 @@ impl CpuBackend {
         let mut row0 = 0;
         for s in &batch.spans {
             let rows = row0..row0 + s.len;
-            let kn = self.tensors[k.0 as usize][rows.start * kv_row..rows.end * kv_row].to_vec();
-            let vn = self.tensors[v.0 as usize][rows.start * kv_row..rows.end * kv_row].to_vec();
+            let mut kn =
+                self.tensors[k.0 as usize][rows.start * kv_row..rows.end * kv_row].to_vec();
+            let mut vn =
+                self.tensors[v.0 as usize][rows.start * kv_row..rows.end * kv_row].to_vec();
+            if kv.dtype == KvType::F16 {
+                // What an f16 cache holds: each value rounded to the nearest f16.
+                for x in kn.iter_mut().chain(vn.iter_mut()) {
+                    *x = half::f16::from_f32(*x).to_f32();
+                }
+            }
             let (kc, vc) = &mut self.cache[s.seq][layer];
             let at = s.pos0 * kv_row..(s.pos0 + s.len) * kv_row;
             kc[at.clone()].copy_from_slice(&kn);
@@ -444,7 +529,16 @@ impl Backend for CpuBackend {
             max_batch: self.max_batch,
             max_tensor_len: usize::MAX,
             runs_ahead: false,
+            int8_activations: self.int8_activations,
         }
+    }
+
+    fn kv_request(&self) -> Option<KvType> {
+        self.kv_request
+    }
+
+    fn weight_format(&self, w: Weight) -> Option<(GgmlType, usize)> {
+        self.weights.get(w.0 as usize).map(|c| (c.dtype, c.cols))
     }
 
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, Error> {

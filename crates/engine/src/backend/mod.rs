@@ -38,7 +38,7 @@ pub struct WeightData<'a> {
 }
 
 /// The KV cache: `n_seqs` sequences of `max_ctx` positions, each layer's keys and values
-/// `(max_ctx, n_kv_heads, head_dim)` per sequence.
+/// `(max_ctx, n_kv_heads, head_dim)` per sequence, stored as `dtype`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct KvShape {
     pub n_layers: usize,
@@ -46,6 +46,44 @@ pub struct KvShape {
     pub n_kv_heads: usize,
     pub head_dim: usize,
     pub n_seqs: usize,
+    pub dtype: KvType,
+}
+
+impl KvShape {
+    /// Bytes of keys and values at f32.
+    pub fn f32_bytes(&self) -> u64 {
+        2 * 4
+            * (self.n_seqs * self.n_layers * self.max_ctx * self.n_kv_heads * self.head_dim) as u64
+    }
+}
+
+/// How the KV cache stores keys and values: part of the attention's arithmetic, the same on
+/// every backend (the CPU rounds to f16 and back where the GPU stores f16).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KvType {
+    /// Each value rounded to the nearest f16 (ties to even) when it is stored.
+    F16,
+    /// Values kept as computed.
+    F32,
+}
+
+impl KvType {
+    /// Caches whose f32 form is at most this take f32 by default.
+    pub const SMALL_CACHE_BYTES: u64 = 256 << 20;
+
+    /// The default for a cache of `shape` (its `dtype` ignored): f32 where the f32 cache is
+    /// small ([`KvType::SMALL_CACHE_BYTES`]: models of a few hundred million parameters at the
+    /// default context, any model at a short one), so that they keep the f32 reference's
+    /// precision at little cost; f16 where halving the cache matters. f16 rounding moves
+    /// each attention score by about 5e-4 of its size, which a small model with sharp logits
+    /// can carry into logit errors beyond its f32 reference's bound.
+    pub fn default_for(shape: &KvShape) -> KvType {
+        if shape.f32_bytes() <= Self::SMALL_CACHE_BYTES {
+            KvType::F32
+        } else {
+            KvType::F16
+        }
+    }
 }
 
 /// What a backend can take.
@@ -58,6 +96,9 @@ pub struct Limits {
     /// A submitted pass runs while the host records the next one (a GPU), so submitting
     /// passes ahead ([`Tokens::Chained`], recording before waiting) saves time.
     pub runs_ahead: bool,
+    /// The backend runs [`crate::pass::Activations::Q8`] products, so one-token passes are
+    /// written with them (the CPU always; a GPU without usable integer dot products not).
+    pub int8_activations: bool,
 }
 
 /// What every backend checks before it runs a batch: `1 ..= max_batch` tokens, spans inside
@@ -114,8 +155,16 @@ pub trait Backend {
 
     fn limits(&self) -> Limits;
 
+    /// The KV cache type asked for before the model loads (`None`: [`KvType::default_for`]).
+    fn kv_request(&self) -> Option<KvType> {
+        None
+    }
+
     /// Upload a weight in its file format.
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, crate::Error>;
+
+    /// The format and row length of a loaded weight (`None`: no such handle).
+    fn weight_format(&self, w: Weight) -> Option<(crate::quant::GgmlType, usize)>;
 
     /// An f32 vector (norm weights) uploaded once.
     fn load_vector(&mut self, name: &str, values: &[f32]) -> Result<Tensor, crate::Error>;

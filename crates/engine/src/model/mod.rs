@@ -12,7 +12,7 @@ pub use config::{Arch, ModelConfig};
 pub use rdrr::RdrrModel;
 pub use weights::{AsyncTensorSource, GgufTensors, ReadySource, TensorSource, Weights};
 
-use crate::backend::{Backend, KvShape};
+use crate::backend::{Backend, KvShape, KvType};
 use crate::error::{BatchError, ModelError};
 use crate::pass::{Batch, Logits, Names, Pass, Readback, Tensor, Tokens};
 use crate::Error;
@@ -167,16 +167,18 @@ impl<B: Backend> Model<B> {
         let mut names = Names::default();
         let weights = Weights::load_async(&mut backend, &config, src, &mut names).await?;
         let state = RunState::new(&mut backend, &config, n_seqs, &mut names)?;
-        backend.init_cache(
-            KvShape {
-                n_layers: config.n_layers,
-                max_ctx: ctx,
-                n_kv_heads: config.n_kv_heads,
-                head_dim: config.head_dim,
-                n_seqs,
-            },
-            &config.rope,
-        )?;
+        let mut kv = KvShape {
+            n_layers: config.n_layers,
+            max_ctx: ctx,
+            n_kv_heads: config.n_kv_heads,
+            head_dim: config.head_dim,
+            n_seqs,
+            dtype: KvType::F32,
+        };
+        kv.dtype = backend
+            .kv_request()
+            .unwrap_or_else(|| KvType::default_for(&kv));
+        backend.init_cache(kv, &config.rope)?;
         Ok(Model {
             config,
             backend,
@@ -203,6 +205,9 @@ impl<B: Backend> Model<B> {
             config::Arch::BitNet => bitnet::forward(c, w, s, n, &mut p)?,
         }
         self.head(&batch.last_rows(), n, readback, &mut p)?;
+        if self.backend.limits().int8_activations {
+            p.quantize_activations(|w| self.backend.weight_format(w));
+        }
         Ok(p)
     }
 

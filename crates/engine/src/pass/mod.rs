@@ -11,6 +11,7 @@
 mod print;
 
 pub use crate::ops::{AttentionShape, Elementwise, RopeConfig};
+use crate::quant::GgmlType;
 pub use print::{readback_name, Names};
 
 /// An f32 buffer owned by a backend.
@@ -20,6 +21,45 @@ pub struct Tensor(pub(crate) u32);
 /// A weight matrix owned by a backend, in its file format.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Weight(pub(crate) u32);
+
+/// How a matrix product takes its activations: part of the op's arithmetic, decided when the
+/// pass is written ([`Pass::quantize_activations`]), so that every backend computes the same
+/// thing.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Activations {
+    /// The f32 values as they are, dotted with the dequantized weights.
+    F32,
+    /// Each row quantized to int8 blocks of 32 ([`crate::quant::q8dot::quantize_q8`]: `iscale =
+    /// 127 / amax`, round half to even, `d = 1 / iscale`), then per block exact integer dot
+    /// products with the weight's integer form, scaled by `d` and the weight's group scales
+    /// ([`crate::quant::q8dot::vec_dot_q8`]): llama.cpp's decode arithmetic, which the GPU's
+    /// integer-dot kernels (`dot4I8Packed`) run.
+    Q8,
+}
+
+impl Activations {
+    /// The rule: a product of one token through a weight whose format has an integer form
+    /// (rows of whole 32-value blocks) takes int8 activations; every other product takes f32.
+    /// Prefill (several tokens) stays f32: there the weights are read once for all tokens and
+    /// quantizing activations saves nothing.
+    pub fn q8_for(dtype: GgmlType, cols: usize, rows: usize) -> bool {
+        rows == 1
+            && cols > 0
+            && cols % crate::quant::q8dot::QK8 == 0
+            && crate::quant::q8dot::has_q8_dot(dtype)
+            && dtype
+                .block()
+                .is_some_and(|b| cols as u64 % b.block_elems == 0)
+    }
+
+    /// The name in printed passes (`""` for f32).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Activations::F32 => "",
+            Activations::Q8 => ", q8 activations",
+        }
+    }
+}
 
 /// One step of a forward pass. Every op works on the pass's tokens in order; `rows` counts
 /// the rows an op covers (the pass's tokens, or the head's rows).
@@ -36,12 +76,14 @@ pub enum Op {
         dim: usize,
         eps: f32,
     },
-    /// `out[r, :] = W x[r, :]` (f32 activations; the weight's own scale applied).
+    /// `out[r, :] = W x[r, :]` (the weight's own scale applied), with the activations taken
+    /// as `act` says: as they are, or quantized to int8 blocks first ([`Activations`]).
     MatMul {
         w: Weight,
         x: Tensor,
         out: Tensor,
         rows: usize,
+        act: Activations,
     },
     /// BitLinear: `out[r, :] = (W . q(x[r, :])) * scale / s_r`, `q` the per-row int8 absmax
     /// quantization (ternary weights only).
@@ -157,8 +199,30 @@ impl Pass {
         });
     }
 
+    /// A product on f32 activations ([`Pass::quantize_activations`] decides, once the pass
+    /// is written, which take int8 activations instead).
     pub fn matmul(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) {
-        self.ops.push(Op::MatMul { w, x, out, rows });
+        self.ops.push(Op::MatMul {
+            w,
+            x,
+            out,
+            rows,
+            act: Activations::F32,
+        });
+    }
+
+    /// Mark the products that take int8 activations ([`Activations::q8_for`]): `format(w)`
+    /// is the weight's format and row length, `None` where unknown (left on f32).
+    pub fn quantize_activations(&mut self, format: impl Fn(Weight) -> Option<(GgmlType, usize)>) {
+        for op in &mut self.ops {
+            if let Op::MatMul { w, rows, act, .. } = op {
+                if let Some((dtype, cols)) = format(*w) {
+                    if Activations::q8_for(dtype, cols, *rows) {
+                        *act = Activations::Q8;
+                    }
+                }
+            }
+        }
     }
 
     pub fn bitlinear(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) {

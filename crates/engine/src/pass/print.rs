@@ -75,13 +75,20 @@ impl Op {
                 t(weight),
                 t(out)
             ),
-            Op::MatMul { w, x, out, rows } => {
+            Op::MatMul {
+                w,
+                x,
+                out,
+                rows,
+                act,
+            } => {
                 write!(
                     s,
-                    "matmul {} . {} -> {} ({rows} rows)",
+                    "matmul {} . {} -> {} ({rows} rows{})",
                     n.weight(*w),
                     t(x),
-                    t(out)
+                    t(out),
+                    act.suffix()
                 )
             }
             Op::BitLinear { w, x, out, rows } => {

@@ -77,6 +77,14 @@ impl Backend for AnyBackend {
         each!(self, b => b.load_weight(w))
     }
 
+    fn kv_request(&self) -> Option<crate::backend::KvType> {
+        each!(self, b => b.kv_request())
+    }
+
+    fn weight_format(&self, w: Weight) -> Option<(crate::quant::GgmlType, usize)> {
+        each!(self, b => b.weight_format(w))
+    }
+
     fn load_vector(&mut self, name: &str, values: &[f32]) -> Result<Tensor, Error> {
         each!(self, b => b.load_vector(name, values))
     }

@@ -33,10 +33,10 @@ pub enum BackendChoice {
     Gpu,
 }
 
-/// The GPU's KV cache element type.
+/// The KV cache element type, the same on every backend.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum KvCacheType {
-    /// f16 where the device supports it, else f32.
+    /// The model's default ([`crate::backend::KvType::default_for`]).
     #[default]
     Auto,
     F16,

@@ -92,8 +92,13 @@ pub fn backend(options: &OpenOptions) -> Result<AnyBackend, Error> {
     if options.backend == BackendChoice::Gpu {
         return Err(Error::NotCompiled("gpu"));
     }
-    let _ = KvCacheType::Auto;
-    Ok(AnyBackend::Cpu(Box::new(CpuBackend::new(batch))))
+    let mut b = CpuBackend::new(batch);
+    b.set_kv_type(match options.kv_cache {
+        KvCacheType::Auto => None,
+        KvCacheType::F16 => Some(crate::backend::KvType::F16),
+        KvCacheType::F32 => Some(crate::backend::KvType::F32),
+    });
+    Ok(AnyBackend::Cpu(Box::new(b)))
 }
 
 /// Without the HTTP client, a URL cannot be opened.

@@ -136,8 +136,9 @@ impl GpuBackend {
         self.submit_in_parts = on;
     }
 
-    /// Choose the KV cache's element type (before the model is loaded). f32 keeps keys and
-    /// values exactly as computed, for comparisons with f32 references; f16 halves the memory.
+    /// Choose the KV cache's element type (before the model is loaded; `None`: the model's
+    /// default, [`crate::backend::KvType::default_for`]). f32 keeps keys and values exactly as
+    /// computed, for comparisons with f32 references; f16 halves the memory.
     pub fn set_kv_dtype(&mut self, dtype: Option<KvDtype>) {
         self.kv_dtype = dtype;
     }
@@ -362,7 +363,21 @@ impl Backend for GpuBackend {
             max_batch: self.max_batch,
             max_tensor_len: usize::try_from(self.ctx.max_binding_bytes() / 4).unwrap_or(usize::MAX),
             runs_ahead: self.profiler.is_none(),
+            int8_activations: self.rules.int_dot,
         }
+    }
+
+    fn kv_request(&self) -> Option<crate::backend::KvType> {
+        self.kv_dtype.map(|d| match d {
+            KvDtype::F16 => crate::backend::KvType::F16,
+            KvDtype::F32 => crate::backend::KvType::F32,
+        })
+    }
+
+    fn weight_format(&self, w: Weight) -> Option<(crate::quant::GgmlType, usize)> {
+        self.weights
+            .get(w.0 as usize)
+            .map(|g| (g.dtype, g.cols as usize))
     }
 
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, Error> {
@@ -400,9 +415,11 @@ impl Backend for GpuBackend {
     }
 
     fn init_cache(&mut self, kv: KvShape, rope: &RopeConfig) -> Result<(), Error> {
-        let dtype = self
-            .kv_dtype
-            .unwrap_or_else(|| KvDtype::preferred(&self.ctx));
+        // f16 is stored with pack2x16float, which needs no device feature.
+        let dtype = match kv.dtype {
+            crate::backend::KvType::F16 => KvDtype::F16,
+            crate::backend::KvType::F32 => KvDtype::F32,
+        };
         let mut caches = Vec::with_capacity(kv.n_seqs);
         for _ in 0..kv.n_seqs {
             caches.push(KvCache::new(

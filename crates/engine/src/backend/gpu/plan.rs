@@ -11,6 +11,7 @@ use crate::backend::{Elementwise, Op, Readback, Tensor, Weight};
 use crate::gpu::bitlinear::NormBitLinearMode;
 use crate::gpu::q8::has_q8_matvec;
 use crate::gpu::GpuError;
+use crate::pass::Activations;
 use crate::pass::{Names, Pass};
 use crate::quant::BitLinearInput;
 use crate::Error;
@@ -209,8 +210,8 @@ pub struct GpuPlan {
 /// comparisons, each rule's ops then run as separate dispatches).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Rules {
-    /// One-token products take the integer-dot kernels (int8 records of the input) where the
-    /// weight format has one (a lowering, not a fusion).
+    /// The backend runs [`Activations::Q8`] products (its [`crate::backend::Limits`] say so,
+    /// and the model writes one-token passes with them); off, every product is f32.
     pub int_dot: bool,
     /// [`rules::residual_add`].
     pub residual: bool,
@@ -326,9 +327,9 @@ impl GpuBackend {
         })
     }
 
-    /// The GPU ops of one model op before any fusion: a one-token product over a format
-    /// with an integer-dot kernel quantizes its input first (where [`Rules::int_dot`]), and
-    /// so does an I2_S BitLinear of any rows.
+    /// The GPU ops of one model op before any fusion: a product whose op asks for int8
+    /// activations ([`Activations::Q8`]) quantizes its input first and takes the integer-dot
+    /// kernel, and so does an I2_S BitLinear of any rows.
     fn lower(&self, op: &Op, out: &mut Vec<GpuOp>) -> Result<(), Error> {
         match *op {
             Op::Embed { table, out: o } => out.push(GpuOp::Embed(table, o)),
@@ -340,14 +341,27 @@ impl GpuBackend {
                 dim,
                 eps,
             } => out.push(GpuOp::RmsNorm(x, weight, o, rows, dim, eps.to_bits())),
-            Op::MatMul { w, x, out: o, rows } => {
-                if self.uses_q8(w, rows) {
-                    out.push(GpuOp::QuantizeQ8(x, self.weight(w).cols as usize));
+            Op::MatMul {
+                w,
+                x,
+                out: o,
+                rows,
+                act,
+            } => match act {
+                Activations::F32 => out.push(GpuOp::Matmul(w, x, o, rows)),
+                Activations::Q8 => {
+                    let gw = self.weight(w);
+                    if rows != 1 || !has_q8_matvec(gw.dtype, gw.cols) {
+                        return Err(GpuError::Unsupported(format!(
+                            "int8 activations for {} ({} {}x{}, {rows} rows): no integer-dot kernel",
+                            gw.name, gw.dtype, gw.rows, gw.cols
+                        ))
+                        .into());
+                    }
+                    out.push(GpuOp::QuantizeQ8(x, gw.cols as usize));
                     out.push(GpuOp::MatvecQ8(w, x, o, false, false));
-                } else {
-                    out.push(GpuOp::Matmul(w, x, o, rows));
                 }
-            }
+            },
             Op::BitLinear { w, x, out: o, rows } => {
                 let gw = self.weight(w);
                 match crate::quant::bitlinear_input(gw.dtype) {
@@ -399,12 +413,6 @@ impl GpuBackend {
             Op::Read { .. } => {}
         }
         Ok(())
-    }
-
-    /// Whether a product of `rows` tokens through `w` takes the integer-dot path.
-    pub(super) fn uses_q8(&self, w: Weight, rows: usize) -> bool {
-        let gw = self.weight(w);
-        self.rules.int_dot && rows == 1 && has_q8_matvec(gw.dtype, gw.cols)
     }
 
     /// What an op is, for the profile and the tape's listing: kind, dtype and shape.

@@ -84,6 +84,12 @@ export interface LoadOptions extends DownloadOptions {
   readThroughBlobs?: boolean;
   /** One pass after loading so the first request does not compile kernels (default true). */
   warmup?: boolean;
+  /**
+   * f32 arithmetic everywhere (default false): no int8 activations, no f16 operands, an
+   * f32 KV cache. The model then gives the tokens the native CPU backend gives for the same
+   * input and seed; slower on GPUs.
+   */
+  exact?: boolean;
 }
 
 export interface ChatMessage { role: 'system' | 'user' | 'assistant' | string; content: string }

@@ -281,6 +281,7 @@ export class BitNet extends ModelBase {
       name: opts.name,
       readThroughBlobs: opts.readThroughBlobs,
       warmup: opts.warmup,
+      exact: opts.exact,
       onProgress: opts.onProgress
         ? (e) => opts.onProgress({ bytesPerSecond: 0, etaSeconds: null, shard: 0, shards: 0, ...e })
         : undefined,

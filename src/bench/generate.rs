@@ -28,6 +28,9 @@ pub struct GenerateBenchOptions {
     /// After the timed runs, time every op of the decode passes on the GPU (timestamp
     /// queries around each op; a separate, slower run).
     pub profile: bool,
+    /// [`crate::session::Arithmetic::Exact`] (the f32-matvec, unfused and sampled variants
+    /// then differ from the main figure only by their fusions and sampling).
+    pub exact: bool,
 }
 
 /// The figures (`--json` prints this).
@@ -141,6 +144,10 @@ pub fn run<S: ModelMeta + TensorSource>(
     let options = OpenOptions {
         context: Some(context),
         batch: opts.batch.max(1),
+        arithmetic: match opts.exact {
+            true => crate::session::Arithmetic::Exact,
+            false => crate::session::Arithmetic::Fast,
+        },
         ..OpenOptions::default()
     };
     let model = crate::session::load(source, backend, &options)?

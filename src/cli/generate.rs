@@ -44,6 +44,10 @@ pub struct LoadArgs {
     /// at most 256 MiB, else f16).
     #[arg(long, value_enum, default_value = "auto")]
     pub kv_cache: KvChoice,
+    /// f32 arithmetic everywhere: no int8 activations, no f16 operands, an f32 KV cache. The
+    /// CPU and every GPU then compute the same tokens (slower on GPUs).
+    #[arg(long)]
+    pub exact: bool,
 }
 
 /// KV cache element type.
@@ -148,6 +152,10 @@ fn open_session(load: &LoadArgs, min_context: usize) -> Result<Session, Error> {
             KvChoice::Auto => KvCacheType::Auto,
             KvChoice::F16 => KvCacheType::F16,
             KvChoice::F32 => KvCacheType::F32,
+        },
+        arithmetic: match load.exact {
+            true => session::Arithmetic::Exact,
+            false => session::Arithmetic::Fast,
         },
         sequences: 1,
         store: load.store.store.clone(),

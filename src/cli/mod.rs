@@ -217,6 +217,9 @@ enum BenchCommand {
         /// Also time every op of the decode passes on the GPU (a separate, slower run).
         #[arg(long)]
         profile: bool,
+        /// Exact arithmetic (`run --exact`): f32 activations, operands and KV cache.
+        #[arg(long)]
+        exact: bool,
         #[arg(long)]
         json: bool,
     },
@@ -326,6 +329,7 @@ pub fn main() -> ExitCode {
                     batch,
                     ctx,
                     profile,
+                    exact,
                     json,
                 },
         } => store.resolve_path(&model).and_then(|model| {
@@ -338,6 +342,7 @@ pub fn main() -> ExitCode {
                     context: ctx,
                     warmup: true,
                     profile,
+                    exact,
                 },
                 json,
             )

@@ -12,6 +12,9 @@
 //     the text before it (finish 'stop'); ignoreEos runs past the end of turn where native
 //     stops; generate() yields stream()'s text; onToken sees every token event, the
 //     held-back tail included;
+//   - exact arithmetic (`exact: true`, native `--exact`): 64 tokens greedy, seeded with the
+//     default sampler and seeded with a repeat penalty give native CPU's tokens (every
+//     comparison here runs exact on both sides);
 //   - stats() counts; Symbol.asyncDispose; download(), listCached(), deleteCached();
 //   - tokenizerUrl: the model's own tokenizer.json from the server gives the same tokens (and
 //     was fetched), a missing one NetworkError, a malformed one UnsupportedModel;
@@ -53,8 +56,11 @@ execFileSync(bin, ['convert', gguf, rdrr], { stdio: ['ignore', 'ignore', 'inheri
 const sha256 = createHash('sha256').update(readFileSync(gguf)).digest('hex');
 const wrongSha = sha256.replace(/^./, (c) => (c === '0' ? '1' : '0'));
 
-// Native references, on the same weights.
-const nativeRun = (args) => JSON.parse(execFileSync(bin, ['run', rdrr, '--json', ...args],
+// Native references, on the same weights, on the CPU backend with exact arithmetic (f32
+// activations and KV cache), which the page asks for too (`exact: true`): the token
+// comparisons below then hold on any adapter, not only where the default arithmetic happens
+// to agree with the CPU's.
+const nativeRun = (args) => JSON.parse(execFileSync(bin, ['run', rdrr, '--json', '--exact', '--backend', 'cpu', ...args],
   { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
 const greedy = nativeRun(['-p', prompt, '--max-tokens', '8', '--temperature', '0']);
 const sampling = { temperature: 0.9, topK: 40, topP: 0.9, minP: 0.05, repeatPenalty: 1.2, repeatLastN: 16,
@@ -65,6 +71,14 @@ const sampled = nativeRun(['-p', prompt, '--max-tokens', '6', '--temperature', '
 const turn = nativeRun(['--chat', '-p', shortTurn[0].content, '--max-tokens', '24', '--temperature', '0']);
 console.log(`native greedy ${JSON.stringify(greedy.generated_ids)} ${JSON.stringify(greedy.text)}; sampled ` +
   `${JSON.stringify(sampled.generated_ids)}; short turn ${turn.generated_ids.length} tokens, ${turn.finish_reason}`);
+// 64 tokens in exact arithmetic for a prompt picked for nothing, in three sampling modes.
+const longPrompt = 'robot learns to paint';
+const exactModes = [
+  { name: 'greedy', page: { temperature: 0 }, cli: ['--temperature', '0'] },
+  { name: 'seed 7', page: { seed: 7 }, cli: ['--seed', '7'] },
+  { name: 'seed 7, repeat penalty 1.1', page: { seed: 7, repeatPenalty: 1.1 }, cli: ['--seed', '7', '--repeat-penalty', '1.1'] },
+];
+const exactNative = exactModes.map((m) => nativeRun(['-p', longPrompt, '--max-tokens', '64', ...m.cli]));
 // A stop string from the middle of the greedy text: the text must end just before it.
 const mid = Math.floor(greedy.text.length / 2);
 const stop = greedy.text.slice(mid, mid + 3);
@@ -105,7 +119,7 @@ try {
       try { await f(); return null; } catch (e) { return { name: e.name, code: e.code, message: e.message }; }
     };
   });
-  const opts = { warmup: false, contextLength: 256 };
+  const opts = { warmup: false, contextLength: 256, exact: true };
 
   // Sources: a GGUF URL with its integrity (downloaded into OPFS), an ArrayBuffer, a File.
   const ggufUrl = `${base}/models/${ggufName}`;
@@ -200,6 +214,29 @@ try {
   `stats(): ${JSON.stringify(s)}`);
   check(gen.afterDispose.disposed === true && gen.afterDispose.next?.code === 'InvalidArgument',
     'Symbol.asyncDispose frees the model');
+
+  // Exact arithmetic: 64 tokens, greedy, seeded with the default sampler, and seeded with a
+  // repeat penalty, against native's CPU backend (tests/same_tokens.rs does the same natively).
+  const long = await page.evaluate(async ({ modes, opts, prompt }) => {
+    const { BitNet } = window.tritium;
+    const m = await BitNet.load('smol', opts);
+    const out = [];
+    for (const o of modes) {
+      const ids = [];
+      for await (const ev of m.stream(prompt, { ...o, maxTokens: 64 })) {
+        if (ev.type === 'token' && ev.tokenId !== null) ids.push(ev.tokenId);
+      }
+      out.push(ids);
+    }
+    m.dispose();
+    return out;
+  }, { modes: exactModes.map((m) => m.page), opts, prompt: longPrompt });
+  exactModes.forEach((m, i) => {
+    const want = exactNative[i].generated_ids;
+    const at = want.findIndex((id, j) => long[i][j] !== id);
+    check(sameIds(long[i], want), `exact, ${want.length} tokens ${m.name}: native CPU's tokens`,
+      `first difference at ${at}: ${JSON.stringify(long[i])} vs ${JSON.stringify(want)}`);
+  });
 
   // tokenizerUrl: the model's own tokenizer.json (served beside its shards), a missing one, a malformed one.
   requests.length = 0;

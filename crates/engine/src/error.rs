@@ -52,6 +52,9 @@ pub enum Error {
     /// A broken invariant of this code (a bug), never the input's fault.
     #[error("internal: {0}")]
     Internal(&'static str),
+    /// Options that contradict each other.
+    #[error("options: {0}")]
+    Options(&'static str),
     /// What this build was compiled without (a Cargo feature).
     #[error("this build has no {0} support (feature `{0}`)")]
     NotCompiled(&'static str),

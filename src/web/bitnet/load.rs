@@ -47,6 +47,10 @@ fn open_options(o: &LoadOptions) -> OpenOptions {
         context: o.context_length,
         batch: BATCH,
         require_tokenizer: true,
+        arithmetic: match o.exact {
+            true => crate::session::Arithmetic::Exact,
+            false => crate::session::Arithmetic::Fast,
+        },
         ..OpenOptions::default()
     }
 }

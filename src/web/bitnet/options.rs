@@ -29,6 +29,8 @@ pub(super) struct LoadOptions {
     /// The SHA-256 (lowercase hex) the model's single GGUF file must have (`integrity`):
     /// checked here for a `Blob` or a cached GGUF (a download checks it as it streams).
     pub(super) integrity: Option<String>,
+    /// f32 arithmetic everywhere (`exact`: [`crate::session::Arithmetic::Exact`]).
+    pub(super) exact: bool,
 }
 
 pub(super) fn get(value: &JsValue, key: &str) -> Option<JsValue> {
@@ -98,6 +100,10 @@ pub(super) fn read_load_options(o: &JsValue) -> Result<LoadOptions, WebError> {
         name: get(o, "name").and_then(|v| v.as_string()),
         force_blob: get(o, "readThroughBlobs").is_some_and(|v| v.is_truthy()),
         warmup: get(o, "warmup").is_none_or(|v| v.is_truthy()),
+        exact: match get(o, "exact") {
+            None => false,
+            Some(v) => v.as_bool().ok_or_else(|| bad("exact must be a boolean"))?,
+        },
     })
 }
 

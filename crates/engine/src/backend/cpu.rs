@@ -64,6 +64,7 @@ pub struct CpuBackend {
     kv_request: Option<KvType>,
     /// [`Limits::int8_activations`].
     int8_activations: bool,
+    arithmetic: super::Arithmetic,
 }
 
 /// A pass of the CPU backend: its ops and the batch they run over.
@@ -86,6 +87,7 @@ impl CpuBackend {
             best: None,
             kv_request: None,
             int8_activations: true,
+            arithmetic: super::Arithmetic::Fast,
         }
     }
 
@@ -530,11 +532,17 @@ impl Backend for CpuBackend {
             max_tensor_len: usize::MAX,
             runs_ahead: false,
             int8_activations: self.int8_activations,
+            arithmetic: self.arithmetic,
         }
     }
 
     fn kv_request(&self) -> Option<KvType> {
         self.kv_request
+    }
+
+    fn set_arithmetic(&mut self, arithmetic: super::Arithmetic) {
+        self.arithmetic = arithmetic;
+        self.int8_activations = arithmetic == super::Arithmetic::Fast;
     }
 
     fn weight_format(&self, w: Weight) -> Option<(GgmlType, usize)> {

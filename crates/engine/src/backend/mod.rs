@@ -86,6 +86,28 @@ impl KvType {
     }
 }
 
+/// The arithmetic a session asks of its backend: what each product's operands are and how the
+/// KV cache stores keys and values. The pass states it op by op
+/// ([`crate::pass::Activations`], [`KvShape::dtype`]), and every backend computes what the
+/// pass states, so the choice is the same on the CPU and on any GPU.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Arithmetic {
+    /// The backend's fastest arithmetic: one-token products take int8 activations where the
+    /// backend has integer dot products ([`crate::pass::Activations::Q8`]), products of
+    /// several tokens may round their operands to f16 for a GPU's tensor cores, and the KV
+    /// cache is f16 where it is large ([`KvType::default_for`]). Int8 and f16 rounding are
+    /// steps: where two backends' f32 results differ by an ulp, a value next to a step takes
+    /// the neighbouring code, so long generations can split between backends.
+    #[default]
+    Fast,
+    /// f32 everywhere: every product on f32 activations and f32 operands, the KV cache f32.
+    /// Backends then differ only by the order of f32 additions and by their `exp` and square
+    /// roots (ulps, no steps to amplify them), and give the same tokens wherever two
+    /// candidates are not within that rounding of each other (`tests/same_tokens.rs`).
+    /// Costs speed on GPUs (BENCHMARKS.md).
+    Exact,
+}
+
 /// What a backend can take.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -96,9 +118,12 @@ pub struct Limits {
     /// A submitted pass runs while the host records the next one (a GPU), so submitting
     /// passes ahead ([`Tokens::Chained`], recording before waiting) saves time.
     pub runs_ahead: bool,
-    /// The backend runs [`crate::pass::Activations::Q8`] products, so one-token passes are
-    /// written with them (the CPU always; a GPU without usable integer dot products not).
+    /// One-token passes are written with [`crate::pass::Activations::Q8`] products: the
+    /// arithmetic is [`Arithmetic::Fast`] and the backend's integer dot products pay (the
+    /// CPU's do; SwiftShader's JIT makes the f32 products faster).
     pub int8_activations: bool,
+    /// The arithmetic set with [`Backend::set_arithmetic`].
+    pub arithmetic: Arithmetic,
 }
 
 /// What every backend checks before it runs a batch: `1 ..= max_batch` tokens, spans inside
@@ -159,6 +184,10 @@ pub trait Backend {
     fn kv_request(&self) -> Option<KvType> {
         None
     }
+
+    /// Choose the arithmetic (before the model loads): [`Arithmetic::Exact`] turns off the
+    /// int8 activations, f16 operands and f16 KV cache that [`Arithmetic::Fast`] allows.
+    fn set_arithmetic(&mut self, arithmetic: Arithmetic);
 
     /// Upload a weight in its file format.
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, crate::Error>;

@@ -12,7 +12,7 @@ pub use config::{Arch, ModelConfig};
 pub use rdrr::RdrrModel;
 pub use weights::{AsyncTensorSource, GgufTensors, ReadySource, TensorSource, Weights};
 
-use crate::backend::{Backend, KvShape, KvType};
+use crate::backend::{Arithmetic, Backend, KvShape, KvType};
 use crate::error::{BatchError, ModelError};
 use crate::pass::{Batch, Logits, Names, Pass, Readback, Tensor, Tokens};
 use crate::Error;
@@ -175,9 +175,12 @@ impl<B: Backend> Model<B> {
             n_seqs,
             dtype: KvType::F32,
         };
-        kv.dtype = backend
-            .kv_request()
-            .unwrap_or_else(|| KvType::default_for(&kv));
+        kv.dtype = match backend.limits().arithmetic {
+            Arithmetic::Exact => KvType::F32,
+            Arithmetic::Fast => backend
+                .kv_request()
+                .unwrap_or_else(|| KvType::default_for(&kv)),
+        };
         backend.init_cache(kv, &config.rope)?;
         Ok(Model {
             config,

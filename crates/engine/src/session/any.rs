@@ -81,6 +81,10 @@ impl Backend for AnyBackend {
         each!(self, b => b.kv_request())
     }
 
+    fn set_arithmetic(&mut self, arithmetic: crate::backend::Arithmetic) {
+        each!(self, b => b.set_arithmetic(arithmetic))
+    }
+
     fn weight_format(&self, w: Weight) -> Option<(crate::quant::GgmlType, usize)> {
         each!(self, b => b.weight_format(w))
     }

@@ -12,6 +12,7 @@ mod opened;
 pub use any::{AnyBackend, Either};
 pub use opened::{Format, ModelMeta, OpenedModel};
 
+pub use crate::backend::Arithmetic;
 use crate::backend::Backend;
 use crate::engine::Engine;
 use crate::model::{AsyncTensorSource, Model, ModelConfig, TensorSource};
@@ -53,6 +54,8 @@ pub struct OpenOptions {
     /// Most tokens per forward pass (the prefill's batch).
     pub batch: usize,
     pub kv_cache: KvCacheType,
+    /// What each product's operands and the KV cache are ([`Arithmetic`]).
+    pub arithmetic: Arithmetic,
     /// Sequences the KV cache holds.
     pub sequences: usize,
     /// The model store (store names, downloads); `None`: `$TRITIUM_STORE` or the user's cache
@@ -70,6 +73,7 @@ impl Default for OpenOptions {
             context: None,
             batch: 128,
             kv_cache: KvCacheType::Auto,
+            arithmetic: Arithmetic::Fast,
             sequences: 1,
             store: None,
             require_tokenizer: false,
@@ -117,9 +121,15 @@ pub fn load<B: Backend, S: ModelMeta + TensorSource>(
 /// reads OPFS files and `Blob`s only through promises).
 pub async fn load_async<B: Backend, S: ModelMeta + AsyncTensorSource>(
     model: &S,
-    backend: B,
+    mut backend: B,
     options: &OpenOptions,
 ) -> Result<Session<B>, Error> {
+    if options.arithmetic == Arithmetic::Exact && options.kv_cache == KvCacheType::F16 {
+        return Err(Error::Options(
+            "exact arithmetic keeps the KV cache f32; an f16 cache rounds keys and values",
+        ));
+    }
+    backend.set_arithmetic(options.arithmetic);
     let config = ModelConfig::from_gguf(model.header()?)?;
     // A model without tokenizer metadata still runs from token ids.
     let tokenizer = match model.tokenizer() {

@@ -75,6 +75,7 @@ pub struct GpuBackend {
     /// Two small buffers bound where the fused BitLinear kernel has no weight or output.
     spare: Option<[wgpu::Buffer; 2]>,
     rules: Rules,
+    arithmetic: crate::backend::Arithmetic,
     /// Combine a one-token attention's pieces in its attend dispatch where the platform allows
     /// ([`AttentionOp::combines_in_attend`]).
     combine_in_attend: bool,
@@ -118,6 +119,7 @@ impl GpuBackend {
             norm_records: HashMap::new(),
             spare: None,
             rules: Rules::all(int_dot),
+            arithmetic: crate::backend::Arithmetic::Fast,
             combine_in_attend: true,
             attention_splits: None,
             profiler: None,
@@ -364,6 +366,18 @@ impl Backend for GpuBackend {
             max_tensor_len: usize::try_from(self.ctx.max_binding_bytes() / 4).unwrap_or(usize::MAX),
             runs_ahead: self.profiler.is_none(),
             int8_activations: self.rules.int_dot,
+            arithmetic: self.arithmetic,
+        }
+    }
+
+    fn set_arithmetic(&mut self, arithmetic: crate::backend::Arithmetic) {
+        use crate::backend::Arithmetic;
+        self.arithmetic = arithmetic;
+        self.rules.int_dot = arithmetic == Arithmetic::Fast && self.ctx.int_dot_decode();
+        if arithmetic == Arithmetic::Exact {
+            // The tensor-core products and attention take f16 operands: the f32 kernels
+            // instead. Weights are not loaded yet, so nothing was prepared for them.
+            self.ctx.features.cooperative_matrix = false;
         }
     }
 

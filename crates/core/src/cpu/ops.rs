@@ -275,3 +275,33 @@ mod tests {
         assert!(t[5].1.is_nan());
     }
 }
+
+/// The factors of an f16 operand row (`Activations::F16` of the engine's passes, the GPU's
+/// `scale_f16.wgsl`): `(scale, back)`, `scale` the power of two that brings the row's largest
+/// magnitude into [1, 2) and `back = 1 / scale`, both `1` for a row of zeros. Exponents are
+/// kept inside the normal range (biased 1 ..= 253), so both factors are normal f32.
+pub fn f16_operand_scale(row: &[f32]) -> (f32, f32) {
+    let m = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+    if m == 0.0 {
+        return (1.0, 1.0);
+    }
+    let e = ((m.to_bits() >> 23) & 0xff).clamp(1, 253);
+    (f32::from_bits((254 - e) << 23), f32::from_bits(e << 23))
+}
+
+#[cfg(test)]
+mod f16_operand_tests {
+    use super::f16_operand_scale;
+
+    #[test]
+    fn scales_bring_the_largest_magnitude_into_one_two() {
+        for m in [1e-30f32, 3e-8, 0.7, 1.0, 1.5, 2.0, 1000.0, 6e4, 1e38] {
+            let (s, back) = f16_operand_scale(&[0.0, -m, m / 3.0]);
+            let v = m * s;
+            assert!((1.0..2.0).contains(&v), "{m}: {v}");
+            assert_eq!(s * back, 1.0, "{m}");
+        }
+        assert_eq!(f16_operand_scale(&[0.0; 4]), (1.0, 1.0));
+        assert_eq!(f16_operand_scale(&[]), (1.0, 1.0));
+    }
+}

@@ -62,7 +62,7 @@ pub struct CpuBackend {
     best: Option<u32>,
     /// The KV cache type asked for ([`Backend::kv_request`]).
     kv_request: Option<KvType>,
-    /// [`Limits::int8_activations`].
+    /// Under [`super::Arithmetic::Fast`], one-token products take int8 activations.
     int8_activations: bool,
     arithmetic: super::Arithmetic,
 }
@@ -91,8 +91,9 @@ impl CpuBackend {
         }
     }
 
-    /// Whether one-token passes are written with int8 activations ([`Limits::int8_activations`];
-    /// on by default, as on a GPU with integer dot products). Before the model loads.
+    /// Whether one-token products take int8 activations under [`super::Arithmetic::Fast`]
+    /// (on by default, as on a GPU with integer dot products; off, f32 products, for
+    /// comparisons). Before the model loads.
     pub fn set_int8_activations(&mut self, on: bool) {
         self.int8_activations = on;
     }
@@ -222,6 +223,13 @@ impl CpuBackend {
                 rows,
                 act: Activations::Q8,
             } => self.matmul_q8(w, x, out, rows)?,
+            Op::MatMul {
+                w,
+                x,
+                out,
+                rows,
+                act: Activations::F16,
+            } => self.matmul_f16(w, x, out, rows)?,
             Op::BitLinear { w, x, out, rows } => self.bitlinear(w, x, out, rows)?,
             Op::Rope { x, heads } => self.rope(x, heads, batch)?,
             Op::Attention {
@@ -362,6 +370,42 @@ impl CpuBackend {
         // rounded twice, as transformers computes it in f32.
         let y = self.rows_product(cw, rows, |row, t| {
             dot(row, &xq[t * cols..][..cols]) * scale / scales[t]
+        })?;
+        self.tensors[out.0 as usize][..y.len()].copy_from_slice(&y);
+        Ok(())
+    }
+
+    /// [`Activations::F16`]: each token's row scaled by the power of two that brings its
+    /// largest magnitude into [1, 2) and rounded to f16, each weight row decoded and rounded
+    /// to f16, f32 sums, scaled back by the power's inverse and the weight's scale.
+    fn matmul_f16(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
+        let cw = self.weight(w)?;
+        self.need(x, rows * cw.cols, "matmul x")?;
+        self.need(out, rows * cw.rows, "matmul out")?;
+        let cols = cw.cols;
+        let mut xh = vec![0f32; rows * cols];
+        let mut inv = vec![1f32; rows];
+        for ((src, dst), inv) in self.tensor(x)[..rows * cols]
+            .chunks_exact(cols)
+            .zip(xh.chunks_exact_mut(cols))
+            .zip(&mut inv)
+        {
+            let (scale, back) = ops::f16_operand_scale(src);
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = half::f16::from_f32(v * scale).to_f32();
+            }
+            *inv = back;
+        }
+        let scale = cw.scale;
+        let y = self.rows_apply(cw, rows, |r, row, col| {
+            cw.decode_row(r, row)?;
+            for v in row.iter_mut() {
+                *v = half::f16::from_f32(*v).to_f32();
+            }
+            for (t, o) in col.iter_mut().enumerate() {
+                *o = dot(row, &xh[t * cols..][..cols]) * inv[t] * scale;
+            }
+            Ok(())
         })?;
         self.tensors[out.0 as usize][..y.len()].copy_from_slice(&y);
         Ok(())
@@ -531,7 +575,6 @@ impl Backend for CpuBackend {
             max_batch: self.max_batch,
             max_tensor_len: usize::MAX,
             runs_ahead: false,
-            int8_activations: self.int8_activations,
             arithmetic: self.arithmetic,
         }
     }
@@ -542,11 +585,14 @@ impl Backend for CpuBackend {
 
     fn set_arithmetic(&mut self, arithmetic: super::Arithmetic) {
         self.arithmetic = arithmetic;
-        self.int8_activations = arithmetic == super::Arithmetic::Fast;
     }
 
-    fn weight_format(&self, w: Weight) -> Option<(GgmlType, usize)> {
-        self.weights.get(w.0 as usize).map(|c| (c.dtype, c.cols))
+    fn activations(&self, w: Weight, rows: usize) -> Activations {
+        let fast = self.arithmetic == super::Arithmetic::Fast && self.int8_activations;
+        match self.weights.get(w.0 as usize) {
+            Some(c) if fast && Activations::q8_for(c.dtype, c.cols, rows) => Activations::Q8,
+            _ => Activations::F32,
+        }
     }
 
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, Error> {

@@ -118,10 +118,6 @@ pub struct Limits {
     /// A submitted pass runs while the host records the next one (a GPU), so submitting
     /// passes ahead ([`Tokens::Chained`], recording before waiting) saves time.
     pub runs_ahead: bool,
-    /// One-token passes are written with [`crate::pass::Activations::Q8`] products: the
-    /// arithmetic is [`Arithmetic::Fast`] and the backend's integer dot products pay (the
-    /// CPU's do; SwiftShader's JIT makes the f32 products faster).
-    pub int8_activations: bool,
     /// The arithmetic set with [`Backend::set_arithmetic`].
     pub arithmetic: Arithmetic,
 }
@@ -192,8 +188,11 @@ pub trait Backend {
     /// Upload a weight in its file format.
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, crate::Error>;
 
-    /// The format and row length of a loaded weight (`None`: no such handle).
-    fn weight_format(&self, w: Weight) -> Option<(crate::quant::GgmlType, usize)>;
+    /// The operands a product of `rows` tokens through `w` takes
+    /// ([`crate::pass::Activations`]): always F32 under [`Arithmetic::Exact`]; under
+    /// [`Arithmetic::Fast`] what this backend runs fastest (int8 activations for one token
+    /// where its integer dot products pay, f16 operands where a GPU has tensor cores).
+    fn activations(&self, w: Weight, rows: usize) -> crate::pass::Activations;
 
     /// An f32 vector (norm weights) uploaded once.
     fn load_vector(&mut self, name: &str, values: &[f32]) -> Result<Tensor, crate::Error>;

@@ -208,9 +208,7 @@ impl<B: Backend> Model<B> {
             config::Arch::BitNet => bitnet::forward(c, w, s, n, &mut p)?,
         }
         self.head(&batch.last_rows(), n, readback, &mut p)?;
-        if self.backend.limits().int8_activations {
-            p.quantize_activations(|w| self.backend.weight_format(w));
-        }
+        p.set_activations(|w, rows| self.backend.activations(w, rows));
         Ok(p)
     }
 

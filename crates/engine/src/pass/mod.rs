@@ -22,9 +22,9 @@ pub struct Tensor(pub(crate) u32);
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Weight(pub(crate) u32);
 
-/// How a matrix product takes its activations: part of the op's arithmetic, decided when the
-/// pass is written ([`Pass::quantize_activations`]), so that every backend computes the same
-/// thing.
+/// How a matrix product takes its operands: part of the op's arithmetic, decided when the
+/// pass is written ([`Pass::set_activations`], by the backend's [`crate::backend::Backend::activations`]),
+/// so that every backend that runs the op computes the same thing.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Activations {
     /// The f32 values as they are, dotted with the dequantized weights.
@@ -35,6 +35,13 @@ pub enum Activations {
     /// ([`crate::quant::q8dot::vec_dot_q8`]): llama.cpp's decode arithmetic, which the GPU's
     /// integer-dot kernels (`dot4I8Packed`) run.
     Q8,
+    /// f16 operands, f32 sums, as tensor cores take them: each row scaled by the power of
+    /// two that brings its largest magnitude into [1, 2) (1 for a zero row) and rounded to f16
+    /// (nearest, ties to even), each weight decoded to f32 and rounded to f16, the products
+    /// summed in f32, and the sum scaled back by the power's inverse (exactly) and by the
+    /// weight's own scale. The GPU's cooperative-matrix products of several tokens
+    /// (`matmul_f16_coop.wgsl`) compute this, in their own order of the f32 sums.
+    F16,
 }
 
 impl Activations {
@@ -57,6 +64,7 @@ impl Activations {
         match self {
             Activations::F32 => "",
             Activations::Q8 => ", q8 activations",
+            Activations::F16 => ", f16 operands",
         }
     }
 }
@@ -211,16 +219,12 @@ impl Pass {
         });
     }
 
-    /// Mark the products that take int8 activations ([`Activations::q8_for`]): `format(w)`
-    /// is the weight's format and row length, `None` where unknown (left on f32).
-    pub fn quantize_activations(&mut self, format: impl Fn(Weight) -> Option<(GgmlType, usize)>) {
+    /// Set each product's operands to `choice(w, rows)` (the backend's, once the pass is
+    /// written).
+    pub fn set_activations(&mut self, choice: impl Fn(Weight, usize) -> Activations) {
         for op in &mut self.ops {
             if let Op::MatMul { w, rows, act, .. } = op {
-                if let Some((dtype, cols)) = format(*w) {
-                    if Activations::q8_for(dtype, cols, *rows) {
-                        *act = Activations::Q8;
-                    }
-                }
+                *act = choice(*w, *rows);
             }
         }
     }

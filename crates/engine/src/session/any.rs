@@ -85,8 +85,8 @@ impl Backend for AnyBackend {
         each!(self, b => b.set_arithmetic(arithmetic))
     }
 
-    fn weight_format(&self, w: Weight) -> Option<(crate::quant::GgmlType, usize)> {
-        each!(self, b => b.weight_format(w))
+    fn activations(&self, w: Weight, rows: usize) -> crate::pass::Activations {
+        each!(self, b => b.activations(w, rows))
     }
 
     fn load_vector(&mut self, name: &str, values: &[f32]) -> Result<Tensor, Error> {

@@ -365,7 +365,6 @@ impl Backend for GpuBackend {
             max_batch: self.max_batch,
             max_tensor_len: usize::try_from(self.ctx.max_binding_bytes() / 4).unwrap_or(usize::MAX),
             runs_ahead: self.profiler.is_none(),
-            int8_activations: self.rules.int_dot,
             arithmetic: self.arithmetic,
         }
     }
@@ -388,10 +387,25 @@ impl Backend for GpuBackend {
         })
     }
 
-    fn weight_format(&self, w: Weight) -> Option<(crate::quant::GgmlType, usize)> {
-        self.weights
-            .get(w.0 as usize)
-            .map(|g| (g.dtype, g.cols as usize))
+    fn activations(&self, w: Weight, rows: usize) -> crate::pass::Activations {
+        use crate::pass::Activations;
+        let Some(gw) = self.weights.get(w.0 as usize) else {
+            return Activations::F32;
+        };
+        if self.arithmetic == crate::backend::Arithmetic::Exact {
+            Activations::F32
+        } else if rows == 1
+            && self.rules.int_dot
+            && crate::gpu::q8::has_q8_matvec(gw.dtype, gw.cols)
+        {
+            Activations::Q8
+        } else if u32::try_from(rows)
+            .is_ok_and(|n| crate::gpu::matmul::MatmulOp::takes_coop(&self.ctx, gw, n))
+        {
+            Activations::F16
+        } else {
+            Activations::F32
+        }
     }
 
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, Error> {

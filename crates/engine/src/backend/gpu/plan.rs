@@ -348,7 +348,21 @@ impl GpuBackend {
                 rows,
                 act,
             } => match act {
-                Activations::F32 => out.push(GpuOp::Matmul(w, x, o, rows)),
+                Activations::F32 | Activations::F16 => {
+                    // The product kernel takes cooperative matrices (f16 operands) exactly
+                    // where `activations` said F16: the pass states what runs.
+                    let gw = self.weight(w);
+                    let coop = u32::try_from(rows)
+                        .is_ok_and(|n| crate::gpu::matmul::MatmulOp::takes_coop(&self.ctx, gw, n));
+                    if coop != (act == Activations::F16) {
+                        return Err(GpuError::Unsupported(format!(
+                            "{act:?} operands for {} ({} {}x{}, {rows} rows) on this device",
+                            gw.name, gw.dtype, gw.rows, gw.cols
+                        ))
+                        .into());
+                    }
+                    out.push(GpuOp::Matmul(w, x, o, rows))
+                }
                 Activations::Q8 => {
                     let gw = self.weight(w);
                     if rows != 1 || !has_q8_matvec(gw.dtype, gw.cols) {

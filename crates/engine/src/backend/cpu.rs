@@ -724,3 +724,75 @@ impl Backend for CpuBackend {
         Ok(pending)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Activations::F16` against its definition computed here with the `half` crate: both
+    /// operands rounded to f16 after the row's power-of-two scale, sums in f64 (the backend's
+    /// f32 sums round by at most about `cols` ulps of the magnitude, the bound used), scaled
+    /// back. A row of values near 1e-6 survives only because of the scale (plain f16 would
+    /// hold them as subnormals with 3 or 4 significant bits).
+    #[test]
+    fn f16_products_follow_their_definition() {
+        let (rows, cols) = (5usize, 96usize);
+        let mut b = CpuBackend::new(4);
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.01234)
+            .collect();
+        let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let wh = b
+            .load_weight(WeightData {
+                name: "w",
+                dtype: GgmlType::F32,
+                rows,
+                cols,
+                bytes: &bytes,
+                scale: None,
+            })
+            .unwrap();
+        let xs: Vec<f32> = (0..2 * cols)
+            .map(|i| {
+                let v = ((i * 53 % 89) as f32 - 44.0) / 7.0;
+                if i < cols {
+                    v * 300.0
+                } else {
+                    v * 1.3e-6
+                }
+            })
+            .collect();
+        let x = b.alloc("x", xs.len()).unwrap();
+        let y = b.alloc("y", 2 * rows).unwrap();
+        b.tensors[x.0 as usize].copy_from_slice(&xs);
+        b.matmul_f16(wh, x, y, 2).unwrap();
+        let h = |v: f32| f64::from(half::f16::from_f32(v).to_f32());
+        for t in 0..2 {
+            let row = &xs[t * cols..][..cols];
+            let m = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let p = 2f32.powi(-(m.log2().floor() as i32));
+            assert!((1.0..2.0).contains(&(m * p)));
+            for r in 0..rows {
+                let wr = &w[r * cols..][..cols];
+                let terms: Vec<f64> = wr.iter().zip(row).map(|(&a, &v)| h(a) * h(v * p)).collect();
+                let want = terms.iter().sum::<f64>() / f64::from(p);
+                let mag = terms.iter().map(|v| v.abs()).sum::<f64>() / f64::from(p);
+                let got = f64::from(b.tensors[y.0 as usize][t * rows + r]);
+                assert!(
+                    (got - want).abs() <= mag * cols as f64 * f64::from(f32::EPSILON),
+                    "token {t} row {r}: {got} vs {want}"
+                );
+                // Not the f32 product: the f16 rounding shows.
+                let exact: f64 = wr
+                    .iter()
+                    .zip(row)
+                    .map(|(&a, &v)| f64::from(a) * f64::from(v))
+                    .sum();
+                assert!(
+                    (got - exact).abs() > mag * 1e-6,
+                    "token {t} row {r}: no f16 rounding"
+                );
+            }
+        }
+    }
+}

@@ -38,10 +38,15 @@ fn fail(e: impl std::fmt::Display) -> JsValue {
     js_error("generate", &e.to_string())
 }
 
-/// A KV cache of `ctx_tokens` positions (at most the model's trained context).
-fn options(ctx_tokens: u32) -> OpenOptions {
+/// A KV cache of `ctx_tokens` positions (at most the model's trained context), with exact
+/// arithmetic where asked.
+fn options(ctx_tokens: u32, exact: bool) -> OpenOptions {
     OpenOptions {
         context: Some(ctx_tokens as usize),
+        arithmetic: match exact {
+            true => crate::session::Arithmetic::Exact,
+            false => crate::session::Arithmetic::Fast,
+        },
         ..OpenOptions::default()
     }
 }
@@ -52,7 +57,8 @@ fn options(ctx_tokens: u32) -> OpenOptions {
 /// `profile` (where the device has timestamp queries), the same prompt is then decoded once
 /// more with every op timed: `profile` lists `[label, { calls, seconds }]` over those passes
 /// (the prompt's last token and the decoded ones) and `host_ms_per_pass` the host's record,
-/// submit and wait times per pass of that run.
+/// submit and wait times per pass of that run. `exact`: exact arithmetic
+/// ([`crate::session::Arithmetic::Exact`]).
 #[wasm_bindgen]
 pub async fn generate_greedy(
     model: js_sys::Uint8Array,
@@ -60,6 +66,7 @@ pub async fn generate_greedy(
     max_tokens: u32,
     ctx_tokens: u32,
     profile: Option<bool>,
+    exact: Option<bool>,
 ) -> Result<JsValue, JsValue> {
     install_panic_hook();
     if !has_webgpu() {
@@ -74,7 +81,8 @@ pub async fn generate_greedy(
         .map_err(fail)?;
     let adapter = format!("{} ({})", ctx.adapter.name, ctx.adapter.backend);
     let backend = GpuBackend::new(ctx, 64).map_err(fail)?;
-    let session = crate::session::load(&opened, backend, &options(ctx_tokens)).map_err(fail)?;
+    let session = crate::session::load(&opened, backend, &options(ctx_tokens, exact == Some(true)))
+        .map_err(fail)?;
     drop(opened);
     let tokenizer = session
         .tokenizer
@@ -199,7 +207,7 @@ pub async fn opfs_generate_greedy(
     let backend = GpuBackend::new(ctx, 64).map_err(WebError::from)?;
     // The tokenizer parsed above goes to the session (not parsed again while loading).
     let with_tokenizer = WithTokenizer::new(&opened, tokenizer);
-    let session = crate::session::load(&with_tokenizer, backend, &options(ctx_tokens))
+    let session = crate::session::load(&with_tokenizer, backend, &options(ctx_tokens, false))
         .map_err(WebError::from)?;
     drop(with_tokenizer);
     // Close the sync access handles: the weights are on the GPU now.

@@ -234,8 +234,10 @@ try {
         `finish ${(1e3 * d.finish_s).toFixed(0)} ms of ${(1e3 * d.seconds).toFixed(0)}${busy(d.cpu)}`);
     }
   } else {
+    // Exact arithmetic natively: the f32 products and f32 KV cache SwiftShader's default runs (no
+    // integer-dot decode there, a small cache), so the two compute the same thing.
     const native = JSON.parse(execFileSync(bin, ['run', good, '-p', prompt, '--temperature', '0',
-      '--max-tokens', String(n), '--backend', 'cpu', '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
+      '--max-tokens', String(n), '--backend', 'cpu', '--exact', '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
     console.log(`native: ${JSON.stringify(native.generated_ids)} ${JSON.stringify(native.text)}`);
 
     // (e) Quota: the estimate says 1 MB is left; the model needs ~98 MB.

@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 // End to end in headless Chromium (WebGPU on SwiftShader): greedy generation from the real
-// SmolLM2 GGUF must give exactly the tokens the native binary gives for the same prompt.
+// SmolLM2 GGUF must give exactly the tokens the native binary gives for the same prompt, both
+// with exact arithmetic (f32 products and KV cache: the arithmetic the page and the CPU
+// backend then share).
 //
 //   scripts/build-wasm-test.sh && node tests/browser/run-generate.mjs
 //
@@ -30,9 +32,9 @@ for (const p of [join(pkgDir, 'tritium_bg.wasm'), executablePath, bin, join(repo
 }
 if (failed) { console.log(`0 passed, ${failed} failed`); process.exit(1); }
 
-// The native reference: the CPU backend (the reference implementation), greedy.
+// The native reference: the CPU backend (the reference implementation), greedy, exact.
 const native = JSON.parse(execFileSync(bin, ['run', join(repo, 'models', modelName), '-p', prompt,
-  '--temperature', '0', '--max-tokens', String(n), '--backend', 'cpu', '--json'],
+  '--temperature', '0', '--max-tokens', String(n), '--backend', 'cpu', '--exact', '--json'],
 { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
 console.log(`native: ${JSON.stringify(native.generated_ids)} ${JSON.stringify(native.text)}`);
 
@@ -50,7 +52,7 @@ try {
   page.on('console', (m) => { if (m.type() === 'error') console.log(`  [console.error] ${m.text()}`); });
   const started = Date.now();
   await page.goto(`${base}/generate.html?model=/models/${modelName}&prompt=` +
-    `${encodeURIComponent(prompt)}&n=${n}`);
+    `${encodeURIComponent(prompt)}&n=${n}&exact=1`);
   for (;;) {
     state = await page.evaluate(() => ({ done: window.__done === true, result: window.__result,
       error: window.__error }));

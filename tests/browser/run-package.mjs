@@ -55,9 +55,10 @@ const good = join(tmp, 'smol');
 execFileSync(bin, ['convert', gguf, good, '--shard-size', '16MB'], { stdio: ['ignore', 'ignore', 'inherit'] });
 const shards = readdirSync(good).filter((f) => /^shard_\d+\.bin$/.test(f)).sort();
 
-// The native greedy tokens of the same folder.
+// The native greedy tokens of the same folder, with exact arithmetic: the f32 products and f32
+// KV cache SwiftShader's default runs (no integer-dot decode there, a small cache).
 const native = JSON.parse(execFileSync(bin, ['run', good, '-p', prompt, '--json', '--max-tokens', String(n),
-  '--temperature', '0'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
+  '--temperature', '0', '--exact'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
 console.log(`native (${native.backend}): ${JSON.stringify(native.generated_ids)} ${JSON.stringify(native.text)}`);
 
 // `tritium serve-model DIR --port 0`: the URL it serves (the server is killed at the end).

@@ -61,8 +61,9 @@ window.__ready = true;
 const tmp = mkdtempSync(join(tmpdir(), 'tritium-vite-'));
 const rdrr = join(tmp, 'smol');
 execFileSync(bin, ['convert', gguf, rdrr], { stdio: ['ignore', 'ignore', 'inherit'] });
+// Exact arithmetic natively: the f32 products and f32 KV cache SwiftShader's default runs.
 const native = JSON.parse(execFileSync(bin, ['run', rdrr, '-p', prompt, '--json', '--max-tokens', String(n),
-  '--temperature', '0'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
+  '--temperature', '0', '--exact'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
 console.log(`native: ${JSON.stringify(native.generated_ids)} ${JSON.stringify(native.text)}`);
 
 const { url: modelUrl, child } = await serveModel(bin, rdrr);

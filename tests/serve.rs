@@ -6,8 +6,8 @@
 //! --temperature 0`, stop strings never emitted, seeded sampling reproducible, the
 //! malformed-request table with each status and error shape, the key and CORS preflight, the
 //! queue bound (503 with Retry-After), a disconnecting client cancelling its generation, the
-//! Ollama routes, `tritium stop` draining a stream and exiting 0, a second `serve` on the same
-//! port failing clearly.
+//! Ollama routes, `/api/pull` from `tritium serve-model`, `tritium stop` draining a stream and
+//! exiting 0, a second `serve` on the same port failing clearly.
 
 mod serve_support;
 
@@ -152,6 +152,10 @@ fn openai_chat_and_completions_whole_and_streamed() {
         "tritium_requests_total{method=\"POST\",route=\"/v1/chat/completions\",status=\"200\"} 3"
     ));
     assert!(metric(&server, "tritium_generated_tokens_total") > 0.0);
+    assert!(metric(&server, "tritium_time_to_first_token_seconds_count") >= 5.0);
+    assert!(metric(&server, "tritium_time_per_output_token_seconds_count") > 0.0);
+    assert_eq!(metric(&server, "tritium_loaded_models"), 1.0);
+    assert!(metrics.contains(&format!("tritium_queue_depth{{model=\"{MODEL}\"}} 0")));
 }
 
 #[test]
@@ -648,4 +652,56 @@ fn stop_drains_a_stream_and_a_second_server_on_the_port_fails() {
         .output()
         .unwrap();
     assert!(!again.status.success());
+}
+
+#[test]
+fn api_pull_fetches_from_serve_model_into_the_store() {
+    // `tritium serve-model` serves the tiny BitNet fixture (converted to RDRR) on loopback.
+    let source_store = tempfile::tempdir().unwrap();
+    let mut source = tritium()
+        .args([
+            "serve-model",
+            "tests/fixtures/bitnet/tiny-i2s.gguf",
+            "--port",
+            "0",
+            "--store",
+        ])
+        .arg(source_store.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut BufReader::new(source.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://") && w.ends_with('/'))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_string();
+    let server = Server::start(&[]);
+    let r = server.post_json("/api/pull", &json!({ "model": url }));
+    let _ = source.kill();
+    let _ = source.wait();
+    assert_eq!(r.status, 200);
+    let lines = r.ndjson();
+    assert_eq!(lines[0]["status"], "pulling manifest");
+    let last = lines.last().unwrap();
+    assert_eq!(last["status"], "success", "{lines:?}");
+    let name = last["name"].as_str().unwrap().to_string();
+    assert!(lines
+        .iter()
+        .any(|l| l["completed"].is_u64() && l["total"].is_u64()));
+    let tags = server.get("/api/tags").json();
+    assert!(tags["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["name"] == name.as_str()));
+    // Not a URL: a clear 400.
+    let r = server.post_json("/api/pull", &json!({ "model": "llama3" }));
+    assert_eq!(r.status, 400);
 }

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
+# python3 -m venv (the client libraries tests/serve_clients.rs drives tritium serve with).
+python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
 command -v cc >/dev/null || need_apt+=(build-essential)
 command -v sha256sum >/dev/null || need_apt+=(coreutils)
 command -v c++ >/dev/null || need_apt+=(g++)
@@ -45,6 +47,16 @@ fi
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ] \
   || [ package.json -nt node_modules/.package-lock.json ]; then
   npm ci --no-audit --no-fund
+fi
+
+# The official OpenAI and Ollama Python clients, for tests/serve_clients.rs: a venv under the
+# repository (git-ignored), reinstalled only when tests/clients/requirements.txt changes.
+if [ ! -x .venv-clients/bin/python ]; then
+  python3 -m venv .venv-clients
+fi
+if [ ! -f .venv-clients/.installed ] || [ tests/clients/requirements.txt -nt .venv-clients/.installed ]; then
+  .venv-clients/bin/pip install --quiet --disable-pip-version-check -r tests/clients/requirements.txt
+  touch .venv-clients/.installed
 fi
 
 scripts/fetch-models.sh

@@ -24,6 +24,8 @@ pub use tritium_text as text;
 pub mod bench;
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(all(feature = "cli", not(target_arch = "wasm32")))]
+pub mod server;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
 pub mod web;
 

@@ -14,6 +14,7 @@ mod model;
 mod quantize;
 #[cfg(feature = "gpu")]
 mod selftest;
+mod serve;
 mod serve_model;
 mod store;
 #[cfg(feature = "gpu")]
@@ -142,6 +143,14 @@ enum Command {
     /// Serve an RDRR folder over HTTP (Range, ETag, CORS) for `tritium pull` and browsers; a
     /// GGUF file is converted to RDRR first (once).
     ServeModel(serve_model::ServeModelArgs),
+    /// Serve models over HTTP with OpenAI- and Ollama-compatible APIs.
+    Serve(serve::ServeArgs),
+    /// Stop a running `tritium serve` (SIGTERM; it finishes requests in flight first).
+    Stop(serve::StopArgs),
+    /// The models a running `tritium serve` has loaded.
+    Ps(serve::PsArgs),
+    /// A model's architecture, parameters, quantization, context, template and license.
+    Show(serve::ShowArgs),
     /// Fetch a model into the model store, verified and resumable: an RDRR model's folder URL
     /// (as `tritium serve-model` serves it) or a GGUF file's URL.
     Pull(store::PullArgs),
@@ -291,6 +300,10 @@ pub fn main() -> ExitCode {
         } => migrate::run(&input, &output, shard_size),
         Command::Convert(args) => convert::run(&args),
         Command::ServeModel(args) => serve_model::run(&args),
+        Command::Serve(args) => serve::serve(&args),
+        Command::Stop(args) => serve::stop(&args),
+        Command::Ps(args) => serve::ps(&args),
+        Command::Show(args) => serve::show(&args),
         Command::Pull(args) => store::pull(&args),
         Command::List { store, json } => store::list(&store, json),
         Command::Rm { name, yes, store } => store::rm(&store, &name, yes),

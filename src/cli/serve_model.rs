@@ -30,7 +30,7 @@
 //! where the key hashes the file's path, size and modification time: an unchanged GGUF reuses
 //! its earlier conversion.
 
-mod connections;
+pub(super) mod connections;
 
 use std::fs::Metadata;
 use std::path::{Path, PathBuf};

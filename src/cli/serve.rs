@@ -56,6 +56,10 @@ pub struct ServeArgs {
     pub batch: usize,
     #[arg(long, value_enum, default_value = "auto")]
     pub kv_cache: KvChoice,
+    /// Exact arithmetic (`run --exact`): f32 products and KV cache, the CPU backend's tokens on
+    /// any GPU (slower on GPUs).
+    #[arg(long)]
+    pub exact: bool,
     /// Requests that may wait per model behind the one running; beyond it: 503 with
     /// Retry-After.
     #[arg(long, value_name = "N", default_value_t = 64)]
@@ -229,6 +233,10 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode, Error> {
             KvChoice::Auto => KvCacheType::Auto,
             KvChoice::F16 => KvCacheType::F16,
             KvChoice::F32 => KvCacheType::F32,
+        },
+        arithmetic: match args.exact {
+            true => session::Arithmetic::Exact,
+            false => session::Arithmetic::Fast,
         },
         sequences: 1,
         store: Some(store_root.clone()),

@@ -86,14 +86,16 @@ impl CpuBackend {
             rope: None,
             best: None,
             kv_request: None,
-            int8_activations: true,
+            int8_activations: false,
             arithmetic: super::Arithmetic::Fast,
         }
     }
 
     /// Whether one-token products take int8 activations under [`super::Arithmetic::Fast`]
-    /// (on by default, as on a GPU with integer dot products; off, f32 products, for
-    /// comparisons). Before the model loads.
+    /// (as on a GPU with integer dot products). Off by default: the CPU's Q8 products follow
+    /// the integer-dot arithmetic through a reference implementation that decodes slower than
+    /// its f32 products, so the CPU's own passes take f32 until that is fast. Before the
+    /// model loads.
     pub fn set_int8_activations(&mut self, on: bool) {
         self.int8_activations = on;
     }
@@ -728,6 +730,56 @@ impl Backend for CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Activations::Q8` runs the integer-dot reference ([`q8dot`]) row by row: the same
+    /// records and sums as `vec_dot_q8` (within the rounding of its f64 sum to f32), and not
+    /// the f32 product (the int8 rounding shows).
+    #[test]
+    fn q8_products_follow_their_definition() {
+        let (rows, cols) = (4usize, 256usize);
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 29 % 97) as f32 - 48.0) * 0.021)
+            .collect();
+        for dtype in [GgmlType::Q8_0, GgmlType::Q4_K] {
+            let bytes = quant::quantize(dtype, &w).unwrap();
+            let mut b = CpuBackend::new(2);
+            let wh = b
+                .load_weight(WeightData {
+                    name: "w",
+                    dtype,
+                    rows,
+                    cols,
+                    bytes: &bytes,
+                    scale: None,
+                })
+                .unwrap();
+            let xs: Vec<f32> = (0..cols)
+                .map(|i| ((i * 53 % 89) as f32 - 44.0) / 9.0)
+                .collect();
+            let x = b.alloc("x", cols).unwrap();
+            let y = b.alloc("y", rows).unwrap();
+            b.tensors[x.0 as usize].copy_from_slice(&xs);
+            b.matmul_q8(wh, x, y, 1).unwrap();
+            let (got_q8, mut f32_out) = (b.tensors[y.0 as usize].clone(), vec![0f32; rows]);
+            b.matmul(wh, x, y, 1).unwrap();
+            f32_out.copy_from_slice(&b.tensors[y.0 as usize]);
+            let record = q8dot::quantize_q8(&xs).unwrap();
+            let row_bytes = bytes.len() / rows;
+            let mut moved = false;
+            for r in 0..rows {
+                let (want, mag) =
+                    q8dot::vec_dot_q8(dtype, &bytes[r * row_bytes..][..row_bytes], &record)
+                        .unwrap();
+                let got = f64::from(got_q8[r]);
+                assert!(
+                    (got - want).abs() <= mag * f64::from(f32::EPSILON),
+                    "{dtype} row {r}: {got} vs {want}"
+                );
+                moved |= (got - f64::from(f32_out[r])).abs() > mag * 1e-5;
+            }
+            assert!(moved, "{dtype}: the q8 products equal the f32 ones");
+        }
+    }
 
     /// `Activations::F16` against its definition computed here with the `half` crate: both
     /// operands rounded to f16 after the row's power-of-two scale, sums in f64 (the backend's

@@ -1,6 +1,7 @@
 //! Every backend computes the same tokens: `tritium run --exact` on the CPU and on the GPU
-//! (lavapipe here; the GPU machine and SwiftShader in Chromium run the same comparisons,
-//! BENCHMARKS.md and tests/browser/run-package-options.mjs) generates the same token ids (64,
+//! (lavapipe here; SwiftShader in Chromium runs the same comparison in
+//! tests/browser/run-package-options.mjs, the GPU machine on synthetic models in
+//! scripts/device-native/exact.sh, BENCHMARKS.md) generates the same token ids (64,
 //! or up to the end-of-sequence token), greedy and seeded (`--seed 7`, the default sampler,
 //! with and without a repeat penalty), for each SmolLM2 file of the suite, on fixed prompts and
 //! on a prompt drawn at random on every run (its seed is printed).
@@ -28,8 +29,8 @@
 //!
 //! Runtime: SmolLM2 decodes on lavapipe with f32 products at about one token a second, so the
 //! Q4_1 model runs greedy and seeded on a fixed prompt and greedy on a random one, the other
-//! SmolLM2 files greedy on a fixed prompt (the GPU machine runs every mode on every model:
-//! BENCHMARKS.md); the BitNet fixtures (tiny) run every mode on three prompts.
+//! SmolLM2 files greedy on a fixed prompt; the BitNet fixtures (tiny) run every mode on three
+//! prompts.
 
 use std::path::Path;
 use std::process::Command;

@@ -32,6 +32,13 @@ pub struct LoadArgs {
     pub model: PathBuf,
     #[command(flatten)]
     pub store: super::store::StoreArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// How a model is loaded and computed: the flags `run`, `chat`, `logits` and `serve` share.
+#[derive(Args, Clone, Debug)]
+pub struct EngineArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendChoice,
     /// Context (KV cache) size in tokens; default: the model's, capped at 4096.
@@ -48,6 +55,33 @@ pub struct LoadArgs {
     /// CPU and every GPU then compute the same tokens (slower on GPUs).
     #[arg(long)]
     pub exact: bool,
+}
+
+impl EngineArgs {
+    /// The session options these flags ask for, with the model store `store`.
+    pub fn open_options(&self, store: Option<PathBuf>) -> OpenOptions {
+        OpenOptions {
+            backend: match self.backend {
+                BackendChoice::Auto => session::BackendChoice::Auto,
+                BackendChoice::Cpu => session::BackendChoice::Cpu,
+                BackendChoice::Gpu => session::BackendChoice::Gpu,
+            },
+            context: self.ctx,
+            batch: self.batch,
+            kv_cache: match self.kv_cache {
+                KvChoice::Auto => KvCacheType::Auto,
+                KvChoice::F16 => KvCacheType::F16,
+                KvChoice::F32 => KvCacheType::F32,
+            },
+            arithmetic: match self.exact {
+                true => session::Arithmetic::Exact,
+                false => session::Arithmetic::Fast,
+            },
+            sequences: 1,
+            store,
+            require_tokenizer: false,
+        }
+    }
 }
 
 /// KV cache element type.
@@ -137,29 +171,10 @@ pub struct RunArgs {
 /// Open the model `load` names (a path, a store name or a URL) and load it on the backend it
 /// asks for, with a context of at least `min_context` tokens.
 fn open_session(load: &LoadArgs, min_context: usize) -> Result<Session, Error> {
-    let options = OpenOptions {
-        backend: match load.backend {
-            BackendChoice::Auto => session::BackendChoice::Auto,
-            BackendChoice::Cpu => session::BackendChoice::Cpu,
-            BackendChoice::Gpu => session::BackendChoice::Gpu,
-        },
-        context: match (load.ctx, min_context) {
-            (None, 0) => None,
-            (ctx, min) => Some(ctx.unwrap_or(0).max(min)),
-        },
-        batch: load.batch,
-        kv_cache: match load.kv_cache {
-            KvChoice::Auto => KvCacheType::Auto,
-            KvChoice::F16 => KvCacheType::F16,
-            KvChoice::F32 => KvCacheType::F32,
-        },
-        arithmetic: match load.exact {
-            true => session::Arithmetic::Exact,
-            false => session::Arithmetic::Fast,
-        },
-        sequences: 1,
-        store: load.store.store.clone(),
-        require_tokenizer: false,
+    let mut options = load.engine.open_options(load.store.store.clone());
+    options.context = match (load.engine.ctx, min_context) {
+        (None, 0) => None,
+        (ctx, min) => Some(ctx.unwrap_or(0).max(min)),
     };
     let session = crate::session::open(&load.model, &options)?;
     if let Some(e) = &session.template_error {
@@ -171,7 +186,7 @@ fn open_session(load: &LoadArgs, min_context: usize) -> Result<Session, Error> {
 /// `run --plan`: the plans of a prefill pass of `prompt` tokens (at most a batch) and of the
 /// decode pass after it.
 fn print_plans(args: &RunArgs, session: &mut Session, prompt: usize) -> Result<ExitCode, Error> {
-    let prefill = prompt.clamp(1, args.load.batch.max(1));
+    let prefill = prompt.clamp(1, args.load.engine.batch.max(1));
     let readback = Engine::<AnyBackend>::readback_for_config(
         &args.sampling.config(),
         session.config().n_vocab,
@@ -267,7 +282,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, Error> {
     };
     if args.plan {
         let n = match prompt_ids.len() {
-            0 => args.load.batch,
+            0 => args.load.engine.batch,
             n => n,
         };
         return print_plans(args, &mut session, n);

@@ -18,13 +18,12 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
-use super::generate::{BackendChoice, KvChoice};
+use super::generate::EngineArgs;
 use super::serve_model::connections;
 use super::store::StoreArgs;
 use crate::cli::Error;
 use crate::server::metrics::Metrics;
 use crate::server::models::{name_of_path, KeepAlive, Registry, RegistryConfig};
-use crate::session::{self, KvCacheType, OpenOptions};
 
 /// The environment variable a key can come from instead of `--api-key`.
 pub const API_KEY_ENV: &str = "TRITIUM_API_KEY";
@@ -46,20 +45,9 @@ pub struct ServeArgs {
     /// $TRITIUM_API_KEY).
     #[arg(long, value_name = "KEY")]
     pub api_key: Option<String>,
-    #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendChoice,
-    /// Context (KV cache) size in tokens per model; default: the model's, capped at 4096.
-    #[arg(long)]
-    pub ctx: Option<usize>,
-    /// Most tokens per forward pass (prefill batch).
-    #[arg(long, default_value_t = 128)]
-    pub batch: usize,
-    #[arg(long, value_enum, default_value = "auto")]
-    pub kv_cache: KvChoice,
-    /// Exact arithmetic (`run --exact`): f32 products and KV cache, the CPU backend's tokens on
-    /// any GPU (slower on GPUs).
-    #[arg(long)]
-    pub exact: bool,
+    /// How each model is loaded (per model: context, batch, KV cache, arithmetic).
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// Requests that may wait per model behind the one running; beyond it: 503 with
     /// Retry-After.
     #[arg(long, value_name = "N", default_value_t = 64)]
@@ -221,27 +209,7 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode, Error> {
     let named = named_models(args)?;
     let keep_alive = parse_keep_alive(&args.keep_alive)?;
     let store_root = crate::storage::store_root(args.store.store.as_deref())?;
-    let open = OpenOptions {
-        backend: match args.backend {
-            BackendChoice::Auto => session::BackendChoice::Auto,
-            BackendChoice::Cpu => session::BackendChoice::Cpu,
-            BackendChoice::Gpu => session::BackendChoice::Gpu,
-        },
-        context: args.ctx,
-        batch: args.batch,
-        kv_cache: match args.kv_cache {
-            KvChoice::Auto => KvCacheType::Auto,
-            KvChoice::F16 => KvCacheType::F16,
-            KvChoice::F32 => KvCacheType::F32,
-        },
-        arithmetic: match args.exact {
-            true => session::Arithmetic::Exact,
-            false => session::Arithmetic::Fast,
-        },
-        sequences: 1,
-        store: Some(store_root.clone()),
-        require_tokenizer: false,
-    };
+    let open = args.engine.open_options(Some(store_root.clone()));
     let metrics = Arc::new(Metrics::default());
     let registry = Registry::new(
         named.clone(),
@@ -526,25 +494,10 @@ pub fn ps(args: &PsArgs) -> Result<ExitCode, Error> {
             ]
         })
         .collect();
-    let header = ["NAME", "SIZE", "BACKEND", "CONTEXT", "QUEUED", "UNLOADS AT"];
-    let mut widths = header.map(str::len);
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let parts: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        println!("{}", parts.join("  ").trim_end());
-    };
-    line(header.to_vec());
-    for r in &rows {
-        line(r.iter().map(String::as_str).collect());
-    }
+    super::store::print_table(
+        &["NAME", "SIZE", "BACKEND", "CONTEXT", "QUEUED", "UNLOADS AT"],
+        &rows,
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -337,7 +337,7 @@ pub fn list(args: &StoreArgs, json: bool) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
+pub(super) fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
     let mut widths = header.map(str::len);
     for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {

@@ -54,15 +54,6 @@ pub enum KvDtype {
 }
 
 impl KvDtype {
-    /// f16 on devices with `shader-f16`, else f32.
-    pub fn preferred(ctx: &GpuContext) -> Self {
-        if ctx.features.shader_f16 {
-            KvDtype::F16
-        } else {
-            KvDtype::F32
-        }
-    }
-
     pub fn bytes(self) -> u64 {
         match self {
             KvDtype::F16 => 2,

@@ -58,5 +58,12 @@ if [ ! -f .venv-clients/.installed ] || [ tests/clients/requirements.txt -nt .ve
   .venv-clients/bin/pip install --quiet --disable-pip-version-check -r tests/clients/requirements.txt
   touch .venv-clients/.installed
 fi
+# NVIDIA's run-time CUDA compiler (a PyPI wheel; it needs no GPU), so that the suite compiles
+# every CUDA kernel of native-gds for sm_80 and sm_90 (scripts/test.sh points
+# TRITIUM_CUDA_LIBS at it).
+if [ ! -f .venv-clients/.nvrtc ]; then
+  .venv-clients/bin/pip install --quiet --disable-pip-version-check nvidia-cuda-nvrtc-cu12==12.9.86
+  touch .venv-clients/.nvrtc
+fi
 
 scripts/fetch-models.sh

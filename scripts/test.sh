@@ -11,6 +11,11 @@ export VK_ICD_FILENAMES="${VK_ICD_FILENAMES:-/usr/share/vulkan/icd.d/lvp_icd.x86
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 # A fresh clone gains nothing from incremental compilation, and its caches double target/'s size.
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+# NVRTC from setup.sh's venv: native-gds compiles its CUDA kernels in the tests.
+for d in "$PWD"/.venv-clients/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib; do
+  [ -d "$d" ] && export TRITIUM_CUDA_LIBS="$d"
+done
+export TRITIUM_CUDA_CACHE="${TRITIUM_CUDA_CACHE:-$(mktemp -d)}"
 
 echo "== cargo fmt --check"
 cargo fmt --all --check

@@ -335,3 +335,34 @@ fn run_plan_prints_a_prefill_and_a_decode_pass_as_written_and_as_run() {
         "{gpu}"
     );
 }
+
+/// On a machine without CUDA (CI's), `--backend cuda` fails with one sentence that says what
+/// is missing, and `auto` runs on what there is. Where a CUDA driver exists this test only
+/// checks that auto runs.
+#[test]
+fn cuda_backend_without_cuda_fails_clearly_and_auto_falls_back() {
+    let model = "tests/fixtures/bitnet/tiny-i2s.gguf";
+    let args = [
+        "run",
+        model,
+        "--ids",
+        "1,2,3",
+        "--max-tokens",
+        "4",
+        "--temperature",
+        "0",
+    ];
+    let o = tritium(&[&args[..], &["--backend", "auto"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    if Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1").exists() {
+        return;
+    }
+    let o = tritium(&[&args[..], &["--backend", "cuda"]].concat());
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no CUDA driver: libcuda.so.1 was not found"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

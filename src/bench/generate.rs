@@ -303,3 +303,133 @@ pub fn run<S: ModelMeta + TensorSource>(
         prefill_profile,
     })
 }
+
+/// The CUDA backend's figures (`bench generate --backend cuda`).
+#[cfg(feature = "gds")]
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CudaGenerateReport {
+    pub device: String,
+    pub arch: String,
+    pub context: usize,
+    pub prompt_tokens: usize,
+    pub prefill_ms: f64,
+    pub prefill_tokens_per_s: f64,
+    pub time_to_first_token_ms: f64,
+    pub decode_tokens: usize,
+    pub decode_ms: f64,
+    /// Greedy, each pass chained on the device (its token taken from the pass before).
+    pub decode_tokens_per_s: f64,
+    /// The same decode with every op launched on its own (no CUDA graphs).
+    pub decode_no_graphs_tokens_per_s: f64,
+    /// llama.cpp's default sampler, drawn on the host.
+    pub decode_sampled_tokens_per_s: f64,
+    /// Bytes the backend allocated (weights, activations, KV cache, scratch).
+    pub backend_bytes: u64,
+    /// Device memory in use after the runs, by the driver's count (all of this process:
+    /// context, kernels, cuBLAS workspace included).
+    pub device_bytes_used: u64,
+    pub bytes_per_token: u64,
+    /// Decode tokens/s if only the weight reads at the device's peak bandwidth cost time
+    /// (`--peak-gbs`, 0: not given).
+    pub limit_tokens_per_s: f64,
+}
+
+/// `bench generate --backend cuda`: prefill and decode on the CUDA backend, after a warm-up.
+#[cfg(feature = "gds")]
+pub fn run_cuda<S: ModelMeta + TensorSource>(
+    source: &S,
+    opts: &GenerateBenchOptions,
+) -> Result<CudaGenerateReport, Error> {
+    use crate::backend::cuda::CudaBackend;
+    let file = source.header()?;
+    let config = ModelConfig::from_gguf(file)?;
+    let bytes_per_token = bytes_per_token(file);
+    let backend = CudaBackend::new(0, opts.batch.max(1))?;
+    let info = backend.device().clone();
+    let total = opts.prompt_tokens + opts.decode_tokens;
+    let context = opts.context.unwrap_or(total);
+    if context < total {
+        return Err(Error::Usage(format!(
+            "a context of {context} tokens cannot hold {} prompt and {} decoded tokens",
+            opts.prompt_tokens, opts.decode_tokens
+        )));
+    }
+    let options = OpenOptions {
+        context: Some(context),
+        batch: opts.batch.max(1),
+        arithmetic: match opts.exact {
+            true => crate::session::Arithmetic::Exact,
+            false => crate::session::Arithmetic::Fast,
+        },
+        ..OpenOptions::default()
+    };
+    let model = crate::session::load(source, backend, &options)?
+        .engine
+        .model;
+    let prompt: Vec<u32> = (0..opts.prompt_tokens)
+        .map(|i| ((i as u64 * 7919 + 13) % config.n_vocab as u64) as u32)
+        .collect();
+    let mut engine = Engine::new(model);
+    let run = |engine: &mut Engine<CudaBackend>, max_tokens: usize, sampling: SamplerConfig| {
+        engine.reset();
+        let o = GenerateOptions {
+            max_tokens,
+            sampling,
+            stop_ids: Vec::new(),
+        };
+        pollster::block_on(engine.generate(&prompt, &o, |_| TokenControl::Continue))
+    };
+    if opts.warmup {
+        run(
+            &mut engine,
+            opts.decode_tokens.min(16),
+            SamplerConfig::greedy(),
+        )?;
+    }
+    let g = run(&mut engine, opts.decode_tokens + 1, SamplerConfig::greedy())?;
+    let u = g.usage.clone();
+    engine.model.backend.set_graphs(false);
+    let no_graphs = run(&mut engine, opts.decode_tokens + 1, SamplerConfig::greedy())?
+        .usage
+        .decode_tokens_per_s;
+    engine.model.backend.set_graphs(true);
+    if opts.warmup {
+        run(
+            &mut engine,
+            opts.decode_tokens.min(16),
+            SamplerConfig::default(),
+        )?;
+    }
+    let sampled = run(
+        &mut engine,
+        opts.decode_tokens + 1,
+        SamplerConfig::default(),
+    )?
+    .usage
+    .decode_tokens_per_s;
+    let backend_bytes = engine.model.backend.bytes_used();
+    let device_bytes_used = engine
+        .model
+        .backend
+        .memory()
+        .map(|(free, total)| (total - free) as u64)
+        .unwrap_or(0);
+    Ok(CudaGenerateReport {
+        device: info.name.clone(),
+        arch: info.arch(),
+        context,
+        prompt_tokens: opts.prompt_tokens,
+        prefill_ms: u.prefill_ms,
+        prefill_tokens_per_s: u.prefill_tokens_per_s,
+        time_to_first_token_ms: u.time_to_first_token_ms,
+        decode_tokens: u.generated_tokens.saturating_sub(1),
+        decode_ms: u.decode_ms,
+        decode_tokens_per_s: u.decode_tokens_per_s,
+        decode_no_graphs_tokens_per_s: no_graphs,
+        decode_sampled_tokens_per_s: sampled,
+        backend_bytes,
+        device_bytes_used,
+        bytes_per_token,
+        limit_tokens_per_s: 0.0,
+    })
+}

@@ -44,12 +44,16 @@ pub fn kernels(
 
 /// `tritium bench generate`.
 pub fn generate(
+    backend: super::selftest::SelftestBackend,
     model: &std::path::Path,
     opts: &crate::bench::generate::GenerateBenchOptions,
     json: bool,
 ) -> Result<ExitCode, Error> {
     let path = crate::session::resolve(model, &crate::session::OpenOptions::default())?;
     let opened = crate::session::open_path(&path)?;
+    if backend == super::selftest::SelftestBackend::Cuda {
+        return generate_cuda(model, &opened, opts, json);
+    }
     let ctx = pollster::block_on(GpuContext::new(&DeviceOptions::default()))?;
     let r = crate::bench::generate::run(ctx, &opened, opts).map_err(|e| e.at(model))?;
     if json {
@@ -136,4 +140,58 @@ pub fn synth(kind: &str, out: &std::path::Path, layers: Option<u64>) -> Result<E
     let bytes = crate::bench::synth::write(&spec, layers, out)?;
     eprintln!("wrote {} ({})", out.display(), super::human_bytes(bytes));
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(feature = "gds")]
+fn generate_cuda(
+    model: &std::path::Path,
+    opened: &crate::session::OpenedModel<crate::storage::DirFiles>,
+    opts: &crate::bench::generate::GenerateBenchOptions,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let r = crate::bench::generate::run_cuda(opened, opts).map_err(|e| e.at(model))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| Error::Usage(e.to_string()))?
+        );
+    } else {
+        println!(
+            "{} on {} ({}), CUDA, a context of {} tokens",
+            model.display(),
+            r.device,
+            r.arch,
+            r.context
+        );
+        println!(
+            "prefill  {:>6} tokens  {:>9.1} ms  {:>9.1} tokens/s  (time to first token {:.1} ms)",
+            r.prompt_tokens, r.prefill_ms, r.prefill_tokens_per_s, r.time_to_first_token_ms
+        );
+        println!(
+            "decode   {:>6} tokens  {:>9.1} ms  {:>9.1} tokens/s  (no graphs {:.1}, sampled on the host {:.1})",
+            r.decode_tokens,
+            r.decode_ms,
+            r.decode_tokens_per_s,
+            r.decode_no_graphs_tokens_per_s,
+            r.decode_sampled_tokens_per_s
+        );
+        println!(
+            "memory: {:.1} MiB allocated by the backend, {:.1} MiB of the device in use",
+            r.backend_bytes as f64 / 1048576.0,
+            r.device_bytes_used as f64 / 1048576.0
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(not(feature = "gds"))]
+fn generate_cuda(
+    _model: &std::path::Path,
+    _opened: &crate::session::OpenedModel<crate::storage::DirFiles>,
+    _opts: &crate::bench::generate::GenerateBenchOptions,
+    _json: bool,
+) -> Result<ExitCode, Error> {
+    Err(Error::Usage(
+        "this build has no CUDA backend (feature `gds`)".into(),
+    ))
 }

@@ -18,11 +18,15 @@ use crate::text::{encode_chat, ChatMessage, StopStream, Tokenizer};
 /// Which backend runs the model.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BackendChoice {
-    /// The GPU when the machine has a real one; the CPU when the only adapter is a software
-    /// rasterizer (lavapipe, SwiftShader), which is slower than the CPU backend.
+    /// CUDA where a CUDA device opens, else the GPU when the machine has a real one; the
+    /// CPU when the only adapter is a software rasterizer (lavapipe, SwiftShader), which is
+    /// slower than the CPU backend.
     Auto,
     Cpu,
+    /// wgpu: Vulkan or Metal.
     Gpu,
+    /// CUDA on an NVIDIA GPU (kernels compiled at run time; needs the driver and NVRTC).
+    Cuda,
 }
 
 /// Options every model-running command takes.
@@ -65,6 +69,7 @@ impl EngineArgs {
                 BackendChoice::Auto => session::BackendChoice::Auto,
                 BackendChoice::Cpu => session::BackendChoice::Cpu,
                 BackendChoice::Gpu => session::BackendChoice::Gpu,
+                BackendChoice::Cuda => session::BackendChoice::Cuda,
             },
             context: self.ctx,
             batch: self.batch,

@@ -82,6 +82,10 @@ enum Command {
         /// TRITIUM_COOPERATIVE_MATRIX=0).
         #[arg(long)]
         no_coop: bool,
+        /// `gpu`: every wgpu kernel against the CPU reference; `cuda`: every op of the CUDA
+        /// backend against the CPU backend running the same passes.
+        #[arg(long, value_enum, default_value = "gpu")]
+        backend: selftest::SelftestBackend,
     },
     /// Benchmarks (figures for BENCHMARKS.md).
     #[cfg(feature = "gpu")]
@@ -229,6 +233,9 @@ enum BenchCommand {
         /// Exact arithmetic (`run --exact`): f32 activations, operands and KV cache.
         #[arg(long)]
         exact: bool,
+        /// `gpu` (wgpu) or `cuda`.
+        #[arg(long, value_enum, default_value = "gpu")]
+        backend: selftest::SelftestBackend,
         #[arg(long)]
         json: bool,
     },
@@ -319,7 +326,14 @@ pub fn main() -> ExitCode {
             no_f16,
             no_subgroups,
             no_coop,
+            backend: selftest::SelftestBackend::Gpu,
         } => selftest::run(&prefix, json, no_f16, no_subgroups, no_coop),
+        Command::Selftest {
+            prefix,
+            json,
+            backend: selftest::SelftestBackend::Cuda,
+            ..
+        } => selftest::run_cuda(&prefix, json),
         #[cfg(feature = "gpu")]
         Command::Bench {
             what:
@@ -343,10 +357,12 @@ pub fn main() -> ExitCode {
                     ctx,
                     profile,
                     exact,
+                    backend,
                     json,
                 },
         } => store.resolve_path(&model).and_then(|model| {
             bench::generate(
+                backend,
                 &model,
                 &crate::bench::generate::GenerateBenchOptions {
                     prompt_tokens: prompt,

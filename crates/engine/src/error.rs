@@ -43,6 +43,9 @@ pub enum Error {
     #[cfg(feature = "gpu")]
     #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),
+    #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
+    #[error(transparent)]
+    Cuda(#[from] tritium_native_gds::GdsError),
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]

@@ -10,7 +10,10 @@
 //! submitted, with [`Tokens::Chained`]) while the one before it still runs, which is how
 //! decoding keeps a GPU busy.
 
+pub mod check;
 pub mod cpu;
+#[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
+pub mod cuda;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 #[cfg(feature = "gpu")]

@@ -1,4 +1,5 @@
-//! A backend chosen at run time: the CPU or the GPU, behind the one [`Backend`] interface.
+//! A backend chosen at run time: the CPU, the wgpu GPU backend or CUDA, behind the one
+//! [`Backend`] interface.
 
 use crate::backend::cpu::CpuBackend;
 #[cfg(feature = "gpu")]
@@ -7,17 +8,34 @@ use crate::backend::{Backend, Batch, KvShape, Limits, Logits, Names, Pass, RopeC
 use crate::backend::{Tokens, Weight, WeightData};
 use crate::Error;
 
-/// The CPU or the GPU backend.
+/// The CPU, the wgpu or the CUDA backend.
 pub enum AnyBackend {
     Cpu(Box<CpuBackend>),
     #[cfg(feature = "gpu")]
     Gpu(Box<GpuBackend>),
+    #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
+    Cuda(Box<crate::backend::cuda::CudaBackend>),
 }
 
-/// A value of the CPU or of the GPU backend.
-pub enum Either<C, G> {
+/// A value of the CPU, the wgpu or the CUDA backend.
+pub enum Either<C, G, D = std::convert::Infallible> {
     Cpu(C),
     Gpu(G),
+    Cuda(D),
+}
+
+/// The CUDA backend's types (uninhabited in a build without it).
+#[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
+mod cuda_types {
+    pub type Plan = crate::backend::cuda::CudaPlan;
+    pub type Recorded = crate::backend::cuda::CudaRecorded;
+    pub type Pending = crate::backend::cuda::CudaPending;
+}
+#[cfg(not(all(feature = "cuda", not(target_arch = "wasm32"))))]
+mod cuda_types {
+    pub type Plan = std::convert::Infallible;
+    pub type Recorded = std::convert::Infallible;
+    pub type Pending = std::convert::Infallible;
 }
 
 /// The GPU backend's types (uninhabited in a build without it).
@@ -41,6 +59,8 @@ macro_rules! each {
             AnyBackend::Cpu($b) => $body,
             #[cfg(feature = "gpu")]
             AnyBackend::Gpu($b) => $body,
+            #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
+            AnyBackend::Cuda($b) => $body,
         }
     };
 }
@@ -55,15 +75,17 @@ impl AnyBackend {
     pub fn gpu(&mut self) -> Option<&mut GpuBackend> {
         match self {
             AnyBackend::Gpu(b) => Some(b),
-            AnyBackend::Cpu(_) => None,
+            _ => None,
         }
     }
 }
 
 impl Backend for AnyBackend {
-    type Plan = Either<<CpuBackend as Backend>::Plan, gpu_types::Plan>;
-    type Recorded = Either<<CpuBackend as Backend>::Recorded, gpu_types::Recorded>;
-    type Pending = Either<<CpuBackend as Backend>::Pending, gpu_types::Pending>;
+    type Plan = Either<<CpuBackend as Backend>::Plan, gpu_types::Plan, cuda_types::Plan>;
+    type Recorded =
+        Either<<CpuBackend as Backend>::Recorded, gpu_types::Recorded, cuda_types::Recorded>;
+    type Pending =
+        Either<<CpuBackend as Backend>::Pending, gpu_types::Pending, cuda_types::Pending>;
 
     fn describe(&self) -> String {
         each!(self, b => b.describe())
@@ -110,6 +132,8 @@ impl Backend for AnyBackend {
             AnyBackend::Cpu(b) => Either::Cpu(b.plan(pass)?),
             #[cfg(feature = "gpu")]
             AnyBackend::Gpu(b) => Either::Gpu(b.plan(pass)?),
+            #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
+            AnyBackend::Cuda(b) => Either::Cuda(b.plan(pass)?),
         })
     }
 
@@ -118,6 +142,8 @@ impl Backend for AnyBackend {
             (AnyBackend::Cpu(b), Either::Cpu(p)) => b.plan_lines(p, names),
             #[cfg(feature = "gpu")]
             (AnyBackend::Gpu(b), Either::Gpu(p)) => b.plan_lines(p, names),
+            #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
+            (AnyBackend::Cuda(b), Either::Cuda(p)) => b.plan_lines(p, names),
             #[allow(unreachable_patterns)]
             _ => vec![],
         }
@@ -128,6 +154,8 @@ impl Backend for AnyBackend {
             (AnyBackend::Cpu(b), Either::Cpu(p)) => Ok(Either::Cpu(b.record(p, batch)?)),
             #[cfg(feature = "gpu")]
             (AnyBackend::Gpu(b), Either::Gpu(p)) => Ok(Either::Gpu(b.record(p, batch)?)),
+            #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
+            (AnyBackend::Cuda(b), Either::Cuda(p)) => Ok(Either::Cuda(b.record(p, batch)?)),
             #[allow(unreachable_patterns)]
             _ => Err(mismatch()),
         }
@@ -138,6 +166,8 @@ impl Backend for AnyBackend {
             (AnyBackend::Cpu(b), Either::Cpu(p)) => Ok(Either::Cpu(b.submit(p, tokens)?)),
             #[cfg(feature = "gpu")]
             (AnyBackend::Gpu(b), Either::Gpu(p)) => Ok(Either::Gpu(b.submit(p, tokens)?)),
+            #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
+            (AnyBackend::Cuda(b), Either::Cuda(p)) => Ok(Either::Cuda(b.submit(p, tokens)?)),
             #[allow(unreachable_patterns)]
             _ => Err(mismatch()),
         }
@@ -148,6 +178,8 @@ impl Backend for AnyBackend {
             (AnyBackend::Cpu(b), Either::Cpu(p)) => b.wait(p).await,
             #[cfg(feature = "gpu")]
             (AnyBackend::Gpu(b), Either::Gpu(p)) => b.wait(p).await,
+            #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
+            (AnyBackend::Cuda(b), Either::Cuda(p)) => b.wait(p).await,
             #[allow(unreachable_patterns)]
             _ => Err(mismatch()),
         }

@@ -26,12 +26,16 @@ pub const DEFAULT_CONTEXT: usize = 4096;
 /// Which backend runs the model.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum BackendChoice {
-    /// The GPU when the machine has a real one; the CPU when the only adapter is a software
-    /// rasterizer (lavapipe, SwiftShader), which is slower than the CPU backend.
+    /// CUDA where a CUDA device opens (in a build with it), else the wgpu GPU when the
+    /// machine has a real one; the CPU when the only adapter is a software rasterizer
+    /// (lavapipe, SwiftShader), which is slower than the CPU backend.
     #[default]
     Auto,
     Cpu,
+    /// wgpu: Vulkan, Metal or DX12 natively, WebGPU in the browser.
     Gpu,
+    /// CUDA on an NVIDIA GPU (native builds with the `gds` feature).
+    Cuda,
 }
 
 /// The KV cache element type, the same on every backend.

@@ -65,11 +65,34 @@ pub fn open_path(path: &Path) -> Result<OpenedModel<DirFiles>, Error> {
 /// The backend `options` ask for.
 pub fn backend(options: &OpenOptions) -> Result<AnyBackend, Error> {
     let batch = options.batch.max(1);
+    let kv = match options.kv_cache {
+        KvCacheType::Auto => None,
+        KvCacheType::F16 => Some(crate::backend::KvType::F16),
+        KvCacheType::F32 => Some(crate::backend::KvType::F32),
+    };
+    #[cfg(feature = "cuda")]
+    {
+        use crate::backend::cuda::CudaBackend;
+        let cuda = match options.backend {
+            BackendChoice::Cuda => Some(CudaBackend::new(0, batch)?),
+            // Auto falls back when there is no driver, no device or no NVRTC.
+            BackendChoice::Auto => CudaBackend::new(0, batch).ok(),
+            _ => None,
+        };
+        if let Some(mut b) = cuda {
+            b.set_kv_type(kv);
+            return Ok(AnyBackend::Cuda(Box::new(b)));
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    if options.backend == BackendChoice::Cuda {
+        return Err(Error::NotCompiled("cuda"));
+    }
     #[cfg(feature = "gpu")]
     {
         use crate::gpu::{DeviceOptions, GpuContext};
         let gpu = match options.backend {
-            BackendChoice::Cpu => None,
+            BackendChoice::Cpu | BackendChoice::Cuda => None,
             BackendChoice::Gpu => Some(pollster::block_on(GpuContext::new(
                 &DeviceOptions::default(),
             ))?),
@@ -93,11 +116,7 @@ pub fn backend(options: &OpenOptions) -> Result<AnyBackend, Error> {
         return Err(Error::NotCompiled("gpu"));
     }
     let mut b = CpuBackend::new(batch);
-    b.set_kv_type(match options.kv_cache {
-        KvCacheType::Auto => None,
-        KvCacheType::F16 => Some(crate::backend::KvType::F16),
-        KvCacheType::F32 => Some(crate::backend::KvType::F32),
-    });
+    b.set_kv_type(kv);
     Ok(AnyBackend::Cpu(Box::new(b)))
 }
 

@@ -1,0 +1,656 @@
+// The ops, after common.cuh and quant.cuh. Every kernel is `extern "C"`; the ones over packed
+// weights are instantiated once per format (FOR_EACH_FORMAT), named `<kernel>_<format>`.
+//
+// Layouts are row-major (`n` rows of `dim` values: x[row * dim + i]). Weights are rows of
+// `row_bytes` bytes of blocks; every row has a whole number of 32-value chunks. Per-token
+// positions and sequences come from device arrays (`pos`, `seq`), so a captured graph replays
+// for any position.
+
+#define WARP 32
+#define FULL 0xffffffffu
+
+DEV float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+DEV double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+DEV float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
+    return v;
+}
+
+DEV int dp4a(int a, int b, int c) {
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+// The 32 values of chunk `c` (global index within the row) of a row of format F.
+template <typename F>
+DEV void row_chunk(const u8* row, u32 c, float out[32]) {
+    const u32 per_block = F::BE / 32;
+    F::chunk(row + (u64)(c / per_block) * F::BB, c % per_block, out);
+}
+
+template <typename F>
+DEV int row_int_chunk(const u8* row, u32 c, int q[8], float sc[2], float of[2]) {
+    const u32 per_block = F::BE / 32;
+    return F::int_chunk(row + (u64)(c / per_block) * F::BB, c % per_block, q, sc, of);
+}
+
+// ---------------------------------------------------------------------------------------
+// Embedding: out[t, :] = scale * row ids[t] of the table (rows past `vocab` give zeros).
+// grid (tokens), block 128.
+template <typename F>
+DEV void embed(const u8* w, u64 row_bytes, const u32* ids, float* out, u32 cols, u32 vocab,
+               float scale) {
+    u32 t = blockIdx.x;
+    u32 id = ids[t];
+    float* y = out + (u64)t * cols;
+    for (u32 c = threadIdx.x; c < cols / 32; c += blockDim.x) {
+        float v[32];
+        if (id < vocab) {
+            row_chunk<F>(w + (u64)id * row_bytes, c, v);
+        } else {
+            for (int i = 0; i < 32; i++) v[i] = 0.0f;
+        }
+        for (int i = 0; i < 32; i++) y[c * 32 + i] = scale != 1.0f ? v[i] * scale : v[i];
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Products of few tokens on f32 activations: y[t, r] = scale * W[r, :] . x[t, :] for
+// `ntok` <= 8 tokens. One warp per row, four rows per block; lane l takes chunks l, l + 32, ...
+// grid (ceil(rows / 4)), block 128.
+#define GEMV_MAX_TOKENS 8
+template <typename F>
+DEV void gemv(const u8* w, u64 row_bytes, const float* x, float* y, u32 rows, u32 cols, u32 ntok,
+              float scale) {
+    u32 r = blockIdx.x * 4 + threadIdx.x / WARP;
+    u32 lane = threadIdx.x % WARP;
+    if (r >= rows) return;
+    const u8* row = w + (u64)r * row_bytes;
+    float acc[GEMV_MAX_TOKENS];
+    for (int t = 0; t < GEMV_MAX_TOKENS; t++) acc[t] = 0.0f;
+    for (u32 c = lane; c < cols / 32; c += WARP) {
+        float v[32];
+        row_chunk<F>(row, c, v);
+        for (u32 t = 0; t < ntok; t++) {
+            const float4* xs = (const float4*)(x + (u64)t * cols + c * 32);
+            float s = 0.0f;
+            for (int i = 0; i < 8; i++) {
+                float4 a = xs[i];
+                s += v[4 * i] * a.x + v[4 * i + 1] * a.y + v[4 * i + 2] * a.z + v[4 * i + 3] * a.w;
+            }
+            acc[t] += s;
+        }
+    }
+    for (u32 t = 0; t < ntok; t++) {
+        float s = warp_sum(acc[t]);
+        if (lane == 0) y[(u64)t * rows + r] = s * scale;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Int8 activations (Activations::Q8): each token's row quantized in blocks of 32 with
+// iscale = 127 / amax (blocks with amax < 1e-30 or not finite: zeros, d = 0), q =
+// clamp(round-half-even(x * iscale), -127, 127), d = 1 / iscale.
+// grid (cols / 32 / 4, ntok), block 128: one warp per block of 32.
+extern "C" __global__ void quantize_q8(const float* x, i8* xq, float* xd, u32 cols) {
+    u32 b = blockIdx.x * 4 + threadIdx.x / WARP;
+    u32 lane = threadIdx.x % WARP;
+    if (b >= cols / 32) return;
+    u64 at = (u64)blockIdx.y * cols + b * 32 + lane;
+    float v = x[at];
+    float amax = warp_max(fabsf(v));
+    // fmaxf drops NaNs; a NaN in the block makes the CPU's fold see it as not finite only when
+    // it is the maximum, which fmaxf also ignores, so both treat NaN as absent.
+    i8 q = 0;
+    float d = 0.0f;
+    if (amax >= 1e-30f && amax <= 3.402823466e38f) {
+        float iscale = 127.0f / amax;
+        float r = rintf(v * iscale);
+        // A NaN converts to 0, as the CPU's saturating cast makes it.
+        q = r != r ? 0 : (i8)fminf(fmaxf(r, -127.0f), 127.0f);
+        d = 1.0f / iscale;
+    }
+    xq[at] = q;
+    if (lane == 0) xd[(u64)blockIdx.y * (cols / 32) + b] = d;
+}
+
+// y[t, r] = scale * sum over chunks of d8 * (sc * sum(code * q) + of * sum(q)), per group.
+// grid (ceil(rows / 4)), block 128.
+template <typename F>
+DEV void gemv_q8(const u8* w, u64 row_bytes, const i8* xq, const float* xd, float* y, u32 rows,
+                 u32 cols, u32 ntok, float scale) {
+    u32 r = blockIdx.x * 4 + threadIdx.x / WARP;
+    u32 lane = threadIdx.x % WARP;
+    if (r >= rows) return;
+    const u8* row = w + (u64)r * row_bytes;
+    float acc[GEMV_MAX_TOKENS];
+    for (int t = 0; t < GEMV_MAX_TOKENS; t++) acc[t] = 0.0f;
+    for (u32 c = lane; c < cols / 32; c += WARP) {
+        int q[8];
+        float sc[2], of[2];
+        int groups = row_int_chunk<F>(row, c, q, sc, of);
+        for (u32 t = 0; t < ntok; t++) {
+            const int4* xs = (const int4*)(xq + (u64)t * cols + c * 32);
+            int4 a0 = xs[0], a1 = xs[1];
+            int xv[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            float d8 = xd[(u64)t * (cols / 32) + c];
+            if (groups == 1) {
+                int si = 0, sx = 0;
+                for (int i = 0; i < 8; i++) {
+                    si = dp4a(q[i], xv[i], si);
+                    sx = dp4a(0x01010101, xv[i], sx);
+                }
+                acc[t] += d8 * (sc[0] * (float)si + of[0] * (float)sx);
+            } else {
+                float s = 0.0f;
+                for (int g = 0; g < 2; g++) {
+                    int si = 0, sx = 0;
+                    for (int i = 4 * g; i < 4 * g + 4; i++) {
+                        si = dp4a(q[i], xv[i], si);
+                        sx = dp4a(0x01010101, xv[i], sx);
+                    }
+                    s += sc[g] * (float)si + of[g] * (float)sx;
+                }
+                acc[t] += d8 * s;
+            }
+        }
+    }
+    for (u32 t = 0; t < ntok; t++) {
+        float s = warp_sum(acc[t]);
+        if (lane == 0) y[(u64)t * rows + r] = s * scale;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// BitLinear (ternary weights): per-token int8 absmax quantization as transformers does it:
+// s = 127 / max(amax, 1e-5), q = clamp(round-half-even(x * s), -128, 127).
+// grid (ntok), block 256.
+extern "C" __global__ void bitlinear_quantize(const float* x, i8* xq, float* s, u32 cols) {
+    __shared__ float part[8];
+    const float* row = x + (u64)blockIdx.x * cols;
+    float m = 0.0f;
+    for (u32 i = threadIdx.x; i < cols; i += blockDim.x) m = fmaxf(m, fabsf(row[i]));
+    m = warp_max(m);
+    if (threadIdx.x % WARP == 0) part[threadIdx.x / WARP] = m;
+    __syncthreads();
+    m = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x / WARP); i++) m = fmaxf(m, part[i]);
+    float sc = 127.0f / fmaxf(m, 1e-5f);
+    for (u32 i = threadIdx.x; i < cols; i += blockDim.x) {
+        float r = rintf(row[i] * sc);
+        xq[(u64)blockIdx.x * cols + i] = r != r ? 0 : (i8)fminf(fmaxf(r, -128.0f), 127.0f);
+    }
+    if (threadIdx.x == 0) s[blockIdx.x] = sc;
+}
+
+// y[t, r] = (W[r, :] . q[t, :]) * scale / s[t], the dot as the weight's groups
+// (sc * sum(code * q) + of * sum(q)), exact integers for I2_S.
+// grid (ceil(rows / 4)), block 128.
+template <typename F>
+DEV void bitlinear(const u8* w, u64 row_bytes, const i8* xq, const float* s, float* y, u32 rows,
+                   u32 cols, u32 ntok, float scale) {
+    u32 r = blockIdx.x * 4 + threadIdx.x / WARP;
+    u32 lane = threadIdx.x % WARP;
+    if (r >= rows) return;
+    const u8* row = w + (u64)r * row_bytes;
+    float acc[GEMV_MAX_TOKENS];
+    for (int t = 0; t < GEMV_MAX_TOKENS; t++) acc[t] = 0.0f;
+    for (u32 c = lane; c < cols / 32; c += WARP) {
+        int q[8];
+        float sc[2], of[2];
+        int groups = row_int_chunk<F>(row, c, q, sc, of);
+        for (u32 t = 0; t < ntok; t++) {
+            const int4* xs = (const int4*)(xq + (u64)t * cols + c * 32);
+            int4 a0 = xs[0], a1 = xs[1];
+            int xv[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            for (int g = 0; g < groups; g++) {
+                int n = 8 / groups;
+                int si = 0, sx = 0;
+                for (int i = n * g; i < n * g + n; i++) {
+                    si = dp4a(q[i], xv[i], si);
+                    sx = dp4a(0x01010101, xv[i], sx);
+                }
+                acc[t] += sc[g] * (float)si + of[g] * (float)sx;
+            }
+        }
+    }
+    for (u32 t = 0; t < ntok; t++) {
+        float a = warp_sum(acc[t]);
+        if (lane == 0) y[(u64)t * rows + r] = a * scale / s[t];
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Weights decoded for tensor-core and cuBLAS products: out[r, :] as f16 (each value rounded
+// to the nearest f16) or as f32. grid (ceil(rows * cols / 32 / 128)), block 128: one chunk
+// per thread.
+template <typename F>
+DEV void dequant_f16(const u8* w, u64 row_bytes, u16* out, u32 rows, u32 cols) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u32 per_row = cols / 32;
+    if (i >= (u64)rows * per_row) return;
+    u32 r = (u32)(i / per_row), c = (u32)(i % per_row);
+    float v[32];
+    row_chunk<F>(w + (u64)r * row_bytes, c, v);
+    u32* o = (u32*)(out + (u64)r * cols + c * 32);
+    for (int k = 0; k < 16; k++) o[k] = (u32)f2h(v[2 * k]) | ((u32)f2h(v[2 * k + 1]) << 16);
+}
+
+template <typename F>
+DEV void dequant_f32(const u8* w, u64 row_bytes, float* out, u32 rows, u32 cols) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u32 per_row = cols / 32;
+    if (i >= (u64)rows * per_row) return;
+    u32 r = (u32)(i / per_row), c = (u32)(i % per_row);
+    float v[32];
+    row_chunk<F>(w + (u64)r * row_bytes, c, v);
+    float4* o = (float4*)(out + (u64)r * cols + c * 32);
+    for (int k = 0; k < 8; k++) o[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+}
+
+#define INSTANTIATE(name, F)                                                                   \
+    extern "C" __global__ void embed_##name(const u8* w, u64 rb, const u32* ids, float* out,   \
+                                            u32 cols, u32 vocab, float scale) {                \
+        embed<F>(w, rb, ids, out, cols, vocab, scale);                                         \
+    }                                                                                          \
+    extern "C" __global__ void gemv_##name(const u8* w, u64 rb, const float* x, float* y,      \
+                                           u32 rows, u32 cols, u32 ntok, float scale) {        \
+        gemv<F>(w, rb, x, y, rows, cols, ntok, scale);                                         \
+    }                                                                                          \
+    extern "C" __global__ void dequant_f16_##name(const u8* w, u64 rb, u16* out, u32 rows,     \
+                                                  u32 cols) {                                  \
+        dequant_f16<F>(w, rb, out, rows, cols);                                                \
+    }                                                                                          \
+    extern "C" __global__ void dequant_f32_##name(const u8* w, u64 rb, float* out, u32 rows,   \
+                                                  u32 cols) {                                  \
+        dequant_f32<F>(w, rb, out, rows, cols);                                                \
+    }
+FOR_EACH_FORMAT(INSTANTIATE)
+
+#define INSTANTIATE_INT(name, F)                                                               \
+    extern "C" __global__ void gemv_q8_##name(const u8* w, u64 rb, const i8* xq,               \
+                                              const float* xd, float* y, u32 rows, u32 cols,   \
+                                              u32 ntok, float scale) {                         \
+        gemv_q8<F>(w, rb, xq, xd, y, rows, cols, ntok, scale);                                 \
+    }                                                                                          \
+    extern "C" __global__ void bitlinear_##name(const u8* w, u64 rb, const i8* xq,             \
+                                                const float* s, float* y, u32 rows, u32 cols,  \
+                                                u32 ntok, float scale) {                       \
+        bitlinear<F>(w, rb, xq, s, y, rows, cols, ntok, scale);                                \
+    }
+FOR_EACH_INT_FORMAT(INSTANTIATE_INT)
+
+// ---------------------------------------------------------------------------------------
+// f16 operands of a product (Activations::F16): each row scaled by the power of two that
+// brings its largest magnitude into [1, 2) (exponent clamped to 1 ..= 253; a zero row: 1),
+// rounded to f16; `back` the inverse power. grid (ntok), block 256.
+extern "C" __global__ void f16_operands(const float* x, u16* xh, float* back, u32 cols) {
+    __shared__ float part[8];
+    const float* row = x + (u64)blockIdx.x * cols;
+    float m = 0.0f;
+    for (u32 i = threadIdx.x; i < cols; i += blockDim.x) m = fmaxf(m, fabsf(row[i]));
+    m = warp_max(m);
+    if (threadIdx.x % WARP == 0) part[threadIdx.x / WARP] = m;
+    __syncthreads();
+    m = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x / WARP); i++) m = fmaxf(m, part[i]);
+    float scale = 1.0f, inv = 1.0f;
+    if (m != 0.0f) {
+        u32 e = (f2bits(m) >> 23) & 0xff;
+        e = e < 1 ? 1 : (e > 253 ? 253 : e);
+        scale = bits2f((254 - e) << 23);
+        inv = bits2f(e << 23);
+    }
+    for (u32 i = threadIdx.x; i < cols; i += blockDim.x)
+        xh[(u64)blockIdx.x * cols + i] = f2h(row[i] * scale);
+    if (threadIdx.x == 0) back[blockIdx.x] = inv;
+}
+
+// y[t, r] = y[t, r] * back[t] * scale (back: null for 1). grid (ceil(rows * ntok / 256)).
+extern "C" __global__ void scale_rows(float* y, const float* back, u32 rows, u32 ntok,
+                                      float scale) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (u64)rows * ntok) return;
+    float v = y[i];
+    if (back) v = v * back[i / rows];
+    y[i] = v * scale;
+}
+
+// ---------------------------------------------------------------------------------------
+// RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight, in f64 as the CPU reference computes it.
+// grid (rows), block 256.
+extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, u32 dim,
+                                    float eps) {
+    __shared__ double part[8];
+    const float* row = x + (u64)blockIdx.x * dim;
+    double ss = 0.0;
+    for (u32 i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)row[i] * (double)row[i];
+    ss = warp_sum_d(ss);
+    if (threadIdx.x % WARP == 0) part[threadIdx.x / WARP] = ss;
+    __syncthreads();
+    ss = 0.0;
+    for (int i = 0; i < (int)(blockDim.x / WARP); i++) ss += part[i];
+    double inv = 1.0 / sqrt(ss / (double)dim + (double)eps);
+    for (u32 i = threadIdx.x; i < dim; i += blockDim.x)
+        out[(u64)blockIdx.x * dim + i] = (float)((double)row[i] * inv * (double)w[i]);
+}
+
+// ---------------------------------------------------------------------------------------
+// RoPE in place on x: (ntok, heads, head_dim); token t at position pos[t]. Pair i turns by
+// pos * freqs[i] (f64), (a, b) -> (a cos - b sin, a sin + b cos) in f64, as the CPU does.
+// style 0: pairs (2i, 2i + 1); 1: (i, i + rot_dim / 2). grid (ntok), block 128.
+extern "C" __global__ void rope(float* x, const u32* pos, const double* freqs, u32 heads,
+                                u32 head_dim, u32 rot_dim, u32 style) {
+    u32 t = blockIdx.x;
+    u32 half = rot_dim / 2;
+    double p = (double)pos[t];
+    for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
+        double s, c;
+        sincos(p * freqs[i], &s, &c);
+        u32 ia = style == 0 ? 2 * i : i;
+        u32 ib = style == 0 ? 2 * i + 1 : i + half;
+        for (u32 h = 0; h < heads; h++) {
+            float* v = x + ((u64)t * heads + h) * head_dim;
+            double a = v[ia], b = v[ib];
+            // Rounded products, then the sum: no fused multiply-add, as the CPU computes it.
+            v[ia] = (float)(__dmul_rn(a, c) - __dmul_rn(b, s));
+            v[ib] = (float)(__dmul_rn(a, s) + __dmul_rn(b, c));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Elementwise, in f64 where the CPU reference is: 0 add (f32), 1 silu(a) * b,
+// 2 max(a, 0)^2, 3 max(a, 0)^2 * b. grid (ceil(len / 256)), block 256.
+extern "C" __global__ void elementwise(u32 f, float* out, const float* a, const float* b,
+                                       u32 len) {
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    float x = a[i];
+    float y;
+    if (f == 0) {
+        y = x + b[i];
+    } else if (f == 1) {
+        double g = x;
+        y = (float)(g / (1.0 + exp(-g)) * (double)b[i]);
+    } else {
+        double r = x > 0.0f ? (double)x : 0.0;
+        y = f == 2 ? (float)(r * r) : (float)(r * r * (double)b[i]);
+    }
+    out[i] = y;
+}
+
+// ---------------------------------------------------------------------------------------
+// The KV cache: per sequence, `max_ctx` positions of `kv_row` values, f32 or f16 (rounded to
+// nearest). Store the tokens' k and v at their positions. grid (ntok), block 256.
+#define KV_STORE(name, T, CONV)                                                                \
+    extern "C" __global__ void kv_store_##name(const float* k, const float* v, T* kc, T* vc,   \
+                                               const u32* pos, const u32* seq, u32 kv_row,     \
+                                               u32 max_ctx) {                                  \
+        u32 t = blockIdx.x;                                                                    \
+        u64 at = ((u64)seq[t] * max_ctx + pos[t]) * kv_row;                                    \
+        for (u32 i = threadIdx.x; i < kv_row; i += blockDim.x) {                               \
+            kc[at + i] = CONV(k[(u64)t * kv_row + i]);                                         \
+            vc[at + i] = CONV(v[(u64)t * kv_row + i]);                                         \
+        }                                                                                      \
+    }
+DEV float keep(float v) { return v; }
+KV_STORE(f32, float, keep)
+KV_STORE(f16, u16, f2h)
+
+DEV float kv_load(const float* p) { return *p; }
+DEV float kv_load(const u16* p) { return h2f(*p); }
+
+// Causal attention, split along positions: query (t, h) at position pos[t] attends to
+// positions 0 ..= pos[t] of its sequence's cache; split s covers [s * split, (s + 1) * split).
+// Each of the block's four warps takes every fourth position with an online softmax; the block
+// merges them and writes (m, l, acc[head_dim]) to part[(t * heads + h) * nsplit + s]
+// (m = -inf: an empty split). Lane l holds dimensions l, l + 32, ... (head_dim <= 256).
+// grid (ntok * heads, nsplit), block 128.
+template <typename T>
+DEV void attention_part(const float* q, const T* kc, const T* vc, float* part, const u32* pos,
+                        const u32* seq, u32 heads, u32 kv_heads, u32 head_dim, u32 max_ctx,
+                        u32 split, u32 nsplit) {
+    __shared__ float sm[4], sl[4], sacc[4][256];
+    u32 qh = blockIdx.x, s = blockIdx.y;
+    u32 t = qh / heads, h = qh % heads;
+    u32 kvh = h / (heads / kv_heads);
+    u32 len = pos[t] + 1;
+    u32 start = s * split, end = min(len, start + split);
+    u32 warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    float* out = part + ((u64)qh * nsplit + s) * (head_dim + 2);
+    if (start >= len) {
+        if (threadIdx.x == 0) {
+            out[0] = -INFINITY;
+            out[1] = 0.0f;
+        }
+        return;
+    }
+    u32 kv_row = kv_heads * head_dim;
+    const u64 base = (u64)seq[t] * max_ctx * kv_row + (u64)kvh * head_dim;
+    const float* qv = q + ((u64)t * heads + h) * head_dim;
+    float scale = 1.0f / sqrtf((float)head_dim);
+    float qr[8], acc[8];
+    u32 nd = (head_dim + WARP - 1) / WARP;
+    for (u32 j = 0; j < 8; j++) {
+        u32 d = lane + j * WARP;
+        qr[j] = (j < nd && d < head_dim) ? qv[d] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (u32 p = start + warp; p < end; p += 4) {
+        const T* kr = kc + base + (u64)p * kv_row;
+        float sdot = 0.0f;
+        for (u32 j = 0; j < nd; j++) {
+            u32 d = lane + j * WARP;
+            if (d < head_dim) sdot += qr[j] * kv_load(kr + d);
+        }
+        float score = warp_sum(sdot) * scale;
+        float mn = fmaxf(m, score);
+        float corr = expf(m - mn);
+        float e = expf(score - mn);
+        l = l * corr + e;
+        const T* vr = vc + base + (u64)p * kv_row;
+        for (u32 j = 0; j < nd; j++) {
+            u32 d = lane + j * WARP;
+            if (d < head_dim) acc[j] = acc[j] * corr + e * kv_load(vr + d);
+        }
+        m = mn;
+    }
+    if (lane == 0) {
+        sm[warp] = m;
+        sl[warp] = l;
+    }
+    for (u32 j = 0; j < nd; j++) {
+        u32 d = lane + j * WARP;
+        if (d < head_dim) sacc[warp][d] = acc[j];
+    }
+    __syncthreads();
+    float M = fmaxf(fmaxf(sm[0], sm[1]), fmaxf(sm[2], sm[3]));
+    float f[4];
+    float L = 0.0f;
+    for (int w = 0; w < 4; w++) {
+        f[w] = sm[w] == -INFINITY ? 0.0f : expf(sm[w] - M);
+        L += sl[w] * f[w];
+    }
+    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float a = 0.0f;
+        for (int w = 0; w < 4; w++) a += sacc[w][d] * f[w];
+        out[2 + d] = a;
+    }
+    if (threadIdx.x == 0) {
+        out[0] = M;
+        out[1] = L;
+    }
+}
+
+extern "C" __global__ void attention_part_f32(const float* q, const float* kc, const float* vc,
+                                              float* part, const u32* pos, const u32* seq,
+                                              u32 heads, u32 kv_heads, u32 head_dim,
+                                              u32 max_ctx, u32 split, u32 nsplit) {
+    attention_part<float>(q, kc, vc, part, pos, seq, heads, kv_heads, head_dim, max_ctx, split,
+                          nsplit);
+}
+
+extern "C" __global__ void attention_part_f16(const float* q, const u16* kc, const u16* vc,
+                                              float* part, const u32* pos, const u32* seq,
+                                              u32 heads, u32 kv_heads, u32 head_dim,
+                                              u32 max_ctx, u32 split, u32 nsplit) {
+    attention_part<u16>(q, kc, vc, part, pos, seq, heads, kv_heads, head_dim, max_ctx, split,
+                        nsplit);
+}
+
+// out[t, h, :] from the splits' (m, l, acc). grid (ntok * heads), block 128.
+extern "C" __global__ void attention_merge(const float* part, float* out, u32 head_dim,
+                                           u32 nsplit) {
+    u32 qh = blockIdx.x;
+    const float* p = part + (u64)qh * nsplit * (head_dim + 2);
+    float M = -INFINITY;
+    for (u32 s = 0; s < nsplit; s++) M = fmaxf(M, p[s * (head_dim + 2)]);
+    float L = 0.0f;
+    for (u32 s = 0; s < nsplit; s++) {
+        float m = p[s * (head_dim + 2)];
+        if (m != -INFINITY) L += p[s * (head_dim + 2) + 1] * expf(m - M);
+    }
+    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float a = 0.0f;
+        for (u32 s = 0; s < nsplit; s++) {
+            float m = p[s * (head_dim + 2)];
+            if (m != -INFINITY) a += p[s * (head_dim + 2) + 2 + d] * expf(m - M);
+        }
+        out[(u64)qh * head_dim + d] = a / L;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Top-k of each row of `logits` (k <= 64) in the order argmax and top-k select by: larger
+// first, equal values by lower index, NaN after every number (NaNs by index).
+#define NONE 0xffffffffu
+DEV bool before(float a, u32 ia, float b, u32 ib) {
+    // A missing candidate (index NONE) comes after every real one.
+    if (ia == NONE || ib == NONE) return ib == NONE && ia != NONE;
+    bool na = a != a, nb = b != b;
+    if (na != nb) return nb;
+    if (!na && a != b) return a > b;
+    return ia < ib;
+}
+
+#define TOPK_MAX 64
+#define TOPK_SEG 4096
+#define TOPK_PER_THREAD 16
+
+// The block's best (value, index) among the threads' candidates.
+DEV void block_best(float& v, u32& i) {
+    __shared__ float bv[8];
+    __shared__ u32 bi[8];
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(FULL, v, o);
+        u32 oi = __shfl_xor_sync(FULL, i, o);
+        if (before(ov, oi, v, i)) {
+            v = ov;
+            i = oi;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x % WARP == 0) {
+        bv[threadIdx.x / WARP] = v;
+        bi[threadIdx.x / WARP] = i;
+    }
+    __syncthreads();
+    v = bv[0];
+    i = bi[0];
+    for (u32 w = 1; w < blockDim.x / WARP; w++) {
+        if (before(bv[w], bi[w], v, i)) {
+            v = bv[w];
+            i = bi[w];
+        }
+    }
+}
+
+// Stage 1: the best k of each segment of TOPK_SEG values of row blockIdx.y.
+// grid (ceil(vocab / TOPK_SEG), rows), block 256. Candidates: (rows, nseg, k); missing ones
+// have index 0xffffffff.
+extern "C" __global__ void topk_segments(const float* logits, u32 vocab, u32 k, float* cv,
+                                         u32* ci) {
+    u32 row = blockIdx.y, seg = blockIdx.x, nseg = gridDim.x;
+    const float* l = logits + (u64)row * vocab;
+    float v[TOPK_PER_THREAD];
+    u32 taken = 0;
+    u32 base = seg * TOPK_SEG;
+    for (int j = 0; j < TOPK_PER_THREAD; j++) {
+        u32 i = base + j * blockDim.x + threadIdx.x;
+        v[j] = i < vocab ? l[i] : 0.0f;
+        if (i >= vocab) taken |= 1u << j;
+    }
+    for (u32 round = 0; round < k; round++) {
+        float bv = 0.0f;
+        u32 bi = 0xffffffffu;
+        for (int j = 0; j < TOPK_PER_THREAD; j++) {
+            u32 i = base + j * blockDim.x + threadIdx.x;
+            if (!(taken >> j & 1) && (bi == 0xffffffffu || before(v[j], i, bv, bi))) {
+                bv = v[j];
+                bi = i;
+            }
+        }
+        // A thread with nothing left offers (-, 0xffffffff): it loses to every real one.
+        if (bi == 0xffffffffu) bv = -INFINITY;
+        float wv = bv;
+        u32 wi = bi;
+        block_best(wv, wi);
+        if (wi != 0xffffffffu && wi >= base) {
+            u32 j = (wi - base) / blockDim.x;
+            if ((wi - base) % blockDim.x == threadIdx.x) taken |= 1u << j;
+        }
+        if (threadIdx.x == 0) {
+            u64 at = ((u64)row * nseg + seg) * k + round;
+            cv[at] = wv;
+            ci[at] = wi;
+        }
+    }
+}
+
+// Stage 2: the best k of each row's candidates; `best` gets the last row's winner (what the
+// next chained pass embeds). grid (rows), block 256; nseg * k <= 256 * TOPK_PER_THREAD.
+extern "C" __global__ void topk_merge(const float* cv, const u32* ci, u32 nseg, u32 k,
+                                      float* out_v, u32* out_i, u32* best) {
+    u32 row = blockIdx.x;
+    u32 n = nseg * k;
+    float v[TOPK_PER_THREAD];
+    u32 idx[TOPK_PER_THREAD];
+    for (int j = 0; j < TOPK_PER_THREAD; j++) {
+        u32 c = j * blockDim.x + threadIdx.x;
+        bool ok = c < n && ci[(u64)row * n + c] != 0xffffffffu;
+        v[j] = ok ? cv[(u64)row * n + c] : -INFINITY;
+        idx[j] = ok ? ci[(u64)row * n + c] : 0xffffffffu;
+    }
+    for (u32 round = 0; round < k; round++) {
+        float bv = -INFINITY;
+        u32 bi = 0xffffffffu;
+        int bj = -1;
+        for (int j = 0; j < TOPK_PER_THREAD; j++) {
+            if (idx[j] != 0xffffffffu && (bi == 0xffffffffu || before(v[j], idx[j], bv, bi))) {
+                bv = v[j];
+                bi = idx[j];
+                bj = j;
+            }
+        }
+        float wv = bv;
+        u32 wi = bi;
+        block_best(wv, wi);
+        if (bj >= 0 && wi == bi) idx[bj] = 0xffffffffu;
+        if (threadIdx.x == 0) {
+            out_v[(u64)row * k + round] = wv;
+            out_i[(u64)row * k + round] = wi;
+            if (round == 0 && row == gridDim.x - 1) *best = wi;
+        }
+    }
+}

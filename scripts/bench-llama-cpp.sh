@@ -14,6 +14,9 @@
 #   llama.cpp tg128          <->  tritium decode of 128 tokens after a 1-token prompt
 #   llama.cpp tg128 @ d512   <->  tritium decode of 128 tokens after a 512-token prompt
 #                                 (`tritium bench generate`'s default)
+#   llama.cpp tg128 @ d4096  <->  tritium decode of 128 tokens after a 4096-token prompt
+#
+# `--backend gpu|cuda` picks tritium's backend (default gpu: wgpu on Vulkan).
 #
 # and prints each round's figures and the median ratios (tritium / llama.cpp). A llama.cpp figure
 # is the median of llama-bench's 5 repetitions (its first pp512 repetition runs about a quarter
@@ -27,6 +30,7 @@ set -euo pipefail
 LLAMA_CPP_PYTHON=0.3.36
 LLAMA_CPP_PYTHON_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 ROUNDS=3
+BACKEND=gpu
 WORK=${TMPDIR:-/tmp}/tritium-vs-llama-cpp
 TRITIUM=""
 LLAMA_BENCH=""
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
         --src) SRC=$2; shift 2 ;;
         --model) MODEL=$2; shift 2 ;;
         --work) WORK=$2; shift 2 ;;
+        --backend) BACKEND=$2; shift 2 ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -85,14 +90,16 @@ if [ -z "$MODEL" ]; then
 fi
 
 # One untimed run of each first (clocks, driver caches).
-"$TRITIUM" bench generate "$MODEL" --prompt 16 --decode 16 --json > /dev/null
+"$TRITIUM" bench generate "$MODEL" --backend "$BACKEND" --prompt 16 --decode 16 --json > /dev/null
 "$LLAMA_BENCH" -m "$MODEL" -p 16 -n 16 -r 1 > /dev/null 2>&1
 
 for r in $(seq 1 "$ROUNDS"); do
     "$LLAMA_BENCH" -m "$MODEL" -p 512 -n 128 -r 5 -o json > "$WORK/llama-$r.json" 2> "$WORK/llama-$r.log"
-    "$TRITIUM" bench generate "$MODEL" --prompt 512 --decode 128 --json > "$WORK/tritium-512-$r.json"
+    "$TRITIUM" bench generate "$MODEL" --backend "$BACKEND" --prompt 512 --decode 128 --json > "$WORK/tritium-512-$r.json"
     "$LLAMA_BENCH" -m "$MODEL" -p 0 -n 128 -d 512 -r 5 -o json > "$WORK/llama-d512-$r.json" 2> "$WORK/llama-d512-$r.log"
-    "$TRITIUM" bench generate "$MODEL" --prompt 1 --decode 128 --json > "$WORK/tritium-1-$r.json"
+    "$TRITIUM" bench generate "$MODEL" --backend "$BACKEND" --prompt 1 --decode 128 --json > "$WORK/tritium-1-$r.json"
+    "$LLAMA_BENCH" -m "$MODEL" -p 0 -n 128 -d 4096 -r 5 -o json > "$WORK/llama-d4096-$r.json" 2> "$WORK/llama-d4096-$r.log"
+    "$TRITIUM" bench generate "$MODEL" --backend "$BACKEND" --prompt 4096 --batch 512 --decode 128 --json > "$WORK/tritium-4096-$r.json"
 done
 
 python3 - "$WORK" "$ROUNDS" <<'EOF'
@@ -104,20 +111,22 @@ def load(name):
 rows = []
 for r in range(1, rounds + 1):
     ll = {}
-    for name in (f"llama-{r}.json", f"llama-d512-{r}.json"):
+    for name in (f"llama-{r}.json", f"llama-d512-{r}.json", f"llama-d4096-{r}.json"):
         for t in load(name):
             ll[(t["n_prompt"], t["n_gen"], t.get("n_depth", 0))] = statistics.median(t["samples_ts"])
-    t512, t1 = load(f"tritium-512-{r}.json"), load(f"tritium-1-{r}.json")
+    t512, t1, t4k = load(f"tritium-512-{r}.json"), load(f"tritium-1-{r}.json"), load(f"tritium-4096-{r}.json")
     rows.append({
         "pp512": (t512["prefill_tokens_per_s"], ll[(512, 0, 0)]),
         "tg128": (t1["decode_tokens_per_s"], ll[(0, 128, 0)]),
         "tg128 @ d512": (t512["decode_tokens_per_s"], ll[(0, 128, 512)]),
+        "tg128 @ d4096": (t4k["decode_tokens_per_s"], ll[(0, 128, 4096)]),
     })
-adapter = load("tritium-512-1.json")["adapter"]
+first = load("tritium-512-1.json")
+adapter = first.get("adapter") or f"{first['device']} (CUDA)"
 print(f"tritium on {adapter} against llama.cpp (CUDA), tokens/s, {rounds} rounds alternating")
 print(f"{'test':<14} {'round':>5} {'tritium':>10} {'llama.cpp':>10} {'ratio':>6}")
 summary = {}
-for test in ["pp512", "tg128", "tg128 @ d512"]:
+for test in ["pp512", "tg128", "tg128 @ d512", "tg128 @ d4096"]:
     for r, row in enumerate(rows, 1):
         t, l = row[test]
         print(f"{test:<14} {r:>5} {t:>10.1f} {l:>10.1f} {t / l:>6.3f}")

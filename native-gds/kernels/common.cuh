@@ -64,9 +64,20 @@ DEV float h2f(u16 h) {
 // bf16 bits to f32 (exact).
 DEV float bf2f(u16 b) { return bits2f((u32)b << 16); }
 
-// Little-endian loads at any byte address (weights are byte-packed blocks).
-DEV u16 ld16(const u8* p) { return (u16)(p[0] | (p[1] << 8)); }
+// Little-endian loads at any byte address (weights are byte-packed blocks). On the device an
+// address that is 2- or 4-byte aligned (every field of the GGML blocks is at an even offset)
+// takes one or two wide loads instead of bytes.
+DEV u16 ld16(const u8* p) {
+#if ON_DEVICE
+    if (((u64)p & 1) == 0) return *(const u16*)p;
+#endif
+    return (u16)(p[0] | (p[1] << 8));
+}
 DEV u32 ld32(const u8* p) {
+#if ON_DEVICE
+    if (((u64)p & 3) == 0) return *(const u32*)p;
+    if (((u64)p & 1) == 0) return (u32)((const u16*)p)[0] | ((u32)((const u16*)p)[1] << 16);
+#endif
     return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
 }
 DEV float ldf16(const u8* p) { return h2f(ld16(p)); }

@@ -8,6 +8,9 @@
 
 #define WARP 32
 #define FULL 0xffffffffu
+// Loops over small arrays run to a constant bound (token loops break at `ntok`), so that the
+// arrays stay in registers instead of local memory.
+#define UNROLL _Pragma("unroll")
 
 DEV float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
@@ -28,6 +31,21 @@ DEV int dp4a(int a, int b, int c) {
     int r;
     asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
+}
+
+// sum over the chunk's groups of sc * sum(code * x) + of * sum(x), codes and x as packed int8.
+DEV float int_dot(const int q[8], const int x[8], int groups, const float sc[2], const float of[2]) {
+    int si0 = 0, sx0 = 0, si1 = 0, sx1 = 0;
+    UNROLL for (int i = 0; i < 4; i++) {
+        si0 = dp4a(q[i], x[i], si0);
+        sx0 = dp4a(0x01010101, x[i], sx0);
+    }
+    UNROLL for (int i = 4; i < 8; i++) {
+        si1 = dp4a(q[i], x[i], si1);
+        sx1 = dp4a(0x01010101, x[i], sx1);
+    }
+    if (groups == 1) return sc[0] * (float)(si0 + si1) + of[0] * (float)(sx0 + sx1);
+    return (sc[0] * (float)si0 + of[0] * (float)sx0) + (sc[1] * (float)si1 + of[1] * (float)sx1);
 }
 
 // The 32 values of chunk `c` (global index within the row) of a row of format F.
@@ -80,7 +98,8 @@ DEV void gemv(const u8* w, u64 row_bytes, const float* x, float* y, u32 rows, u3
     for (u32 c = lane; c < cols / 32; c += WARP) {
         float v[32];
         row_chunk<F>(row, c, v);
-        for (u32 t = 0; t < ntok; t++) {
+        UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++) {
+            if (t >= (int)ntok) break;
             const float4* xs = (const float4*)(x + (u64)t * cols + c * 32);
             float s = 0.0f;
             for (int i = 0; i < 8; i++) {
@@ -90,7 +109,8 @@ DEV void gemv(const u8* w, u64 row_bytes, const float* x, float* y, u32 rows, u3
             acc[t] += s;
         }
     }
-    for (u32 t = 0; t < ntok; t++) {
+    UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++) {
+        if (t >= (int)ntok) break;
         float s = warp_sum(acc[t]);
         if (lane == 0) y[(u64)t * rows + r] = s * scale;
     }
@@ -138,33 +158,17 @@ DEV void gemv_q8(const u8* w, u64 row_bytes, const i8* xq, const float* xd, floa
         int q[8];
         float sc[2], of[2];
         int groups = row_int_chunk<F>(row, c, q, sc, of);
-        for (u32 t = 0; t < ntok; t++) {
+        UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++) {
+            if (t >= (int)ntok) break;
             const int4* xs = (const int4*)(xq + (u64)t * cols + c * 32);
             int4 a0 = xs[0], a1 = xs[1];
             int xv[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
             float d8 = xd[(u64)t * (cols / 32) + c];
-            if (groups == 1) {
-                int si = 0, sx = 0;
-                for (int i = 0; i < 8; i++) {
-                    si = dp4a(q[i], xv[i], si);
-                    sx = dp4a(0x01010101, xv[i], sx);
-                }
-                acc[t] += d8 * (sc[0] * (float)si + of[0] * (float)sx);
-            } else {
-                float s = 0.0f;
-                for (int g = 0; g < 2; g++) {
-                    int si = 0, sx = 0;
-                    for (int i = 4 * g; i < 4 * g + 4; i++) {
-                        si = dp4a(q[i], xv[i], si);
-                        sx = dp4a(0x01010101, xv[i], sx);
-                    }
-                    s += sc[g] * (float)si + of[g] * (float)sx;
-                }
-                acc[t] += d8 * s;
-            }
+            acc[t] += d8 * int_dot(q, xv, groups, sc, of);
         }
     }
-    for (u32 t = 0; t < ntok; t++) {
+    UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++) {
+        if (t >= (int)ntok) break;
         float s = warp_sum(acc[t]);
         if (lane == 0) y[(u64)t * rows + r] = s * scale;
     }
@@ -208,22 +212,16 @@ DEV void bitlinear(const u8* w, u64 row_bytes, const i8* xq, const float* s, flo
         int q[8];
         float sc[2], of[2];
         int groups = row_int_chunk<F>(row, c, q, sc, of);
-        for (u32 t = 0; t < ntok; t++) {
+        UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++) {
+            if (t >= (int)ntok) break;
             const int4* xs = (const int4*)(xq + (u64)t * cols + c * 32);
             int4 a0 = xs[0], a1 = xs[1];
             int xv[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            for (int g = 0; g < groups; g++) {
-                int n = 8 / groups;
-                int si = 0, sx = 0;
-                for (int i = n * g; i < n * g + n; i++) {
-                    si = dp4a(q[i], xv[i], si);
-                    sx = dp4a(0x01010101, xv[i], sx);
-                }
-                acc[t] += sc[g] * (float)si + of[g] * (float)sx;
-            }
+            acc[t] += int_dot(q, xv, groups, sc, of);
         }
     }
-    for (u32 t = 0; t < ntok; t++) {
+    UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++) {
+        if (t >= (int)ntok) break;
         float a = warp_sum(acc[t]);
         if (lane == 0) y[(u64)t * rows + r] = a * scale / s[t];
     }

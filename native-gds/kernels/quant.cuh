@@ -38,9 +38,10 @@ DEV void qpack(const int v[32], int q[8]) {
 DEV void qexpand(const int q[8], int G, const float s[2], const float o[2], bool has_offset,
                  float out[32]) {
     for (int v = 0; v < 32; ++v) {
-        int g = G == 2 ? v / 16 : 0;
-        float w = qmul(s[g], (float)(i8)(q[v / 4] >> (8 * (v % 4))));
-        out[v] = has_offset ? w + o[g] : w;
+        // Constant indices once unrolled (a runtime index would put s and o in local memory).
+        bool second = G == 2 && v >= 16;
+        float w = qmul(second ? s[1] : s[0], (float)(i8)(q[v / 4] >> (8 * (v % 4))));
+        out[v] = has_offset ? w + (second ? o[1] : o[0]) : w;
     }
 }
 

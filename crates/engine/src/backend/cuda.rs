@@ -164,6 +164,18 @@ pub struct CudaBackend {
     next_plan: AtomicU64,
     /// Capture few-token passes as graphs (off: launch op by op, for comparison).
     use_graphs: bool,
+    /// What the int8 scratch holds now: products that take the same rows of the same tensor
+    /// (Q, K and V; gate and up) quantize them once.
+    quantized: Option<Quantized>,
+}
+
+/// Int8 rows in the scratch: of which tensor, how many, and for which kind of product.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Quantized {
+    x: Tensor,
+    rows: usize,
+    cols: usize,
+    bitlinear: bool,
 }
 
 fn gds(e: GdsError) -> Error {
@@ -205,6 +217,7 @@ impl CudaBackend {
             bytes: 0,
             next_plan: AtomicU64::new(0),
             use_graphs: std::env::var_os("TRITIUM_CUDA_NO_GRAPHS").is_none(),
+            quantized: None,
         })
     }
 
@@ -351,9 +364,8 @@ impl CudaBackend {
                                 }
                                 .into());
                             }
-                            let r = rows.min(GEMV_MAX_TOKENS);
-                            needs.xq = needs.xq.max(r * cw.cols);
-                            needs.xd = needs.xd.max(r * cw.cols / 32 * 4);
+                            needs.xq = needs.xq.max(rows * cw.cols);
+                            needs.xd = needs.xd.max(rows * cw.cols / 32 * 4);
                         }
                         Activations::F16 => {
                             needs.xh = needs.xh.max(rows * cw.cols * 2);
@@ -511,6 +523,16 @@ impl CudaBackend {
 
     /// Queue one op for a pass of `n` tokens whose longest sequence reaches `max_len`.
     fn run(&mut self, op: &Op, n: usize, max_len: usize) -> Result<(), Error> {
+        self.run_op(op, n, max_len)?;
+        if let (Some(q), Some(t)) = (self.quantized, op.writes()) {
+            if q.x == t {
+                self.quantized = None;
+            }
+        }
+        Ok(())
+    }
+
+    fn run_op(&mut self, op: &Op, n: usize, max_len: usize) -> Result<(), Error> {
         let (ids, pos, seq) = (
             self.tokens.ids.ptr(),
             self.tokens.pos.ptr(),
@@ -556,7 +578,7 @@ impl CudaBackend {
                 out,
                 rows,
                 act,
-            } => self.matmul(w, self.ptr(x), self.ptr(out), rows, act),
+            } => self.matmul(w, x, self.ptr(out), rows, act),
             Op::BitLinear { w, x, out, rows } => {
                 let cw = self.weight(w)?;
                 let (cols, wrows, suffix, wptr, rb, scale) = (
@@ -572,17 +594,26 @@ impl CudaBackend {
                     Self::scratch_ptr(&self.scratch.xd),
                 );
                 let (xp, yp) = (self.ptr(x), self.ptr(out));
-                self.launch(
-                    "bitlinear_quantize",
-                    (rows, 1),
-                    256,
-                    &[
-                        Arg::Ptr(xp),
-                        Arg::Ptr(xq),
-                        Arg::Ptr(s),
-                        Arg::U32(cols as u32),
-                    ],
-                )?;
+                let want = Quantized {
+                    x,
+                    rows,
+                    cols,
+                    bitlinear: true,
+                };
+                if self.quantized != Some(want) {
+                    self.launch(
+                        "bitlinear_quantize",
+                        (rows, 1),
+                        256,
+                        &[
+                            Arg::Ptr(xp),
+                            Arg::Ptr(xq),
+                            Arg::Ptr(s),
+                            Arg::U32(cols as u32),
+                        ],
+                    )?;
+                    self.quantized = Some(want);
+                }
                 let name = format!("bitlinear_{suffix}");
                 for t0 in (0..rows).step_by(GEMV_MAX_TOKENS) {
                     let nt = (rows - t0).min(GEMV_MAX_TOKENS);
@@ -785,7 +816,7 @@ impl CudaBackend {
     fn matmul(
         &mut self,
         w: Weight,
-        x: u64,
+        xt: Tensor,
         y: u64,
         rows: usize,
         act: Activations,
@@ -800,6 +831,7 @@ impl CudaBackend {
             cw.scale,
         );
         let grid = (wrows.div_ceil(4), 1);
+        let x = self.ptr(xt);
         match act {
             Activations::F32 if rows <= GEMV_MAX_TOKENS => self.launch(
                 &format!("gemv_{suffix}"),
@@ -822,19 +854,28 @@ impl CudaBackend {
                     Self::scratch_ptr(&self.scratch.xd),
                 );
                 let name = format!("gemv_q8_{suffix}");
-                for t0 in (0..rows).step_by(GEMV_MAX_TOKENS) {
-                    let nt = (rows - t0).min(GEMV_MAX_TOKENS);
+                let want = Quantized {
+                    x: xt,
+                    rows,
+                    cols,
+                    bitlinear: false,
+                };
+                if self.quantized != Some(want) {
                     self.launch(
                         "quantize_q8",
-                        ((cols / 32).div_ceil(4), nt),
+                        ((cols / 32).div_ceil(4), rows),
                         128,
                         &[
-                            Arg::Ptr(x + (t0 * cols * 4) as u64),
+                            Arg::Ptr(x),
                             Arg::Ptr(xq),
                             Arg::Ptr(xd),
                             Arg::U32(cols as u32),
                         ],
                     )?;
+                    self.quantized = Some(want);
+                }
+                for t0 in (0..rows).step_by(GEMV_MAX_TOKENS) {
+                    let nt = (rows - t0).min(GEMV_MAX_TOKENS);
                     self.launch(
                         &name,
                         grid,
@@ -842,8 +883,8 @@ impl CudaBackend {
                         &[
                             Arg::Ptr(wptr),
                             Arg::Ptr(rb as u64),
-                            Arg::Ptr(xq),
-                            Arg::Ptr(xd),
+                            Arg::Ptr(xq + (t0 * cols) as u64),
+                            Arg::Ptr(xd + (t0 * cols / 32 * 4) as u64),
                             Arg::Ptr(y + (t0 * wrows * 4) as u64),
                             Arg::U32(wrows as u32),
                             Arg::U32(cols as u32),
@@ -877,6 +918,8 @@ impl CudaBackend {
                     Self::scratch_ptr(&self.scratch.xd),
                 );
                 let (operand, t) = if f16 {
+                    // `back` shares the scale scratch with int8 rows.
+                    self.quantized = None;
                     self.launch(
                         "f16_operands",
                         (rows, 1),
@@ -925,7 +968,9 @@ impl CudaBackend {
             .map(|s| s.pos0 + s.len)
             .max()
             .unwrap_or(0);
-        let graphable = self.use_graphs && n <= GRAPH_MAX_TOKENS;
+        // cuBLAS products (a weight decoded to f16 or f32) are launched, not captured.
+        let graphable = self.use_graphs && n <= GRAPH_MAX_TOKENS && rec.needs.wide == 0;
+        self.quantized = None;
         if !graphable {
             for op in rec.ops.iter() {
                 self.run(op, n, max_len)?;
@@ -1238,8 +1283,11 @@ impl Backend for CudaBackend {
         self.ensure_scratch(&pass.needs)?;
         self.run_pass(&pass)?;
         let (read, host) = self.read(&pass)?;
-        if let PendingRead::Top { .. } = read {
-            self.chained_ready = true;
+        match read {
+            PendingRead::Top { .. } => self.chained_ready = true,
+            // Selected on the host: the device holds no best id for a chained pass.
+            PendingRead::HostTop { .. } => self.chained_ready = false,
+            _ => {}
         }
         let event = match read {
             PendingRead::Nothing => None,

@@ -13,7 +13,7 @@ use std::mem::{align_of, size_of};
 
 use bytemuck::Pod;
 
-use super::q8dot::IntBlock;
+use super::q8dot::{row_dot, IntBlock, IntForm, RowDotQ8, MAX_BLOCK, MAX_GROUPS, QK8};
 use super::{GgmlType, QuantError};
 
 /// One GGML block layout: `N` weights in `size_of::<Self>()` bytes, read in place from file
@@ -26,6 +26,15 @@ pub trait Block<const N: usize>: Pod + Send + Sync {
     /// The block as integer codes in groups that share a scale and an offset, the reference
     /// of the integer-dot kernels ([`super::q8dot::vec_dot_q8`]); `None`: no integer form.
     const INT_FORM: Option<fn(&Self) -> IntBlock> = None;
+    /// Weights per group of the integer form (16 or 32, so that a group lies in one activation
+    /// block), the same for every group: [`Self::INT_DECODE`] fills `N / INT_GROUP` groups.
+    const INT_GROUP: usize = QK8;
+    /// [`Self::INT_FORM`] into storage the caller provides, what the CPU's fast integer
+    /// product reads ([`super::q8dot::Q8Dot`]): `(block, codes, scales, offsets)` writes the
+    /// same codes and, for each of the `N / INT_GROUP` groups, the same scale and offset.
+    /// Present exactly where `INT_FORM` is (checked with the GGUF table), and equal to it
+    /// (tested per dtype).
+    const INT_DECODE: Option<IntDecode<Self, N>> = None;
     /// Byte offsets of the block's f16 scale fields: the benchmarks and self-tests make random
     /// bytes into tame blocks by clearing the top exponent bit of each ([`Dtype::tame`]).
     const SCALE_FIELDS: &'static [usize] = &[];
@@ -37,6 +46,9 @@ pub trait Block<const N: usize>: Pod + Send + Sync {
     /// Decode one block, bit identical to gguf-py.
     fn dequantize(&self, out: &mut [f32; N]);
 }
+
+/// [`Block::INT_DECODE`]: one block into its codes and its groups' scales and offsets.
+pub type IntDecode<B, const N: usize> = fn(&B, &mut [i16; N], &mut [f32], &mut [f32]);
 
 /// How a BitLinear op feeds a ternary weight.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -144,6 +156,16 @@ pub trait Dtype: Send + Sync + 'static {
     fn has_int_form(&self) -> bool {
         false
     }
+    /// One block (file bytes) into the fixed integer form [`IntForm`] (what the fast product
+    /// reads); returns the group length, `None` where the type has no integer form.
+    fn int_decode(&self, _block: &[u8], _form: &mut IntForm) -> Option<usize> {
+        None
+    }
+    /// The fast integer row product ([`super::q8dot::Q8Dot`]), where the type has an integer
+    /// form.
+    fn q8_row_dot(&self) -> Option<RowDotQ8> {
+        None
+    }
     /// How a BitLinear op feeds it, where it is a BitLinear weight type.
     fn bitlinear(&self) -> Option<BitLinearInput> {
         None
@@ -166,6 +188,18 @@ impl<B: Block<N>, const N: usize> Blocks<B, N> {
             None => false,
         };
         assert!(ok, "the block struct disagrees with the GGUF table");
+        assert!(
+            B::INT_FORM.is_some() == B::INT_DECODE.is_some(),
+            "an integer form has both its forms"
+        );
+        assert!(
+            B::INT_DECODE.is_none()
+                || ((B::INT_GROUP == 16 || B::INT_GROUP == 32)
+                    && N % QK8 == 0
+                    && N <= MAX_BLOCK
+                    && N / B::INT_GROUP <= MAX_GROUPS),
+            "the fixed integer form holds the block in groups within activation blocks"
+        );
         assert!(
             align_of::<B>() == 1,
             "blocks are read in place from file bytes"
@@ -203,6 +237,24 @@ impl<B: Block<N>, const N: usize> Dtype for Blocks<B, N> {
 
     fn has_int_form(&self) -> bool {
         B::INT_FORM.is_some()
+    }
+
+    fn int_decode(&self, block: &[u8], form: &mut IntForm) -> Option<usize> {
+        let decode = B::INT_DECODE?;
+        let codes = <&mut [i16; N]>::try_from(&mut form.codes[..N]).ok()?;
+        let groups = N / B::INT_GROUP;
+        let block = bytemuck::try_from_bytes::<B>(block).ok()?;
+        decode(
+            block,
+            codes,
+            &mut form.scales[..groups],
+            &mut form.offsets[..groups],
+        );
+        Some(B::INT_GROUP)
+    }
+
+    fn q8_row_dot(&self) -> Option<RowDotQ8> {
+        B::INT_DECODE.map(|_| row_dot::<B, N> as RowDotQ8)
     }
 
     fn bitlinear(&self) -> Option<BitLinearInput> {

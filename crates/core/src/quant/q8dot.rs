@@ -356,7 +356,7 @@ impl Q8Dot {
     }
 }
 
-/// [`RowDotQ8`] of block type `B` (see [`Q8Dot`]).
+/// [`RowDotQ8`] of block type `B` (see [`Q8Dot`]): only the decode is the type's own.
 pub(super) fn row_dot<B: Block<N>, const N: usize>(
     row: &[u8],
     x: &Q8Acts,
@@ -381,6 +381,12 @@ pub(super) fn row_dot<B: Block<N>, const N: usize>(
             decode(block, codes, scales, offsets);
         }
     }
+    dot_decoded(x, glen, s, out);
+}
+
+/// Steps 1 to 3 of [`Q8Dot`] on a row decoded into `s` (groups of `glen`), for every token:
+/// shared by every dtype.
+fn dot_decoded(x: &Q8Acts, glen: usize, s: &mut Q8Scratch, out: &mut [f64]) {
     for (t, sum) in out.iter_mut().enumerate() {
         let (qs, (d8, sumx)) = (x.qs(t), x.groups(t, glen));
         match glen {

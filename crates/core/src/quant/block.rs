@@ -13,7 +13,7 @@ use std::mem::{align_of, size_of};
 
 use bytemuck::Pod;
 
-use super::q8dot::{row_dot, IntBlock, IntForm, RowDotQ8, MAX_BLOCK, MAX_GROUPS, QK8};
+use super::q8dot::{row_dot, IntBlock, RowDotQ8, QK8};
 use super::{GgmlType, QuantError};
 
 /// One GGML block layout: `N` weights in `size_of::<Self>()` bytes, read in place from file
@@ -156,16 +156,6 @@ pub trait Dtype: Send + Sync + 'static {
     fn has_int_form(&self) -> bool {
         false
     }
-    /// One block (file bytes) into the fixed integer form [`IntForm`] (what the fast product
-    /// reads); returns the group length, `None` where the type has no integer form.
-    fn int_decode(&self, _block: &[u8], _form: &mut IntForm) -> Option<usize> {
-        None
-    }
-    /// The fast integer row product ([`super::q8dot::Q8Dot`]), where the type has an integer
-    /// form.
-    fn q8_row_dot(&self) -> Option<RowDotQ8> {
-        None
-    }
     /// How a BitLinear op feeds it, where it is a BitLinear weight type.
     fn bitlinear(&self) -> Option<BitLinearInput> {
         None
@@ -193,12 +183,8 @@ impl<B: Block<N>, const N: usize> Blocks<B, N> {
             "an integer form has both its forms"
         );
         assert!(
-            B::INT_DECODE.is_none()
-                || ((B::INT_GROUP == 16 || B::INT_GROUP == 32)
-                    && N % QK8 == 0
-                    && N <= MAX_BLOCK
-                    && N / B::INT_GROUP <= MAX_GROUPS),
-            "the fixed integer form holds the block in groups within activation blocks"
+            B::INT_DECODE.is_none() || ((B::INT_GROUP == 16 || B::INT_GROUP == 32) && N % QK8 == 0),
+            "the integer form's groups lie within activation blocks"
         );
         assert!(
             align_of::<B>() == 1,
@@ -239,24 +225,6 @@ impl<B: Block<N>, const N: usize> Dtype for Blocks<B, N> {
         B::INT_FORM.is_some()
     }
 
-    fn int_decode(&self, block: &[u8], form: &mut IntForm) -> Option<usize> {
-        let decode = B::INT_DECODE?;
-        let codes = <&mut [i16; N]>::try_from(&mut form.codes[..N]).ok()?;
-        let groups = N / B::INT_GROUP;
-        let block = bytemuck::try_from_bytes::<B>(block).ok()?;
-        decode(
-            block,
-            codes,
-            &mut form.scales[..groups],
-            &mut form.offsets[..groups],
-        );
-        Some(B::INT_GROUP)
-    }
-
-    fn q8_row_dot(&self) -> Option<RowDotQ8> {
-        B::INT_DECODE.map(|_| row_dot::<B, N> as RowDotQ8)
-    }
-
     fn bitlinear(&self) -> Option<BitLinearInput> {
         B::BITLINEAR
     }
@@ -271,6 +239,23 @@ impl<B: Block<N>, const N: usize> Dtype for Blocks<B, N> {
 
     fn kernels(&self) -> Option<&'static Kernels> {
         B::KERNELS
+    }
+}
+
+/// A registry entry's fast integer row product ([`super::q8dot::Q8Dot`]), where its type has
+/// an integer form. Apart from [`Dtype`] on purpose: reached through the registry's
+/// `q8_row_dot` by static dispatch, so a build that never runs it (the browser package, which
+/// has no CPU backend) leaves it out, where a [`Dtype`] method would keep every dtype's copy
+/// alive through the vtable.
+pub trait Q8Rows {
+    fn q8_row_dot(&self) -> Option<RowDotQ8> {
+        None
+    }
+}
+
+impl<B: Block<N>, const N: usize> Q8Rows for Blocks<B, N> {
+    fn q8_row_dot(&self) -> Option<RowDotQ8> {
+        B::INT_DECODE.map(|_| row_dot::<B, N> as RowDotQ8)
     }
 }
 

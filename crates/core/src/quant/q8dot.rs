@@ -18,10 +18,13 @@
 //!    factors (so the reference has no rounding beyond its f32 inputs).
 //!
 //! [`vec_dot_q8`] returns that sum and the magnitude `sum |d8| (|scale| sum|code x_q| +
-//! |offset| sum|x_q|)` that bounds the rounding of any f32 evaluation of the same terms.
+//! |offset| sum|x_q|)` that bounds the rounding of any f32 evaluation of the same terms. It
+//! allocates an [`IntBlock`] per weight block and sums in i64: the reference. The CPU backend
+//! computes the same sum, bit for bit, with [`Q8Dot`] (each block decoded into caller storage,
+//! i32 integer sums, activations in [`Q8Acts`] quantized once per product).
 
 use super::block::Block;
-use super::{lookup, GgmlType, QuantError};
+use super::{dtypes, lookup, GgmlType, QuantError};
 
 /// Values per activation block.
 pub const QK8: usize = 32;
@@ -157,34 +160,6 @@ pub fn vec_dot_q8(dtype: GgmlType, row: &[u8], x: &Q8Row) -> Result<(f64, f64), 
     Ok((sum, mag))
 }
 
-/// Most weights in one block (the 256-weight super-blocks).
-pub const MAX_BLOCK: usize = 256;
-/// Most groups in one block (Q6_K: sixteen of 16 weights).
-pub const MAX_GROUPS: usize = 16;
-
-/// One weight block's integer form in fixed storage ([`crate::quant::Dtype::int_decode`]), the
-/// allocation-free twin of [`IntBlock`]: the same codes, as i16 (every integer form's codes
-/// fit in i8: Q8_0's -128..=127, Q6_K's -32..=31, the 5-bit formats' 0..=31 or -16..=15,
-/// ternary -1..=2; i16 is what the product multiplies, see [`Q8Dot`]), and the same groups,
-/// all of one length per dtype ([`crate::quant::Block::INT_GROUP`]), group `g` with
-/// `scales[g]` and `offsets[g]`.
-#[derive(Clone, Debug)]
-pub struct IntForm {
-    pub codes: [i16; MAX_BLOCK],
-    pub scales: [f32; MAX_GROUPS],
-    pub offsets: [f32; MAX_GROUPS],
-}
-
-impl Default for IntForm {
-    fn default() -> Self {
-        IntForm {
-            codes: [0; MAX_BLOCK],
-            scales: [0.0; MAX_GROUPS],
-            offsets: [0.0; MAX_GROUPS],
-        }
-    }
-}
-
 /// The records of [`quantize_q8`] for the fast product, in buffers kept from one product to
 /// the next: one or more tokens of `cols` values each, the same int8 values (held as i16) and
 /// block scales, and what the groups' terms read per group of 16 and of 32 values: the block
@@ -279,14 +254,27 @@ impl Q8Acts {
     }
 }
 
-/// A row's integer form and its per-group sums: scratch of the fast product, one per worker,
-/// grown to the longest row it has seen.
+/// A row's integer form (the codes, as i16, and per group the scale and offset of
+/// [`IntBlock`]'s groups) and its per-group terms: scratch of the fast product, one per worker,
+/// grown to the longest row it has seen. Every integer form's codes fit in i8 (Q8_0's
+/// -128..=127, Q6_K's -32..=31, the 5-bit formats' 0..=31 or -16..=15, ternary -1..=2); i16 is
+/// what the product multiplies (see [`Q8Dot`]).
 #[derive(Clone, Debug, Default)]
 pub struct Q8Scratch {
     codes: Vec<i16>,
     scales: Vec<f32>,
     offsets: Vec<f32>,
     terms: Vec<f64>,
+}
+
+impl Q8Scratch {
+    /// Room for a row of `cols` weights in `groups` groups.
+    fn prepare(&mut self, cols: usize, groups: usize) {
+        self.codes.resize(cols, 0);
+        self.scales.resize(groups, 0.0);
+        self.offsets.resize(groups, 0.0);
+        self.terms.resize(groups, 0.0);
+    }
 }
 
 /// A block type's row product for [`Q8Dot`] (`row`'s length checked against `x` by the caller,
@@ -320,9 +308,7 @@ impl Q8Dot {
     /// The product for `dtype` (one with an integer form, [`has_q8_dot`]).
     pub fn new(dtype: GgmlType) -> Result<Self, QuantError> {
         let geo = dtype.block().ok_or(QuantError::Unsupported(dtype))?;
-        let dot = lookup(dtype)
-            .and_then(|d| d.q8_row_dot())
-            .ok_or(QuantError::Unsupported(dtype))?;
+        let dot = dtypes::q8_row_dot(dtype).ok_or(QuantError::Unsupported(dtype))?;
         Ok(Q8Dot {
             dtype,
             dot,
@@ -369,10 +355,7 @@ pub(super) fn row_dot<B: Block<N>, const N: usize>(
     let blocks: &[B] = bytemuck::cast_slice(row);
     let (cols, glen) = (blocks.len() * N, B::INT_GROUP);
     let (per_block, groups) = (N / glen, cols / glen);
-    s.codes.resize(cols, 0);
-    s.scales.resize(groups, 0.0);
-    s.offsets.resize(groups, 0.0);
-    s.terms.resize(groups, 0.0);
+    s.prepare(cols, groups);
     let codes = s.codes.chunks_exact_mut(N);
     let scales = s.scales.chunks_exact_mut(per_block);
     let offsets = s.offsets.chunks_exact_mut(per_block);
@@ -504,32 +487,38 @@ mod tests {
         x
     }
 
-    /// The fixed integer form of every block is the reference's ([`IntBlock`]): the same codes
-    /// and the same f32 scale and offset for every weight (compared as bits).
+    /// The integer form a row is decoded into (block by block, [`crate::quant::Block::INT_DECODE`])
+    /// is the reference's ([`IntBlock`] of each block): the same codes and the same f32 scale
+    /// and offset for every weight (compared as bits).
     #[test]
-    fn fixed_integer_forms_equal_the_reference() {
+    fn decoded_integer_forms_equal_the_reference() {
         let mut rng = Rng(7);
+        let mut acts = Q8Acts::default();
+        let mut scratch = Q8Scratch::default();
+        acts.quantize(&vec![0.5; 512], 512).unwrap();
         for dtype in int_dtypes() {
-            let imp = lookup(dtype).unwrap();
-            let geo = dtype.block().unwrap();
-            let (be, bb) = (geo.block_elems as usize, geo.block_bytes as usize);
+            let (imp, dot) = (lookup(dtype).unwrap(), Q8Dot::new(dtype).unwrap());
+            let bb = dtype.block().unwrap().block_bytes as usize;
             for row in weight_rows(dtype, 512, &mut rng) {
+                dot.row(&row, &acts, &mut scratch, &mut [0.0]).unwrap();
+                let (mut codes, mut weights) = (Vec::new(), Vec::new());
                 for block in row.chunks_exact(bb) {
-                    let reference = imp.int_block(block).unwrap();
-                    let mut form = IntForm::default();
-                    let glen = imp.int_decode(block, &mut form).unwrap();
-                    let codes: Vec<i32> = form.codes[..be].iter().map(|&c| i32::from(c)).collect();
-                    assert_eq!(codes, reference.codes, "{dtype}");
-                    let groups: Vec<(usize, u32, u32)> = (0..be / glen)
-                        .map(|g| (glen, form.scales[g].to_bits(), form.offsets[g].to_bits()))
-                        .collect();
-                    let want: Vec<(usize, u32, u32)> = reference
-                        .groups
-                        .iter()
-                        .map(|&(l, s, o)| (l, s.to_bits(), o.to_bits()))
-                        .collect();
-                    assert_eq!(groups, want, "{dtype}");
+                    let ib = imp.int_block(block).unwrap();
+                    codes.extend(ib.codes);
+                    for (len, scale, offset) in ib.groups {
+                        weights.extend(vec![(scale.to_bits(), offset.to_bits()); len]);
+                    }
                 }
+                let got: Vec<i32> = scratch.codes.iter().map(|&c| i32::from(c)).collect();
+                assert_eq!(got, codes, "{dtype}");
+                let glen = 512 / scratch.scales.len();
+                let got: Vec<(u32, u32)> = (0..512)
+                    .map(|i| {
+                        let g = i / glen;
+                        (scratch.scales[g].to_bits(), scratch.offsets[g].to_bits())
+                    })
+                    .collect();
+                assert_eq!(got, weights, "{dtype}");
             }
         }
     }

@@ -2,7 +2,8 @@
 //! `.venv-clients` that scripts/setup.sh makes) and the official `openai` npm package
 //! (tests/clients/openai_client.mjs, a devDependency `npm ci` installs) against `tritium
 //! serve`: chat and completions, whole and streamed, usage, stop sequences, seeds, logprobs,
-//! errors, and greedy text equal to `tritium run --chat --temperature 0` on the same model.
+//! errors, and greedy text equal to `tritium run --chat --temperature 0` on the same model; and
+//! CORS from a page in headless Chromium (tests/browser/run-serve-cors.mjs).
 
 mod serve_support;
 
@@ -67,4 +68,27 @@ fn official_python_clients() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// CORS from a real page: headless Chromium (tests/browser/run-serve-cors.mjs) streams a chat
+/// from a page on another loopback origin, key and preflight included, and a disallowed
+/// origin is refused by the browser.
+#[test]
+fn cors_from_a_page_in_headless_chromium() {
+    let e = expected();
+    let out = std::process::Command::new("node")
+        .arg(repo_path("tests/browser/run-serve-cors.mjs"))
+        .arg(e["prompt"].as_str().unwrap())
+        .arg(e["max_tokens"].to_string())
+        .arg(e["text"].as_str().unwrap())
+        .env("TRITIUM_BIN", env!("CARGO_BIN_EXE_tritium"))
+        .output()
+        .expect("node runs");
+    assert!(
+        out.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
 }

@@ -285,10 +285,24 @@ fn malformed_requests_get_their_status_and_shape() {
             Some("stream"),
         ),
         (
-            "logprobs",
-            chat("x", json!({"logprobs": true}))
+            "top_logprobs over 20",
+            chat("x", json!({"logprobs": true, "top_logprobs": 21}))
                 .to_string()
                 .into_bytes(),
+            400,
+            Some("top_logprobs"),
+        ),
+        (
+            "top_logprobs without logprobs",
+            chat("x", json!({"top_logprobs": 2}))
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("top_logprobs"),
+        ),
+        (
+            "logprobs not a boolean",
+            chat("x", json!({"logprobs": 5})).to_string().into_bytes(),
             400,
             Some("logprobs"),
         ),
@@ -328,6 +342,15 @@ fn malformed_requests_get_their_status_and_shape() {
         ),
     );
     assert_eq!(r.status, 200, "{}", r.text());
+    // Completions: `logprobs` is the number of alternatives there.
+    let r = server.post_json(
+        "/v1/completions",
+        &json!({ "model": MODEL, "prompt": "x", "logprobs": true }),
+    );
+    assert_eq!(
+        (r.status, r.json()["error"]["param"].clone()),
+        (400, json!("logprobs"))
+    );
     // Completions: a prompt of the wrong type; Ollama's shape on its routes.
     let r = server.post_json("/v1/completions", &json!({ "model": MODEL, "prompt": 5 }));
     assert_eq!(

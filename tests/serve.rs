@@ -512,10 +512,12 @@ fn ollama_routes() {
     std::os::unix::fs::symlink(repo_path(MODEL_FILE), models.join("smol.gguf")).unwrap();
     let server = Server::start_in(store, &[]);
 
+    // No repetition penalty (Ollama's default is 1.1, OpenAI's route's and `tritium run`'s
+    // 1), so the text below can be compared with OpenAI's route.
     let r = server.post_json(
         "/api/chat",
         &json!({ "model": MODEL, "messages": [{ "role": "user", "content": "What is the capital of France?" }],
-                 "options": { "temperature": 0, "num_predict": 6 } }),
+                 "options": { "temperature": 0, "num_predict": 6, "repeat_penalty": 1 } }),
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/x-ndjson"));

@@ -215,22 +215,25 @@ fn logprobs_match_logits(backend: &str, batch: &str, tol: f64, all: bool) {
     assert!(first <= 0.0);
 }
 
-/// The CPU backend: a one-token decode pass and a row of `tritium logits`' batched pass are
-/// the same arithmetic (the CPU's results do not depend on the pass boundaries), so what is
-/// left is the f32 rounding of the server's f64 result and the order of the test's sum
-/// (|logprob| < 32: f32 rounding within 2^-19 ~ 2e-6; measured: 1.8e-7).
+/// The CPU backend. A one-token pass quantizes activations to int8 (`Activations::Q8`, the
+/// integer-dot arithmetic of the GPU's decode) where a batched pass multiplies f32, and the
+/// server's prompt cache leaves a repeated prompt's last token to a one-token pass, so the
+/// tokens and values depend on the pass boundaries. Both sides run one token per pass
+/// (`--batch 1`): the same arithmetic, and what is left is the f32 rounding of the server's
+/// f64 result and the order of the test's sum (|logprob| < 32: f32 rounding within
+/// 2^-19 ~ 2e-6; measured: see the test's output).
 #[test]
 fn logprobs_match_the_log_softmax_of_tritium_logits_on_the_cpu() {
-    logprobs_match_logits("cpu", "128", 1e-5, true);
+    logprobs_match_logits("cpu", "1", 1e-5, true);
 }
 
-/// The GPU backend (lavapipe in CI). A one-token pass there quantizes activations to int8
-/// (the integer-dot decode of crates/gpu/src/q8.rs, as llama.cpp's) where a batched pass
-/// multiplies f32: against a batched `tritium logits` the decode's log-probabilities differ
-/// by up to 0.25 (measured on this prompt), which is the two paths' arithmetic, not the
-/// log-softmax. So both sides run one token per pass (`--batch 1`): the same kernels, and the
-/// tolerance covers the f32 rounding and the order of the test's sum (measured: see the
-/// test's output).
+/// The GPU backend (lavapipe in CI). As on the CPU, a one-token pass there quantizes
+/// activations to int8 (the integer-dot decode of crates/gpu/src/q8.rs, as llama.cpp's) where
+/// a batched pass multiplies f32: against a batched `tritium logits` the decode's
+/// log-probabilities differ by up to 0.25 (measured on this prompt), which is the two paths'
+/// arithmetic, not the log-softmax. So both sides run one token per pass (`--batch 1`): the
+/// same kernels, and the tolerance covers the f32 rounding and the order of the test's sum
+/// (measured: see the test's output).
 #[test]
 fn logprobs_match_the_log_softmax_of_tritium_logits_on_the_gpu() {
     logprobs_match_logits("gpu", "1", 1e-5, false);

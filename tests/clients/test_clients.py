@@ -110,14 +110,15 @@ def main():
         pass
 
     o = ollama.Client(host=base, headers={"Authorization": "Bearer s3cret"})
-    r = o.chat(model=model, messages=messages, options={"temperature": 0, "num_predict": max_tokens})
+    # No repetition penalty, as `tritium run`'s greedy text (Ollama's default is 1.1).
+    greedy_options = {"temperature": 0, "num_predict": max_tokens, "repeat_penalty": 1}
+    r = o.chat(model=model, messages=messages, options=greedy_options)
     check(r.message.content == greedy, f"ollama chat: {r.message.content!r}")
     check(r.done and r.done_reason in ("stop", "length") and r.eval_count > 0, r)
     pieces = [
         part.message.content
         for part in o.chat(
-            model=model, messages=messages, stream=True,
-            options={"temperature": 0, "num_predict": max_tokens},
+            model=model, messages=messages, stream=True, options=greedy_options,
         )
     ]
     check("".join(pieces) == greedy, f"ollama streamed chat: {''.join(pieces)!r}")

@@ -235,27 +235,21 @@ impl<B: Backend> Engine<B> {
         prompt: &[u32],
         readback: Readback,
     ) -> Result<(Logits, usize), Error> {
-        // Reuse the longest cached prefix, but always compute at least the last token.
-        let common = self
-            .cached
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(prompt.len() - 1);
-        self.cached.truncate(common);
         let batch = self.model.backend.limits().max_batch;
-        let rest = &prompt[common..];
+        let (common, passes) = prefill_plan(&self.cached, prompt, batch);
+        self.cached.truncate(common);
         let mut logits = Logits::None;
-        let n_chunks = rest.len().div_ceil(batch);
-        for (i, chunk) in rest.chunks(batch).enumerate() {
-            let rb = if i + 1 == n_chunks {
+        let mut start = common;
+        for (i, &len) in passes.iter().enumerate() {
+            let rb = if i + 1 == passes.len() {
                 readback
             } else {
                 Readback::Nothing
             };
-            logits = self.model.forward(chunk, common + i * batch, rb).await?;
+            let chunk = &prompt[start..start + len];
+            logits = self.model.forward(chunk, start, rb).await?;
             self.cached.extend_from_slice(chunk);
+            start += len;
         }
         Ok((logits, common))
     }
@@ -437,6 +431,46 @@ pub enum TokenControl {
     Cancel,
 }
 
+/// How a prefill of `prompt` runs after `cached`, in passes of at most `batch` tokens: how many
+/// cached tokens it reuses (the longest common prefix, short of the prompt's last token) and
+/// the sizes of its passes over the rest.
+///
+/// A one-token pass takes int8 activations where a pass of several tokens does not
+/// ([`crate::pass::Activations::q8_for`]), so the passes include a one-token pass exactly when
+/// a prefill of the whole prompt from scratch would (its last, where the prompt is one more
+/// than a multiple of `batch`), and then only as the last: where the rest would otherwise end
+/// in a lone token, one more cached token is computed again. A prompt the cache holds thus
+/// gets the arithmetic of a fresh prefill wherever a row's result does not depend on the
+/// other rows of its pass (the CPU backend's).
+fn prefill_plan(cached: &[u32], prompt: &[u32], batch: usize) -> (usize, Vec<usize>) {
+    let n = prompt.len();
+    let mut common = cached
+        .iter()
+        .zip(prompt)
+        .take_while(|(a, b)| a == b)
+        .count()
+        .min(n.saturating_sub(1));
+    if batch <= 1 {
+        return (common, vec![1; n - common]);
+    }
+    let alone = n % batch == 1;
+    let body_end = if alone { n - 1 } else { n };
+    if common > 0 && (body_end - common) % batch == 1 {
+        common -= 1;
+    }
+    let mut passes = Vec::new();
+    let mut left = body_end - common;
+    while left > 0 {
+        let k = left.min(batch);
+        passes.push(k);
+        left -= k;
+    }
+    if alone {
+        passes.push(1);
+    }
+    (common, passes)
+}
+
 fn per_s(n: usize, ms: f64) -> f64 {
     if ms > 0.0 {
         n as f64 / (ms / 1e3)
@@ -448,6 +482,40 @@ fn per_s(n: usize, ms: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every prompt length, batch and cached prefix: the passes cover the rest of the prompt,
+    /// none over `batch`, a one-token pass exactly where the fresh prefill has one and only as
+    /// the last, at most one more cached token given up than the prefix short of the last.
+    #[test]
+    fn prefill_passes_have_the_kinds_of_a_fresh_prefill() {
+        for batch in 1..=6usize {
+            for n in 1..=20usize {
+                let prompt: Vec<u32> = (0..n as u32).collect();
+                let (zero, fresh) = prefill_plan(&[], &prompt, batch);
+                assert_eq!(zero, 0);
+                let fresh_alone = fresh.contains(&1);
+                for hit in 0..=n + 2 {
+                    let mut cached: Vec<u32> = (0..hit as u32).collect();
+                    cached.push(999);
+                    let (common, passes) = prefill_plan(&cached, &prompt, batch);
+                    let want = hit.min(n - 1);
+                    assert!(common <= want && common + 1 >= want, "{batch} {n} {hit}");
+                    assert_eq!(passes.iter().sum::<usize>(), n - common);
+                    assert!(passes.iter().all(|&k| (1..=batch).contains(&k)));
+                    let ones: Vec<usize> = (0..passes.len()).filter(|&i| passes[i] == 1).collect();
+                    if batch == 1 {
+                        continue;
+                    }
+                    assert_eq!(
+                        !ones.is_empty(),
+                        fresh_alone,
+                        "{batch} {n} {hit}: {passes:?}"
+                    );
+                    assert!(ones.iter().all(|&i| i + 1 == passes.len()), "{passes:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn token_logprobs_are_a_log_softmax_over_the_row() {

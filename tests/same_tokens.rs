@@ -12,8 +12,7 @@
 //! step amplifies that. The default arithmetic (`Fast`) quantizes one-token products' inputs
 //! to int8 where the backend has integer dot products, and an ulp of difference before a
 //! rounding step can change a code, so its generations can split between backends (the op
-//! list states which products do: `Activations::Q8`, which the CPU backend runs with the same
-//! arithmetic when a pass asks for it).
+//! list states which products do, and the CPU computes the same: `Activations::Q8`).
 //!
 //! BitNet b1.58 is the exception: its BitLinear quantizes activations to int8 inside the
 //! model, on every backend, so exact arithmetic cannot remove the rounding step. The GPU's

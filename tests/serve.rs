@@ -285,10 +285,24 @@ fn malformed_requests_get_their_status_and_shape() {
             Some("stream"),
         ),
         (
-            "logprobs",
-            chat("x", json!({"logprobs": true}))
+            "top_logprobs over 20",
+            chat("x", json!({"logprobs": true, "top_logprobs": 21}))
                 .to_string()
                 .into_bytes(),
+            400,
+            Some("top_logprobs"),
+        ),
+        (
+            "top_logprobs without logprobs",
+            chat("x", json!({"top_logprobs": 2}))
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("top_logprobs"),
+        ),
+        (
+            "logprobs not a boolean",
+            chat("x", json!({"logprobs": 5})).to_string().into_bytes(),
             400,
             Some("logprobs"),
         ),
@@ -328,6 +342,15 @@ fn malformed_requests_get_their_status_and_shape() {
         ),
     );
     assert_eq!(r.status, 200, "{}", r.text());
+    // Completions: `logprobs` is the number of alternatives there.
+    let r = server.post_json(
+        "/v1/completions",
+        &json!({ "model": MODEL, "prompt": "x", "logprobs": true }),
+    );
+    assert_eq!(
+        (r.status, r.json()["error"]["param"].clone()),
+        (400, json!("logprobs"))
+    );
     // Completions: a prompt of the wrong type; Ollama's shape on its routes.
     let r = server.post_json("/v1/completions", &json!({ "model": MODEL, "prompt": 5 }));
     assert_eq!(
@@ -489,10 +512,12 @@ fn ollama_routes() {
     std::os::unix::fs::symlink(repo_path(MODEL_FILE), models.join("smol.gguf")).unwrap();
     let server = Server::start_in(store, &[]);
 
+    // No repetition penalty (Ollama's default is 1.1, OpenAI's route's and `tritium run`'s
+    // 1), so the text below can be compared with OpenAI's route.
     let r = server.post_json(
         "/api/chat",
         &json!({ "model": MODEL, "messages": [{ "role": "user", "content": "What is the capital of France?" }],
-                 "options": { "temperature": 0, "num_predict": 6 } }),
+                 "options": { "temperature": 0, "num_predict": 6, "repeat_penalty": 1 } }),
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/x-ndjson"));

@@ -15,6 +15,8 @@ mod quantize;
 #[cfg(feature = "gpu")]
 mod selftest;
 mod serve;
+#[cfg(feature = "gpu")]
+mod serve_bench;
 mod serve_model;
 mod store;
 #[cfg(feature = "gpu")]
@@ -239,6 +241,33 @@ enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// N concurrent streaming clients against an OpenAI-compatible server (`tritium serve`,
+    /// llama-server): time to first token and inter-token latency (p50, p99), aggregate
+    /// completion tokens per second.
+    Serve {
+        /// The server's base URL (http://HOST:PORT; a trailing /v1 is fine).
+        #[arg(long)]
+        url: String,
+        /// The model name requests carry.
+        #[arg(long)]
+        model: String,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 1)]
+        clients: usize,
+        /// Requests per client, one after another.
+        #[arg(long, default_value_t = 4)]
+        requests: usize,
+        #[arg(long, default_value_t = 128)]
+        max_tokens: usize,
+        /// The user message of every request.
+        #[arg(long, default_value = "Write a short story about a lighthouse keeper.")]
+        prompt: String,
+        /// Sent as `Authorization: Bearer KEY` (also from $TRITIUM_API_KEY).
+        #[arg(long, value_name = "KEY")]
+        api_key: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// SHA-256 and BLAKE3 throughput over a buffer in memory, one thread (MB/s).
     Hash {
         /// MiB hashed.
@@ -375,6 +404,29 @@ pub fn main() -> ExitCode {
                 },
                 json,
             )
+        }),
+        #[cfg(feature = "gpu")]
+        Command::Bench {
+            what:
+                BenchCommand::Serve {
+                    url,
+                    model,
+                    clients,
+                    requests,
+                    max_tokens,
+                    prompt,
+                    api_key,
+                    json,
+                },
+        } => serve_bench::serve(&serve_bench::ServeBenchArgs {
+            url,
+            model,
+            clients,
+            requests,
+            max_tokens,
+            prompt,
+            api_key: api_key.or_else(|| std::env::var(serve::API_KEY_ENV).ok()),
+            json,
         }),
         #[cfg(feature = "gpu")]
         Command::Bench {

@@ -9,10 +9,10 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::error::ApiError;
 use super::metrics::Metrics;
-use crate::engine::{FinishReason, GenerateOptions, TokenControl, Usage};
+use crate::engine::{FinishReason, GenerateOptions, TokenControl, TokenLogprobs, Usage};
 use crate::sampling::SamplerConfig;
 use crate::session::Session;
-use crate::text::{encode_chat, ChatMessage, StopStream};
+use crate::text::{encode_chat, ChatMessage, StopStream, Tokenizer};
 
 /// The prompt of a request.
 #[derive(Clone, Debug)]
@@ -44,6 +44,29 @@ pub struct GenRequest {
     pub sampling: SamplerConfig,
     /// Text that ends the generation, never part of it.
     pub stop: Vec<String>,
+    /// Report each token's log-probability with this many alternatives (at most
+    /// [`MAX_TOP_LOGPROBS`]).
+    pub logprobs: Option<usize>,
+}
+
+/// Most alternatives a token's log-probability comes with (OpenAI's limit for `top_logprobs`).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// A token as the APIs show it: its text (bytes that are not whole UTF-8 characters as
+/// U+FFFD) and its bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenText {
+    pub text: String,
+    pub bytes: Vec<u8>,
+}
+
+/// A generated token's log-probability (the model's, see [`crate::engine::TokenLogprobs`])
+/// and the most likely alternatives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: TokenText,
+    pub logprob: f32,
+    pub top: Vec<(TokenText, f32)>,
 }
 
 /// What the model's thread tells the request that waits for it.
@@ -51,8 +74,10 @@ pub struct GenRequest {
 pub enum Event {
     /// The prompt fits and generation starts.
     Started { prompt_tokens: usize },
-    /// Text released (whole characters, never part of a stop string).
-    Text(String),
+    /// Text released (whole characters, never part of a stop string), with the
+    /// log-probabilities of the tokens generated since the last text (when asked for: the
+    /// tokens whose text a stop string held back and then dropped are in none).
+    Text(String, Vec<TokenLogprob>),
     /// The end.
     Done(Outcome),
     /// The request failed (before `Started`: answered as an HTTP error; after it: the last
@@ -82,6 +107,30 @@ impl Outcome {
             FinishReason::Length => "length",
             FinishReason::Stop | FinishReason::Cancelled => "stop",
         }
+    }
+}
+
+/// The text and bytes of token `id`.
+fn token_text(tok: &Tokenizer, id: u32) -> TokenText {
+    let bytes = match tok.token_bytes(id) {
+        Some(b) => b.to_vec(),
+        None => tok.decode(&[id], false).unwrap_or_default().into_bytes(),
+    };
+    TokenText {
+        text: String::from_utf8_lossy(&bytes).into_owned(),
+        bytes,
+    }
+}
+
+fn token_logprob(tok: &Tokenizer, lp: &TokenLogprobs) -> TokenLogprob {
+    TokenLogprob {
+        token: token_text(tok, lp.id),
+        logprob: lp.logprob,
+        top: lp
+            .top
+            .iter()
+            .map(|&(id, l)| (token_text(tok, id), l))
+            .collect(),
     }
 }
 
@@ -186,35 +235,51 @@ fn generate(
     let start = Instant::now();
     let mut last = start;
     let mut first = true;
-    let generation = pollster::block_on(engine.generate(&ids, &options, |id| {
-        let now = Instant::now();
-        if first {
-            metrics.first_token(now - arrived);
-            first = false;
-        } else {
-            metrics.next_token(now - last);
-        }
-        last = now;
-        if events.is_closed() {
-            return TokenControl::Cancel;
-        }
-        match stream.push(tok, id) {
-            Ok((text, stop)) => {
-                if !text.is_empty() && events.send(Event::Text(text)).is_err() {
-                    return TokenControl::Cancel;
+    // Log-probabilities of tokens whose text is not released yet.
+    let mut pending = Vec::new();
+    let mut string_stop = false;
+    let generation = pollster::block_on(engine.generate_with_logprobs(
+        &ids,
+        &options,
+        request.logprobs.map(|n| n.min(MAX_TOP_LOGPROBS)),
+        |id, lp| {
+            let now = Instant::now();
+            if first {
+                metrics.first_token(now - arrived);
+                first = false;
+            } else {
+                metrics.next_token(now - last);
+            }
+            last = now;
+            if events.is_closed() {
+                return TokenControl::Cancel;
+            }
+            if let Some(lp) = &lp {
+                pending.push(token_logprob(tok, lp));
+            }
+            match stream.push(tok, id) {
+                Ok((text, stop)) => {
+                    if !text.is_empty()
+                        && events
+                            .send(Event::Text(text, std::mem::take(&mut pending)))
+                            .is_err()
+                    {
+                        return TokenControl::Cancel;
+                    }
+                    if stop {
+                        string_stop = true;
+                        TokenControl::Stop
+                    } else {
+                        TokenControl::Continue
+                    }
                 }
-                if stop {
-                    TokenControl::Stop
-                } else {
-                    TokenControl::Continue
+                Err(e) => {
+                    failure = Some(e);
+                    TokenControl::Cancel
                 }
             }
-            Err(e) => {
-                failure = Some(e);
-                TokenControl::Cancel
-            }
-        }
-    }));
+        },
+    ));
     let generation = generation.map_err(|e| ApiError::internal(format!("generation: {e}")))?;
     if let Some(e) = failure {
         return Err(ApiError::internal(format!("detokenizing: {e}")));
@@ -228,8 +293,12 @@ fn generate(
         return Ok(());
     }
     let tail = stream.finish();
-    if !tail.is_empty() {
-        let _ = events.send(Event::Text(tail));
+    if string_stop {
+        // The tokens after the last text released lie in the stop string.
+        pending.clear();
+    }
+    if !tail.is_empty() || !pending.is_empty() {
+        let _ = events.send(Event::Text(tail, pending));
     }
     let _ = events.send(Event::Done(Outcome {
         finish: generation.finish_reason,

@@ -239,7 +239,7 @@ async fn answer(
         // No prompt: load the model (or, with keep_alive 0, unload it) and say so.
         let unload = keep == Some(KeepAlive::For(Duration::ZERO));
         let (name, mut rx) = app.registry.submit(model, None, keep)?;
-        let (_, outcome) = collect(&mut rx).await?;
+        let (_, _, outcome) = collect(&mut rx).await?;
         let mut v = piece(kind, &name, "");
         done_fields(&mut v, &outcome, if unload { "unload" } else { "load" });
         return Ok(json_response(StatusCode::OK, &v));
@@ -249,11 +249,12 @@ async fn answer(
         budget,
         sampling,
         stop,
+        logprobs: None,
     };
     let (name, mut rx) = app.registry.submit(model, Some(request), keep)?;
     started(&mut rx).await?;
     if !stream {
-        let (text, outcome) = collect(&mut rx).await?;
+        let (text, _, outcome) = collect(&mut rx).await?;
         let mut v = piece(kind, &name, &text);
         done_fields(&mut v, &outcome, outcome.finish_reason());
         if let Kind::Generate = kind {
@@ -272,7 +273,7 @@ async fn answer(
         None,
         rx,
         move |event| match event {
-            Some(Event::Text(t)) => (ndjson(&piece(kind, &name, &t)), true),
+            Some(Event::Text(t, _)) => (ndjson(&piece(kind, &name, &t)), true),
             Some(Event::Started { .. }) => (Bytes::new(), true),
             Some(Event::Done(o)) => {
                 let mut v = piece(kind, &name, "");

@@ -20,7 +20,9 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::error::{Api, ApiError};
-use super::generation::{Budget, Event, GenRequest, Outcome, Prompt};
+use super::generation::{
+    Budget, Event, GenRequest, Outcome, Prompt, TokenLogprob, TokenText, MAX_TOP_LOGPROBS,
+};
 use super::request::{json_object, type_name, Fields};
 use super::App;
 use crate::sampling::SamplerConfig;
@@ -93,9 +95,46 @@ struct Common {
     budget: Budget,
     sampling: SamplerConfig,
     stop: Vec<String>,
+    /// Log-probabilities with this many alternatives per token.
+    logprobs: Option<usize>,
 }
 
-fn common(f: &Fields) -> Result<Common, ApiError> {
+/// What a request asks of log-probabilities. Chat: `logprobs` (a boolean) and
+/// `top_logprobs` (0 to 20, only with `logprobs: true`, as OpenAI requires); completions:
+/// `logprobs` as the number of alternatives (OpenAI allows up to 5, llama-server more; here
+/// up to 20).
+fn logprobs(f: &Fields, kind: Kind) -> Result<Option<usize>, ApiError> {
+    let max = MAX_TOP_LOGPROBS as i64;
+    let top = |name: &str, n: i64| {
+        if (0..=max).contains(&n) {
+            Ok(n as usize)
+        } else {
+            Err(ApiError::invalid_param(
+                name,
+                format!("`{name}` must be between 0 and {max}, got {n}"),
+            ))
+        }
+    };
+    match kind {
+        Kind::Chat => {
+            let on = f.bool("logprobs")?.unwrap_or(false);
+            match f.integer("top_logprobs")? {
+                Some(_) if !on => Err(ApiError::invalid_param(
+                    "top_logprobs",
+                    "`logprobs` must be true when `top_logprobs` is given",
+                )),
+                Some(n) => Ok(Some(top("top_logprobs", n)?)),
+                None => Ok(on.then_some(0)),
+            }
+        }
+        Kind::Completion => match f.integer("logprobs")? {
+            Some(n) => Ok(Some(top("logprobs", n)?)),
+            None => Ok(None),
+        },
+    }
+}
+
+fn common(f: &Fields, kind: Kind) -> Result<Common, ApiError> {
     let model = f
         .string("model")?
         .ok_or_else(|| ApiError::invalid_param("model", "`model` is required"))?
@@ -108,12 +147,6 @@ fn common(f: &Fields) -> Result<Common, ApiError> {
                 format!("only n = 1 is supported (one choice per request), got {n}"),
             ))
         }
-    }
-    if f.bool("logprobs")? == Some(true) || f.has("top_logprobs") {
-        return Err(ApiError::invalid_param(
-            "logprobs",
-            "logprobs are not supported: the engine does not report token probabilities",
-        ));
     }
     let budget = match (
         f.integer("max_completion_tokens")?,
@@ -152,6 +185,7 @@ fn common(f: &Fields) -> Result<Common, ApiError> {
         budget,
         sampling: sampling(f)?,
         stop,
+        logprobs: logprobs(f, kind)?,
     })
 }
 
@@ -261,13 +295,20 @@ pub async fn started(rx: &mut UnboundedReceiver<Event>) -> Result<usize, ApiErro
     }
 }
 
-/// The whole text and the outcome of a request that has started.
-pub async fn collect(rx: &mut UnboundedReceiver<Event>) -> Result<(String, Outcome), ApiError> {
+/// The whole text, the tokens' log-probabilities (when asked for) and the outcome of a
+/// request that has started.
+pub async fn collect(
+    rx: &mut UnboundedReceiver<Event>,
+) -> Result<(String, Vec<TokenLogprob>, Outcome), ApiError> {
     let mut text = String::new();
+    let mut logprobs = Vec::new();
     loop {
         match rx.recv().await {
-            Some(Event::Text(t)) => text.push_str(&t),
-            Some(Event::Done(o)) => return Ok((text, o)),
+            Some(Event::Text(t, lp)) => {
+                text.push_str(&t);
+                logprobs.extend(lp);
+            }
+            Some(Event::Done(o)) => return Ok((text, logprobs, o)),
             Some(Event::Failed(e)) => return Err(e),
             Some(Event::Started { .. }) => {}
             None => {
@@ -330,8 +371,71 @@ fn sse_error(e: &ApiError) -> Bytes {
     sse(&e.body(Api::OpenAi))
 }
 
+/// A log-probability as JSON: one of a token with no probability at all (a -inf logit) is
+/// -9999, the floor OpenAI reports, since JSON has no -inf.
+fn lp_json(lp: f32) -> Value {
+    if lp.is_finite() {
+        json!(lp)
+    } else {
+        json!(-9999.0)
+    }
+}
+
+fn token_json(t: &TokenText, lp: f32) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("token".into(), Value::String(t.text.clone()));
+    m.insert("logprob".into(), lp_json(lp));
+    m.insert("bytes".into(), json!(t.bytes));
+    m
+}
+
+/// Chat's `logprobs`: `{content: [{token, logprob, bytes, top_logprobs: [...]}], refusal}`.
+fn chat_logprobs(lps: &[TokenLogprob]) -> Value {
+    let content: Vec<Value> = lps
+        .iter()
+        .map(|lp| {
+            let mut m = token_json(&lp.token, lp.logprob);
+            let top: Vec<Value> = lp
+                .top
+                .iter()
+                .map(|(t, l)| Value::Object(token_json(t, *l)))
+                .collect();
+            m.insert("top_logprobs".into(), Value::Array(top));
+            Value::Object(m)
+        })
+        .collect();
+    json!({ "content": content, "refusal": null })
+}
+
+/// Completions' (legacy) `logprobs`: `{tokens, token_logprobs, top_logprobs: [{token:
+/// logprob}], text_offset}`; `offset`: characters of the completion before these tokens,
+/// advanced past them. Alternatives whose text is the same are one key (the likelier).
+fn completion_logprobs(lps: &[TokenLogprob], offset: &mut usize) -> Value {
+    let mut text_offset = Vec::with_capacity(lps.len());
+    for lp in lps {
+        text_offset.push(*offset);
+        *offset += lp.token.text.chars().count();
+    }
+    let top: Vec<Value> = lps
+        .iter()
+        .map(|lp| {
+            let mut m = Map::new();
+            for (t, l) in &lp.top {
+                m.entry(t.text.clone()).or_insert_with(|| lp_json(*l));
+            }
+            Value::Object(m)
+        })
+        .collect();
+    json!({
+        "tokens": lps.iter().map(|lp| lp.token.text.clone()).collect::<Vec<_>>(),
+        "token_logprobs": lps.iter().map(|lp| lp_json(lp.logprob)).collect::<Vec<_>>(),
+        "top_logprobs": top,
+        "text_offset": text_offset,
+    })
+}
+
 /// Which endpoint a response is for.
-#[derive(Copy, Clone)]
+#[derive(Copy, Clone, PartialEq, Eq)]
 enum Kind {
     Chat,
     Completion,
@@ -357,18 +461,28 @@ impl Shape {
         }
     }
 
-    fn whole(&self, text: String, o: &Outcome) -> Value {
+    /// The `logprobs` of a choice for these tokens (`null` when not asked for).
+    fn logprobs(&self, lps: Option<&[TokenLogprob]>, offset: &mut usize) -> Value {
+        match (lps, self.kind) {
+            (None, _) => Value::Null,
+            (Some(l), Kind::Chat) => chat_logprobs(l),
+            (Some(l), Kind::Completion) => completion_logprobs(l, offset),
+        }
+    }
+
+    fn whole(&self, text: String, lps: Option<&[TokenLogprob]>, o: &Outcome) -> Value {
+        let logprobs = self.logprobs(lps, &mut 0);
         let choice = match self.kind {
             Kind::Chat => json!({
                 "index": 0,
                 "message": { "role": "assistant", "content": text },
-                "logprobs": null,
+                "logprobs": logprobs,
                 "finish_reason": o.finish_reason(),
             }),
             Kind::Completion => json!({
                 "index": 0,
                 "text": text,
-                "logprobs": null,
+                "logprobs": logprobs,
                 "finish_reason": o.finish_reason(),
             }),
         };
@@ -384,13 +498,19 @@ impl Shape {
     }
 
     /// A chunk with one choice: a chat delta or completion text, and a finish reason.
-    fn chunk(&self, piece: Value, finish: Option<&str>, include_usage: bool) -> Value {
+    fn chunk(
+        &self,
+        piece: Value,
+        logprobs: Value,
+        finish: Option<&str>,
+        include_usage: bool,
+    ) -> Value {
         let choice = match self.kind {
             Kind::Chat => {
-                json!({ "index": 0, "delta": piece, "logprobs": null, "finish_reason": finish })
+                json!({ "index": 0, "delta": piece, "logprobs": logprobs, "finish_reason": finish })
             }
             Kind::Completion => {
-                json!({ "index": 0, "text": piece, "logprobs": null, "finish_reason": finish })
+                json!({ "index": 0, "text": piece, "logprobs": logprobs, "finish_reason": finish })
             }
         };
         let mut v = json!({
@@ -432,18 +552,25 @@ async fn answer(
         budget: c.budget,
         sampling: c.sampling,
         stop: c.stop,
+        logprobs: c.logprobs,
     };
+    let want_logprobs = c.logprobs.is_some();
     let (name, mut rx) = app.registry.submit(&c.model, Some(request), None)?;
     started(&mut rx).await?;
     let shape = Shape::new(kind, name);
     if !c.stream {
-        let (text, outcome) = collect(&mut rx).await?;
-        return Ok(json_response(StatusCode::OK, &shape.whole(text, &outcome)));
+        let (text, lps, outcome) = collect(&mut rx).await?;
+        let lps = want_logprobs.then_some(&lps[..]);
+        return Ok(json_response(
+            StatusCode::OK,
+            &shape.whole(text, lps, &outcome),
+        ));
     }
     let include_usage = c.include_usage;
     let first = match kind {
         Kind::Chat => Some(sse(&shape.chunk(
             json!({ "role": "assistant", "content": "" }),
+            Value::Null,
             None,
             include_usage,
         ))),
@@ -453,12 +580,17 @@ async fn answer(
         Kind::Chat => json!({ "content": text }),
         Kind::Completion => Value::String(text),
     };
+    // Characters of the completion streamed so far (completions' `text_offset`).
+    let mut offset = 0;
     Ok(event_stream(
         "text/event-stream",
         first,
         rx,
         move |event| match event {
-            Some(Event::Text(t)) => (sse(&shape.chunk(piece(t), None, include_usage)), true),
+            Some(Event::Text(t, lps)) => {
+                let lps = shape.logprobs(want_logprobs.then_some(&lps[..]), &mut offset);
+                (sse(&shape.chunk(piece(t), lps, None, include_usage)), true)
+            }
             Some(Event::Started { .. }) => (Bytes::new(), true),
             Some(Event::Done(o)) => {
                 let empty = match kind {
@@ -466,7 +598,8 @@ async fn answer(
                     Kind::Completion => Value::String(String::new()),
                 };
                 let mut out =
-                    sse(&shape.chunk(empty, Some(o.finish_reason()), include_usage)).to_vec();
+                    sse(&shape.chunk(empty, Value::Null, Some(o.finish_reason()), include_usage))
+                        .to_vec();
                 if include_usage {
                     out.extend_from_slice(&sse(&shape.usage_chunk(&o)));
                 }
@@ -493,7 +626,7 @@ pub async fn chat_completions(State(app): State<Arc<App>>, body: Body) -> Respon
     let result = async {
         let map = read(&app, body).await?;
         let f = Fields::new(&map);
-        let c = common(&f)?;
+        let c = common(&f, Kind::Chat)?;
         refuse_unsupported(&f)?;
         let messages = messages(f.array("messages")?)?;
         answer(&app, Kind::Chat, c, Prompt::Chat(messages)).await
@@ -507,7 +640,7 @@ pub async fn completions(State(app): State<Arc<App>>, body: Body) -> Response {
     let result = async {
         let map = read(&app, body).await?;
         let f = Fields::new(&map);
-        let c = common(&f)?;
+        let c = common(&f, Kind::Completion)?;
         for (field, bad) in [("echo", true)] {
             if f.bool(field)? == Some(bad) {
                 return Err(ApiError::invalid_param(

@@ -3,8 +3,8 @@
 Usage: test_clients.py BASE_URL MODEL EXPECTED_JSON
   EXPECTED_JSON: {"prompt": ..., "max_tokens": N, "text": <`tritium run --chat --temperature 0` text>}
 
-Checks chat and completions, whole and streamed, usage, stop sequences, seed reproducibility
-and greedy text equal to the CLI's. Exits non-zero on the first failure.
+Checks chat and completions, whole and streamed, usage, stop sequences, seed reproducibility,
+logprobs and greedy text equal to the CLI's. Exits non-zero on the first failure.
 """
 
 import json
@@ -53,6 +53,24 @@ def main():
     check(finish == r.choices[0].finish_reason, finish)
     check(usage is not None and usage.completion_tokens == u.completion_tokens, usage)
 
+    # Log-probabilities: the chosen tokens' bytes make up the text, each with 3 alternatives,
+    # the greedy choice the most likely.
+    r = client.chat.completions.create(
+        model=model, messages=messages, temperature=0, max_tokens=max_tokens,
+        logprobs=True, top_logprobs=3,
+    )
+    content = r.choices[0].logprobs.content
+    check(bytes(b for t in content for b in t.bytes).decode() == greedy, f"logprobs bytes: {content}")
+    for t in content:
+        check(t.logprob <= 0 and len(t.top_logprobs) == 3, t)
+        check(t.top_logprobs[0].token == t.token and t.top_logprobs[0].logprob == t.logprob, t)
+    c = client.completions.create(
+        model=model, prompt="Once upon a time", max_tokens=4, temperature=0, logprobs=2
+    )
+    lp = c.choices[0].logprobs
+    check("".join(lp.tokens) == c.choices[0].text, lp)
+    check(len(lp.token_logprobs) == 4 and all(len(t) == 2 for t in lp.top_logprobs), lp)
+
     word = greedy.split()[2]
     r = client.chat.completions.create(
         model=model, messages=messages, temperature=0, max_tokens=max_tokens, stop=[word]
@@ -92,14 +110,15 @@ def main():
         pass
 
     o = ollama.Client(host=base, headers={"Authorization": "Bearer s3cret"})
-    r = o.chat(model=model, messages=messages, options={"temperature": 0, "num_predict": max_tokens})
+    # No repetition penalty, as `tritium run`'s greedy text (Ollama's default is 1.1).
+    greedy_options = {"temperature": 0, "num_predict": max_tokens, "repeat_penalty": 1}
+    r = o.chat(model=model, messages=messages, options=greedy_options)
     check(r.message.content == greedy, f"ollama chat: {r.message.content!r}")
     check(r.done and r.done_reason in ("stop", "length") and r.eval_count > 0, r)
     pieces = [
         part.message.content
         for part in o.chat(
-            model=model, messages=messages, stream=True,
-            options={"temperature": 0, "num_predict": max_tokens},
+            model=model, messages=messages, stream=True, options=greedy_options,
         )
     ]
     check("".join(pieces) == greedy, f"ollama streamed chat: {''.join(pieces)!r}")

@@ -36,12 +36,17 @@ impl Server {
     }
 
     pub fn start_in(store: tempfile::TempDir, args: &[&str]) -> Server {
+        Server::start_on("cpu", store, args)
+    }
+
+    /// [`Server::start_in`] on `backend` (`cpu` or `gpu`).
+    pub fn start_on(backend: &str, store: tempfile::TempDir, args: &[&str]) -> Server {
         let mut child = tritium()
             .args([
                 "serve",
                 MODEL_FILE,
                 "--backend",
-                "cpu",
+                backend,
                 "--port",
                 "0",
                 "--store",

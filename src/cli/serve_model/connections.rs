@@ -16,7 +16,8 @@
 //!   for this long is closed (a client that stopped reading its response). The server's writes
 //!   stall only once the socket buffers on both sides are full, and resume once the client has
 //!   drained a good part of them, so this is the time the server could write nothing, not the
-//!   longest pause in the client's reading.
+//!   longest pause in the client's reading. It also applies while a write waits on a full
+//!   socket after the response's body has ended (its last bytes not yet sent).
 //!
 //! The last two are one watch on the socket ([`Watched`]): the time of the last byte read or
 //! written, checked whenever hyper finds the socket not ready, against the idle or the send
@@ -197,6 +198,10 @@ struct Watched {
     send_timeout: Duration,
     /// When the last byte was read or written.
     moved: Instant,
+    /// A write or flush is waiting on a full socket. Then the send timeout applies even with
+    /// no request in flight: hyper drops a response's body (ending its [`InFlight`] count)
+    /// once it holds the last bytes, which may still wait here for a slow client.
+    write_blocked: bool,
     /// Wakes the connection's task at a deadline. Traffic does not reset it (that would be a
     /// timer update per read and write): when it fires early, [`Watched::check`] moves it on.
     timer: Pin<Box<Sleep>>,
@@ -211,6 +216,7 @@ impl Watched {
             idle_timeout: limits.idle_timeout,
             send_timeout: limits.send_timeout,
             moved: now,
+            write_blocked: false,
             timer: Box::pin(tokio::time::sleep_until(now + limits.idle_timeout)),
         }
     }
@@ -219,7 +225,7 @@ impl Watched {
     /// `Ok` with a wake-up arranged at the deadline (so a connection that stays quiet is
     /// polled, and fails, then).
     fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        let timeout = if self.in_flight.busy() {
+        let timeout = if self.in_flight.busy() || self.write_blocked {
             self.send_timeout
         } else {
             self.idle_timeout
@@ -266,10 +272,14 @@ impl Watched {
                 if n > 0 {
                     self.moved = Instant::now();
                 }
+                self.write_blocked = false;
                 Poll::Ready(Ok(n))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => self.pending(cx),
+            Poll::Pending => {
+                self.write_blocked = true;
+                self.pending(cx)
+            }
         }
     }
 }
@@ -323,8 +333,14 @@ impl AsyncWrite for Watched {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         match Pin::new(&mut this.tcp).poll_flush(cx) {
-            Poll::Pending => this.pending(cx),
-            r => r,
+            Poll::Pending => {
+                this.write_blocked = true;
+                this.pending(cx)
+            }
+            r => {
+                this.write_blocked = false;
+                r
+            }
         }
     }
 

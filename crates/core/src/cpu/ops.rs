@@ -157,10 +157,19 @@ pub fn argmax(row: &[f32]) -> Option<usize> {
 
 /// The `k` largest `(index, value)` pairs in [`select_order`] (descending value, ties by lower
 /// index, NaNs last); fewer when the row is shorter than `k`.
+///
+/// The order is total (ties broken by index), so selecting the `k` first and sorting only them
+/// gives exactly the first `k` of the whole row sorted, without sorting a vocabulary per token.
 pub fn top_k(row: &[f32], k: usize) -> Vec<(u32, f32)> {
     let mut all: Vec<(usize, f32)> = row.iter().cloned().enumerate().collect();
+    if k == 0 {
+        return Vec::new();
+    }
+    if k < all.len() {
+        all.select_nth_unstable_by(k - 1, |&a, &b| select_order(a, b));
+        all.truncate(k);
+    }
     all.sort_by(|&a, &b| select_order(a, b));
-    all.truncate(k);
     all.into_iter().map(|(i, v)| (i as u32, v)).collect()
 }
 
@@ -262,6 +271,34 @@ mod tests {
         assert_eq!(argmax(&[f32::NEG_INFINITY, f32::NEG_INFINITY]), Some(0));
         assert_eq!(argmax(&[f32::NAN]), None);
         assert_eq!(argmax(&[]), None);
+    }
+
+    /// The selection is the whole sort's first `k`, on rows with ties, NaNs and signed zeros.
+    #[test]
+    fn top_k_is_the_sorted_rows_head() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let row: Vec<f32> = (0..3000)
+            .map(|i| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                match i % 97 {
+                    0 => f32::NAN,
+                    1 => -0.0,
+                    2 => 0.0,
+                    _ => (state % 64) as f32 - 32.0,
+                }
+            })
+            .collect();
+        let mut all: Vec<(usize, f32)> = row.iter().cloned().enumerate().collect();
+        all.sort_by(|&a, &b| select_order(a, b));
+        for k in [0, 1, 2, 40, 999, 2999, 3000, 5000] {
+            let got = top_k(&row, k);
+            assert_eq!(got.len(), k.min(row.len()));
+            for (g, w) in got.iter().zip(&all) {
+                assert_eq!((g.0 as usize, g.1.to_bits()), (w.0, w.1.to_bits()), "k {k}");
+            }
+        }
     }
 
     #[test]

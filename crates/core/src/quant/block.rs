@@ -13,7 +13,7 @@ use std::mem::{align_of, size_of};
 
 use bytemuck::Pod;
 
-use super::q8dot::IntBlock;
+use super::q8dot::{row_dot, IntBlock, RowDotQ8, QK8};
 use super::{GgmlType, QuantError};
 
 /// One GGML block layout: `N` weights in `size_of::<Self>()` bytes, read in place from file
@@ -26,6 +26,15 @@ pub trait Block<const N: usize>: Pod + Send + Sync {
     /// The block as integer codes in groups that share a scale and an offset, the reference
     /// of the integer-dot kernels ([`super::q8dot::vec_dot_q8`]); `None`: no integer form.
     const INT_FORM: Option<fn(&Self) -> IntBlock> = None;
+    /// Weights per group of the integer form (16 or 32, so that a group lies in one activation
+    /// block), the same for every group: [`Self::INT_DECODE`] fills `N / INT_GROUP` groups.
+    const INT_GROUP: usize = QK8;
+    /// [`Self::INT_FORM`] into storage the caller provides, what the CPU's fast integer
+    /// product reads ([`super::q8dot::Q8Dot`]): `(block, codes, scales, offsets)` writes the
+    /// same codes and, for each of the `N / INT_GROUP` groups, the same scale and offset.
+    /// Present exactly where `INT_FORM` is (checked with the GGUF table), and equal to it
+    /// (tested per dtype).
+    const INT_DECODE: Option<IntDecode<Self, N>> = None;
     /// Byte offsets of the block's f16 scale fields: the benchmarks and self-tests make random
     /// bytes into tame blocks by clearing the top exponent bit of each ([`Dtype::tame`]).
     const SCALE_FIELDS: &'static [usize] = &[];
@@ -37,6 +46,9 @@ pub trait Block<const N: usize>: Pod + Send + Sync {
     /// Decode one block, bit identical to gguf-py.
     fn dequantize(&self, out: &mut [f32; N]);
 }
+
+/// [`Block::INT_DECODE`]: one block into its codes and its groups' scales and offsets.
+pub type IntDecode<B, const N: usize> = fn(&B, &mut [i16; N], &mut [f32], &mut [f32]);
 
 /// How a BitLinear op feeds a ternary weight.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -167,6 +179,14 @@ impl<B: Block<N>, const N: usize> Blocks<B, N> {
         };
         assert!(ok, "the block struct disagrees with the GGUF table");
         assert!(
+            B::INT_FORM.is_some() == B::INT_DECODE.is_some(),
+            "an integer form has both its forms"
+        );
+        assert!(
+            B::INT_DECODE.is_none() || ((B::INT_GROUP == 16 || B::INT_GROUP == 32) && N % QK8 == 0),
+            "the integer form's groups lie within activation blocks"
+        );
+        assert!(
             align_of::<B>() == 1,
             "blocks are read in place from file bytes"
         );
@@ -219,6 +239,23 @@ impl<B: Block<N>, const N: usize> Dtype for Blocks<B, N> {
 
     fn kernels(&self) -> Option<&'static Kernels> {
         B::KERNELS
+    }
+}
+
+/// A registry entry's fast integer row product ([`super::q8dot::Q8Dot`]), where its type has
+/// an integer form. Apart from [`Dtype`] on purpose: reached through the registry's
+/// `q8_row_dot` by static dispatch, so a build that never runs it (the browser package, which
+/// has no CPU backend) leaves it out, where a [`Dtype`] method would keep every dtype's copy
+/// alive through the vtable.
+pub trait Q8Rows {
+    fn q8_row_dot(&self) -> Option<RowDotQ8> {
+        None
+    }
+}
+
+impl<B: Block<N>, const N: usize> Q8Rows for Blocks<B, N> {
+    fn q8_row_dot(&self) -> Option<RowDotQ8> {
+        B::INT_DECODE.map(|_| row_dot::<B, N> as RowDotQ8)
     }
 }
 

@@ -31,6 +31,8 @@ pub mod q8_0;
 pub mod tq1_0;
 pub mod tq2_0;
 
+use super::block::Q8Rows;
+use super::q8dot::RowDotQ8;
 use super::{Dtype, GgmlType};
 
 /// `GgmlType => its implementation`, one row per dtype.
@@ -47,6 +49,15 @@ macro_rules! registry {
         /// Every implemented dtype, in registry order.
         pub fn all() -> &'static [&'static dyn Dtype] {
             &[$(&$imp),*]
+        }
+
+        /// The fast integer row product of `t` ([`super::q8dot::Q8Dot`]), where its format
+        /// has an integer form (see [`Q8Rows`] for why this is not a [`Dtype`] method).
+        pub(super) fn q8_row_dot(t: GgmlType) -> Option<RowDotQ8> {
+            match t {
+                $(GgmlType::$t => $imp.q8_row_dot(),)*
+                _ => None,
+            }
         }
     };
 }

@@ -47,12 +47,24 @@ impl F16Le {
 }
 
 /// Half bits to f32, exactly; NaN payloads are kept as numpy keeps them.
+///
+/// By the bits rather than through `half` (which dispatches at run time to F16C where the
+/// CPU has it, a call per value): every block decode reads its scales through this.
+#[inline]
 pub fn f16_bits_to_f32(h: u16) -> f32 {
-    if h & 0x7c00 == 0x7c00 && h & 0x03ff != 0 {
-        let sign = u32::from(h & 0x8000) << 16;
-        return f32::from_bits(sign | 0x7f80_0000 | (u32::from(h & 0x03ff) << 13));
+    let sign = u32::from(h & 0x8000) << 16;
+    let mag = u32::from(h & 0x7fff);
+    if mag >= 0x7c00 {
+        // Infinity, or NaN with its payload.
+        return f32::from_bits(sign | 0x7f80_0000 | ((mag & 0x03ff) << 13));
     }
-    half::f16::from_bits(h).to_f32()
+    if mag < 0x0400 {
+        // Zero or subnormal: mag * 2^-24, exact (mag < 2^10; the result is an f32 normal).
+        let v = mag as f32 * (1.0 / 16_777_216.0);
+        return f32::from_bits(sign | v.to_bits());
+    }
+    // Normal: the exponent rebiased from 15 to 127, the mantissa widened.
+    f32::from_bits(sign | ((mag << 13) + ((127 - 15) << 23)))
 }
 
 /// f32 to half bits, round to nearest even; NaN payloads truncated as numpy does.
@@ -123,6 +135,22 @@ pub(super) fn quantize_bf16(values: &[f32]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every pattern converts as `half` converts it (bits), NaN payloads as numpy keeps them.
+    #[test]
+    fn f16_to_f32_is_halfs_conversion() {
+        for h in 0..=u16::MAX {
+            let f = f16_bits_to_f32(h);
+            let want = half::f16::from_bits(h).to_f32();
+            if want.is_nan() {
+                let sign = u32::from(h & 0x8000) << 16;
+                let payload = u32::from(h & 0x03ff) << 13;
+                assert_eq!(f.to_bits(), sign | 0x7f80_0000 | payload, "{h:#06x}");
+            } else {
+                assert_eq!(f.to_bits(), want.to_bits(), "{h:#06x}");
+            }
+        }
+    }
 
     #[test]
     fn f16_round_trips_every_non_nan_pattern() {

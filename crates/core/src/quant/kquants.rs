@@ -91,6 +91,31 @@ pub(super) fn k4_int_form(
     IntBlock { codes, groups }
 }
 
+/// [`k4_int_form`] into the caller's storage: codes, scales, offsets.
+pub(super) fn k4_int_decode(
+    (d, dmin): (f32, f32),
+    scales: &[u8; 12],
+    qh: Option<&[u8; QK_K / 8]>,
+    qs: &[u8; QK_K / 2],
+    (codes, group_scales, offsets): (&mut [i16; QK_K], &mut [f32], &mut [f32]),
+) {
+    for j in 0..8 {
+        let (c, shift) = (j / 2, 4 * (j % 2));
+        let codes = &mut codes[32 * j..32 * j + 32];
+        for (o, &q) in codes.iter_mut().zip(&qs[32 * c..32 * c + 32]) {
+            *o = i16::from((q >> shift) & 0x0f);
+        }
+        if let Some(qh) = qh {
+            for (o, &h) in codes.iter_mut().zip(qh) {
+                *o |= i16::from((h >> j) & 1) << 4;
+            }
+        }
+        let (sc, m) = scale_min_k4(j, scales);
+        group_scales[j] = d * f32::from(sc);
+        offsets[j] = -(dmin * f32::from(m));
+    }
+}
+
 /// The shared part of ggml's `quantize_row_q4_K_ref` / `quantize_row_q5_K_ref`: fit each
 /// 32-weight sub-block with [`make_qkx2_quants`] (weights `sqrt(mean(x^2)) + |x|`), quantize the
 /// sub-scales and sub-mins to 6 bits against the super-block's `d` / `dmin`, then requantize

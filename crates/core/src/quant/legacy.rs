@@ -86,6 +86,24 @@ pub(super) fn nibbles32(qs: &[u8]) -> Vec<i32> {
     c
 }
 
+/// [`nibbles32`] into fixed storage, minus `bias`: `codes[j]` from the low nibble of `qs[j]`,
+/// `codes[16 + j]` from its high nibble (the codes of Q4_0, Q4_1 and the low bits of Q5_0, Q5_1).
+pub(super) fn nibbles32_i16(qs: &[u8; QK / 2], bias: i16, codes: &mut [i16; QK]) {
+    let (lo, hi) = codes.split_at_mut(QK / 2);
+    for ((l, h), &q) in lo.iter_mut().zip(hi).zip(qs) {
+        *l = i16::from(q & 0x0f) - bias;
+        *h = i16::from(q >> 4) - bias;
+    }
+}
+
+/// [`with_qh`] and a `bias` into fixed storage: the 5-bit codes of Q5_0 / Q5_1 minus `bias`.
+pub(super) fn q5_i16(qs: &[u8; QK / 2], qh: &[u8; 4], bias: i16, codes: &mut [i16; QK]) {
+    nibbles32_i16(qs, 0, codes);
+    for (j, c) in codes.iter_mut().enumerate() {
+        *c = (*c | (i16::from((qh[j / 8] >> (j % 8)) & 1) << 4)) - bias;
+    }
+}
+
 /// The fifth bits of a Q5_0/Q5_1 block (bit j of the little-endian u32 `qh`) on top.
 pub(super) fn with_qh(mut c: Vec<i32>, qh: &[u8; 4]) -> Vec<i32> {
     let h = u32::from_le_bytes(*qh);

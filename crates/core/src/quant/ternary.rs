@@ -48,6 +48,24 @@ pub(super) fn int_form(codes: &[u8; QK_K], d: f32) -> IntBlock {
     }
 }
 
+/// [`int_form`] into the caller's storage: codes, scales, offsets.
+pub(super) fn int_decode(
+    codes: &[u8; QK_K],
+    d: f32,
+    (out, scales, offsets): (&mut [i16; QK_K], &mut [f32], &mut [f32]),
+) {
+    for (c, &q) in out.iter_mut().zip(codes) {
+        *c = i16::from(q) - 1;
+    }
+    ternary_groups(d, scales, offsets);
+}
+
+/// The groups of a ternary block's integer form: `d` with no offset, per 32 weights.
+pub(super) fn ternary_groups(d: f32, scales: &mut [f32], offsets: &mut [f32]) {
+    scales.fill(d);
+    offsets.fill(0.0);
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::block::Block;

@@ -65,6 +65,8 @@ pub struct CpuBackend {
     /// Under [`super::Arithmetic::Fast`], one-token products take int8 activations.
     int8_activations: bool,
     arithmetic: super::Arithmetic,
+    /// The quantized activations of [`Activations::Q8`] products, buffers kept between them.
+    q8: q8dot::Q8Acts,
 }
 
 /// A pass of the CPU backend: its ops and the batch they run over.
@@ -86,16 +88,14 @@ impl CpuBackend {
             rope: None,
             best: None,
             kv_request: None,
-            int8_activations: false,
+            int8_activations: true,
             arithmetic: super::Arithmetic::Fast,
+            q8: q8dot::Q8Acts::default(),
         }
     }
 
     /// Whether one-token products take int8 activations under [`super::Arithmetic::Fast`]
-    /// (as on a GPU with integer dot products). Off by default: the CPU's Q8 products follow
-    /// the integer-dot arithmetic through a reference implementation that decodes slower than
-    /// its f32 products, so the CPU's own passes take f32 until that is fast. Before the
-    /// model loads.
+    /// (on by default, as on a GPU with integer dot products). Before the model loads.
     pub fn set_int8_activations(&mut self, on: bool) {
         self.int8_activations = on;
     }
@@ -163,30 +163,50 @@ impl CpuBackend {
         n: usize,
         per_row: impl Fn(usize, &mut [f32], &mut [f32]) -> Result<(), Error> + Sync,
     ) -> Result<Vec<f32>, Error> {
+        self.rows_apply_with(
+            w,
+            n,
+            || vec![0f32; w.cols],
+            |r, row, out| per_row(r, row, out),
+        )
+    }
+
+    /// [`Self::rows_apply`] with scratch of any kind: `scratch()` makes one per worker (per
+    /// rayon split natively, one in all in the browser), which `per_row(r, scratch, y[.., r])`
+    /// reuses from row to row.
+    fn rows_apply_with<S>(
+        &self,
+        w: &CpuWeight,
+        n: usize,
+        scratch: impl Fn() -> S + Sync,
+        per_row: impl Fn(usize, &mut S, &mut [f32]) -> Result<(), Error> + Sync,
+    ) -> Result<Vec<f32>, Error> {
         let block_rows = 32;
         let blocks: Vec<usize> = (0..w.rows.div_ceil(block_rows)).collect();
-        let run = |&b: &usize| -> Result<Vec<f32>, Error> {
-            let mut row = vec![0f32; w.cols];
-            let mut col = vec![0f32; n];
+        let run = |(row, col): &mut (S, Vec<f32>), &b: &usize| -> Result<Vec<f32>, Error> {
             let r0 = b * block_rows;
             let r1 = (r0 + block_rows).min(w.rows);
             // (token, row within block)
             let mut out = vec![0f32; n * (r1 - r0)];
             for r in r0..r1 {
-                per_row(r, &mut row, &mut col)?;
+                per_row(r, row, col)?;
                 for (t, &v) in col.iter().enumerate() {
                     out[t * (r1 - r0) + (r - r0)] = v;
                 }
             }
             Ok(out)
         };
+        let init = || (scratch(), vec![0f32; n]);
         #[cfg(not(target_arch = "wasm32"))]
         let parts: Vec<Result<Vec<f32>, Error>> = {
             use rayon::prelude::*;
-            blocks.par_iter().map(run).collect()
+            blocks.par_iter().map_init(init, run).collect()
         };
         #[cfg(target_arch = "wasm32")]
-        let parts: Vec<Result<Vec<f32>, Error>> = blocks.iter().map(run).collect();
+        let parts: Vec<Result<Vec<f32>, Error>> = {
+            let mut state = init();
+            blocks.iter().map(|b| run(&mut state, b)).collect()
+        };
         let mut y = vec![0f32; n * w.rows];
         for (b, part) in parts.into_iter().enumerate() {
             let part = part?;
@@ -332,31 +352,52 @@ impl CpuBackend {
         Ok(())
     }
 
-    /// [`Activations::Q8`]: each token's row quantized to int8 blocks of 32, then per weight
-    /// row the integer dot products of [`q8dot::vec_dot_q8`] (exact integer sums per group,
-    /// combined with the f32 block and group scales), rounded once to f32, times the weight's
-    /// scale. The GPU's integer-dot kernels make the same records bit for bit and the same
-    /// integer sums; they add the scaled group terms in f32, which differs from this by the
-    /// rounding of those additions only.
+    /// [`Activations::Q8`]: each token's row quantized to int8 blocks of 32 (once per product,
+    /// into buffers kept between products), then per weight row the integer dot products of
+    /// [`q8dot::vec_dot_q8`] (exact integer sums per group, combined with the f32 block and
+    /// group scales), rounded once to f32, times the weight's scale. [`q8dot::Q8Dot`] computes
+    /// them without allocating, equal to the reference bit for bit. The GPU's integer-dot
+    /// kernels make the same records bit for bit and the same integer sums; they add the
+    /// scaled group terms in f32, which differs from this by the rounding of those additions
+    /// only.
     fn matmul_q8(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
+        let mut acts = std::mem::take(&mut self.q8);
+        let y = self.matmul_q8_rows(w, x, out, rows, &mut acts);
+        self.q8 = acts;
+        let y = y?;
+        self.tensors[out.0 as usize][..y.len()].copy_from_slice(&y);
+        Ok(())
+    }
+
+    /// [`Self::matmul_q8`]'s products, with `acts` to quantize the activations into.
+    fn matmul_q8_rows(
+        &self,
+        w: Weight,
+        x: Tensor,
+        out: Tensor,
+        rows: usize,
+        acts: &mut q8dot::Q8Acts,
+    ) -> Result<Vec<f32>, Error> {
         let cw = self.weight(w)?;
         self.need(x, rows * cw.cols, "matmul x")?;
         self.need(out, rows * cw.rows, "matmul out")?;
-        let cols = cw.cols;
-        let records = self.tensor(x)[..rows * cols]
-            .chunks_exact(cols)
-            .map(q8dot::quantize_q8)
-            .collect::<Result<Vec<_>, _>>()?;
-        let y = self.rows_apply(cw, rows, |r, _, out| {
-            let bytes = &cw.data[r * cw.row_bytes..][..cw.row_bytes];
-            for (o, record) in out.iter_mut().zip(&records) {
-                let (sum, _) = q8dot::vec_dot_q8(cw.dtype, bytes, record)?;
-                *o = sum as f32 * cw.scale;
-            }
-            Ok(())
-        })?;
-        self.tensors[out.0 as usize][..y.len()].copy_from_slice(&y);
-        Ok(())
+        let (cols, scale) = (cw.cols, cw.scale);
+        let dot = q8dot::Q8Dot::new(cw.dtype)?;
+        acts.quantize(&self.tensor(x)[..rows * cols], cols)?;
+        let acts = &*acts;
+        self.rows_apply_with(
+            cw,
+            rows,
+            || (q8dot::Q8Scratch::default(), vec![0f64; rows]),
+            |r, (scratch, sums), out| {
+                let bytes = &cw.data[r * cw.row_bytes..][..cw.row_bytes];
+                dot.row(bytes, acts, scratch, sums)?;
+                for (o, &sum) in out.iter_mut().zip(sums.iter()) {
+                    *o = sum as f32 * scale;
+                }
+                Ok(())
+            },
+        )
     }
 
     fn bitlinear(&mut self, w: Weight, x: Tensor, out: Tensor, rows: usize) -> Result<(), Error> {
@@ -731,9 +772,9 @@ impl Backend for CpuBackend {
 mod tests {
     use super::*;
 
-    /// `Activations::Q8` runs the integer-dot reference ([`q8dot`]) row by row: the same
-    /// records and sums as `vec_dot_q8` (within the rounding of its f64 sum to f32), and not
-    /// the f32 product (the int8 rounding shows).
+    /// `Activations::Q8` equals the integer-dot reference ([`q8dot::vec_dot_q8`]) row by row:
+    /// the same records and sums, bit for bit once its f64 sum is rounded to f32, and not the
+    /// f32 product (the int8 rounding shows).
     #[test]
     fn q8_products_follow_their_definition() {
         let (rows, cols) = (4usize, 256usize);
@@ -771,8 +812,9 @@ mod tests {
                     q8dot::vec_dot_q8(dtype, &bytes[r * row_bytes..][..row_bytes], &record)
                         .unwrap();
                 let got = f64::from(got_q8[r]);
-                assert!(
-                    (got - want).abs() <= mag * f64::from(f32::EPSILON),
+                assert_eq!(
+                    got_q8[r].to_bits(),
+                    (want as f32).to_bits(),
                     "{dtype} row {r}: {got} vs {want}"
                 );
                 moved |= (got - f64::from(f32_out[r])).abs() > mag * 1e-5;

@@ -2,17 +2,77 @@
 //! holds), then decode one token at a time, sampling from what the backend reads back (a
 //! token's top-k candidates when they suffice, the whole logits row otherwise), until a stop
 //! id, the caller's callback, the token budget or the context ends it.
+//!
+//! Asked for log-probabilities ([`Engine::generate_with_logprobs`]), each decode pass reads
+//! its whole last logits row instead (the top-k alone cannot give the softmax's denominator),
+//! and the sampled token's log-probability and the best alternatives are taken from it: the
+//! model's own distribution, the log-softmax of the raw logits over the whole vocabulary, as
+//! OpenAI's API and llama-server (with its default `post_sampling_probs: false`) report them.
 
 use web_time::Instant;
 
 use crate::backend::{Backend, Batch, Logits, Readback, Tokens};
 use crate::error::BatchError;
 use crate::model::Model;
+use crate::ops::select_order;
 use crate::sampling::{Sampler, SamplerConfig, Scores};
 use crate::Error;
 
 /// Most candidates the GPU's top-k selection returns; beyond it the whole row is read.
 const MAX_CANDIDATES: usize = 64;
+
+/// A generated token's log-probability under the model's distribution for its position
+/// (log-softmax of the raw logits over the whole vocabulary: before penalties, temperature
+/// and filters), with the best alternatives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprobs {
+    pub id: u32,
+    /// Natural log of the token's probability (<= 0).
+    pub logprob: f32,
+    /// The `n` most likely tokens, `(id, logprob)`, most likely first (equal logits: the lower
+    /// id first), the sampled token among them only when it ranks there.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The log-probabilities of `id` and the best `n` of `row` (one logits row; NaN logits have
+/// no probability). The sums run in f64 from the row's maximum.
+pub fn token_logprobs(row: &[f32], id: u32, n: usize) -> TokenLogprobs {
+    let max = row
+        .iter()
+        .filter(|x| !x.is_nan())
+        .fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let max = f64::from(max);
+    let sum: f64 = if max.is_finite() {
+        row.iter()
+            .filter(|x| !x.is_nan())
+            .map(|&x| (f64::from(x) - max).exp())
+            .sum()
+    } else {
+        1.0
+    };
+    let lse = max + sum.ln();
+    let lp = |x: f32| (f64::from(x) - lse) as f32;
+    // The best `n`, kept sorted while one pass walks the row.
+    let mut top: Vec<(usize, f32)> = Vec::with_capacity(n + 1);
+    if n > 0 {
+        for (i, &x) in row.iter().enumerate() {
+            if x.is_nan() {
+                continue;
+            }
+            if top.len() == n && x <= top[n - 1].1 {
+                continue;
+            }
+            let at = top.partition_point(|&c| select_order(c, (i, x)).is_lt());
+            top.insert(at, (i, x));
+            top.truncate(n);
+        }
+    }
+    TokenLogprobs {
+        id,
+        logprob: row.get(id as usize).map_or(f32::NEG_INFINITY, |&x| lp(x)),
+        top: top.into_iter().map(|(i, x)| (i as u32, lp(x))).collect(),
+    }
+}
 
 /// How a generation is run.
 #[derive(Clone, Debug)]
@@ -175,27 +235,21 @@ impl<B: Backend> Engine<B> {
         prompt: &[u32],
         readback: Readback,
     ) -> Result<(Logits, usize), Error> {
-        // Reuse the longest cached prefix, but always compute at least the last token.
-        let common = self
-            .cached
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(prompt.len() - 1);
-        self.cached.truncate(common);
         let batch = self.model.backend.limits().max_batch;
-        let rest = &prompt[common..];
+        let (common, passes) = prefill_plan(&self.cached, prompt, batch);
+        self.cached.truncate(common);
         let mut logits = Logits::None;
-        let n_chunks = rest.len().div_ceil(batch);
-        for (i, chunk) in rest.chunks(batch).enumerate() {
-            let rb = if i + 1 == n_chunks {
+        let mut start = common;
+        for (i, &len) in passes.iter().enumerate() {
+            let rb = if i + 1 == passes.len() {
                 readback
             } else {
                 Readback::Nothing
             };
-            logits = self.model.forward(chunk, common + i * batch, rb).await?;
+            let chunk = &prompt[start..start + len];
+            logits = self.model.forward(chunk, start, rb).await?;
             self.cached.extend_from_slice(chunk);
+            start += len;
         }
         Ok((logits, common))
     }
@@ -209,9 +263,29 @@ impl<B: Backend> Engine<B> {
         opts: &GenerateOptions,
         mut on_token: impl FnMut(u32) -> TokenControl,
     ) -> Result<Generation, Error> {
+        self.generate_with_logprobs(prompt, opts, None, |id, _| on_token(id))
+            .await
+    }
+
+    /// [`Self::generate`], and with `logprobs: Some(n)` each token's [`TokenLogprobs`] with
+    /// the best `n` alternatives, passed to `on_token` with the token. Those passes read back
+    /// the whole logits row (and greedy passes are not chained on the device); the tokens are
+    /// the ones [`Self::generate`] gives.
+    pub async fn generate_with_logprobs(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        logprobs: Option<usize>,
+        mut on_token: impl FnMut(u32, Option<TokenLogprobs>) -> TokenControl,
+    ) -> Result<Generation, Error> {
         self.check_fits(prompt.len())?;
-        let mut sampler = Sampler::new(opts.sampling)?;
         let n_vocab = self.model.config.n_vocab;
+        // The whole row when log-probabilities are asked for.
+        let readback_for = |sampler: &Sampler, history: &[u32]| match logprobs {
+            Some(_) => Readback::Last,
+            None => Self::readback_for(sampler, history, n_vocab),
+        };
+        let mut sampler = Sampler::new(opts.sampling)?;
         let start = Instant::now();
         let mut history = prompt.to_vec();
         let mut usage = Usage {
@@ -228,7 +302,7 @@ impl<B: Backend> Engine<B> {
         let rb = if opts.max_tokens == 0 {
             Readback::Nothing
         } else {
-            Self::readback_for(&sampler, &history, n_vocab)
+            readback_for(&sampler, &history)
         };
         let (mut logits, cached) = self.prefill(prompt, rb).await?;
         usage.cached_tokens = cached;
@@ -243,7 +317,8 @@ impl<B: Backend> Engine<B> {
         // token t is read back, taking the device's own best candidate as its input, so the
         // host records one pass while the device runs the previous one.
         let runs_ahead = self.model.backend.limits().runs_ahead;
-        let chain = sampler.config().candidates_needed() == Some(1) && runs_ahead;
+        let chain =
+            sampler.config().candidates_needed() == Some(1) && runs_ahead && logprobs.is_none();
         // Such a pass, submitted ahead: it computes the best candidate of `logits`.
         let mut ahead: Option<B::Pending> = None;
         // Sampled choices: the next pass (at the next position) is recorded while the device
@@ -252,8 +327,15 @@ impl<B: Backend> Engine<B> {
         let prepare = self.prepare_ahead && !chain && runs_ahead;
         let mut prepared: Option<(B::Recorded, Readback)> = None;
         let finish = loop {
+            let mut token_lp = None;
             let (token, best) = match &logits {
-                Logits::Full(row) => (sampler.sample(Scores::Full(row), &history)?, None),
+                Logits::Full(row) => {
+                    let token = sampler.sample(Scores::Full(row), &history)?;
+                    if let Some(n) = logprobs {
+                        token_lp = Some(token_logprobs(row, token, n));
+                    }
+                    (token, None)
+                }
                 Logits::Top(rows) => {
                     let top = rows.first().map_or(&[][..], Vec::as_slice);
                     (
@@ -277,7 +359,7 @@ impl<B: Backend> Engine<B> {
             } else {
                 ids.push(token);
                 history.push(token);
-                match on_token(token) {
+                match on_token(token, token_lp) {
                     TokenControl::Continue
                         if ids.len() >= opts.max_tokens || pos >= self.model.ctx =>
                     {
@@ -295,7 +377,7 @@ impl<B: Backend> Engine<B> {
                 }
                 break reason;
             }
-            let rb = Self::readback_for(&sampler, &history, n_vocab);
+            let rb = readback_for(&sampler, &history);
             let current = match ahead.take() {
                 Some(p) if best == Some(token) => p,
                 Some(p) => {
@@ -349,10 +431,111 @@ pub enum TokenControl {
     Cancel,
 }
 
+/// How a prefill of `prompt` runs after `cached`, in passes of at most `batch` tokens: how many
+/// cached tokens it reuses (the longest common prefix, short of the prompt's last token) and
+/// the sizes of its passes over the rest.
+///
+/// A one-token pass takes int8 activations where a pass of several tokens does not
+/// ([`crate::pass::Activations::q8_for`]), so the passes include a one-token pass exactly when
+/// a prefill of the whole prompt from scratch would (its last, where the prompt is one more
+/// than a multiple of `batch`), and then only as the last: where the rest would otherwise end
+/// in a lone token, one more cached token is computed again. A prompt the cache holds thus
+/// gets the arithmetic of a fresh prefill wherever a row's result does not depend on the
+/// other rows of its pass (the CPU backend's).
+fn prefill_plan(cached: &[u32], prompt: &[u32], batch: usize) -> (usize, Vec<usize>) {
+    let n = prompt.len();
+    let mut common = cached
+        .iter()
+        .zip(prompt)
+        .take_while(|(a, b)| a == b)
+        .count()
+        .min(n.saturating_sub(1));
+    if batch <= 1 {
+        return (common, vec![1; n - common]);
+    }
+    let alone = n % batch == 1;
+    let body_end = if alone { n - 1 } else { n };
+    if common > 0 && (body_end - common) % batch == 1 {
+        common -= 1;
+    }
+    let mut passes = Vec::new();
+    let mut left = body_end - common;
+    while left > 0 {
+        let k = left.min(batch);
+        passes.push(k);
+        left -= k;
+    }
+    if alone {
+        passes.push(1);
+    }
+    (common, passes)
+}
+
 fn per_s(n: usize, ms: f64) -> f64 {
     if ms > 0.0 {
         n as f64 / (ms / 1e3)
     } else {
         0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every prompt length, batch and cached prefix: the passes cover the rest of the prompt,
+    /// none over `batch`, a one-token pass exactly where the fresh prefill has one and only as
+    /// the last, at most one more cached token given up than the prefix short of the last.
+    #[test]
+    fn prefill_passes_have_the_kinds_of_a_fresh_prefill() {
+        for batch in 1..=6usize {
+            for n in 1..=20usize {
+                let prompt: Vec<u32> = (0..n as u32).collect();
+                let (zero, fresh) = prefill_plan(&[], &prompt, batch);
+                assert_eq!(zero, 0);
+                let fresh_alone = fresh.contains(&1);
+                for hit in 0..=n + 2 {
+                    let mut cached: Vec<u32> = (0..hit as u32).collect();
+                    cached.push(999);
+                    let (common, passes) = prefill_plan(&cached, &prompt, batch);
+                    let want = hit.min(n - 1);
+                    assert!(common <= want && common + 1 >= want, "{batch} {n} {hit}");
+                    assert_eq!(passes.iter().sum::<usize>(), n - common);
+                    assert!(passes.iter().all(|&k| (1..=batch).contains(&k)));
+                    let ones: Vec<usize> = (0..passes.len()).filter(|&i| passes[i] == 1).collect();
+                    if batch == 1 {
+                        continue;
+                    }
+                    assert_eq!(
+                        !ones.is_empty(),
+                        fresh_alone,
+                        "{batch} {n} {hit}: {passes:?}"
+                    );
+                    assert!(ones.iter().all(|&i| i + 1 == passes.len()), "{passes:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn token_logprobs_are_a_log_softmax_over_the_row() {
+        let row = [1.0f32, 3.0, f32::NAN, 3.0, f32::NEG_INFINITY, -2.0];
+        let lse = [1.0f64, 3.0, 3.0, -2.0]
+            .iter()
+            .map(|x| x.exp())
+            .sum::<f64>()
+            .ln();
+        let lp = token_logprobs(&row, 0, 3);
+        assert!((f64::from(lp.logprob) - (1.0 - lse)).abs() < 1e-6);
+        // Best first, the tie by the lower id; NaN never listed.
+        let ids: Vec<u32> = lp.top.iter().map(|c| c.0).collect();
+        assert_eq!(ids, [1, 3, 0]);
+        assert_eq!(lp.top[0].1, lp.top[1].1);
+        let all = token_logprobs(&row, 4, 10);
+        assert_eq!(all.logprob, f32::NEG_INFINITY);
+        assert_eq!(all.top.len(), 5);
+        let p: f64 = all.top.iter().map(|c| f64::from(c.1).exp()).sum();
+        assert!((p - 1.0).abs() < 1e-6);
+        assert!(token_logprobs(&row, 0, 0).top.is_empty());
     }
 }

@@ -1,7 +1,7 @@
 //! F32, F16 and BF16: element types rather than blocks, so they implement [`Dtype`] by hand,
 //! over the element loops of `quant/float.rs`.
 
-use crate::quant::block::{Dtype, Family, Kernels};
+use crate::quant::block::{Dtype, Family, Kernels, Q8Rows};
 use crate::quant::planes::row_slots;
 use crate::quant::{float, GgmlType, QuantError};
 
@@ -55,6 +55,9 @@ pub struct Float {
     quantize: fn(&[f32]) -> Vec<u8>,
     kernels: Option<&'static Kernels>,
 }
+
+/// No integer form.
+impl Q8Rows for Float {}
 
 impl Dtype for Float {
     fn ggml(&self) -> GgmlType {

@@ -16,7 +16,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::quant::block::{check_finite, BitLinearInput, Dtype, Family, Kernels};
+use crate::quant::block::{check_finite, BitLinearInput, Dtype, Family, Kernels, Q8Rows};
 use crate::quant::planes::padded;
 use crate::quant::{expect_len, GgmlType, QuantError};
 
@@ -142,6 +142,9 @@ const KERNELS: Kernels = Kernels {
 /// On the GPU rows are whole 32-byte blocks, so the codes are uploaded as they are (one padded
 /// plane); the scale travels as the `weight_scale` uniform.
 pub struct I2S;
+
+/// No integer form (its products are BitLinear's, on its own int8 records).
+impl Q8Rows for I2S {}
 
 impl Dtype for I2S {
     fn ggml(&self) -> GgmlType {

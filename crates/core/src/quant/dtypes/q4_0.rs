@@ -4,8 +4,8 @@ use std::mem::offset_of;
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::quant::block::{Block, Blocks, Family, Kernels};
-use crate::quant::legacy::{inverse, nibbles32, signed_absmax, trunc_clamp, QK};
+use crate::quant::block::{Block, Blocks, Family, IntDecode, Kernels};
+use crate::quant::legacy::{inverse, nibbles32, nibbles32_i16, signed_absmax, trunc_clamp, QK};
 use crate::quant::planes::{legacy_blocks, Field};
 use crate::quant::q8dot::IntBlock;
 use crate::quant::{F16Le, GgmlType};
@@ -35,6 +35,11 @@ impl Block<QK> for BlockQ4_0 {
     const INT_FORM: Option<fn(&Self) -> IntBlock> = Some(|b| {
         let codes = nibbles32(&b.qs).iter().map(|q| q - 8).collect();
         IntBlock::one_group(codes, b.d.to_f32(), 0.0)
+    });
+    const INT_DECODE: Option<IntDecode<Self, QK>> = Some(|b, codes, scales, offsets| {
+        nibbles32_i16(&b.qs, 8, codes);
+        scales[0] = b.d.to_f32();
+        offsets[0] = 0.0;
     });
     const SCALE_FIELDS: &'static [usize] = &[offset_of!(BlockQ4_0, d)];
     const KERNELS: Option<&'static Kernels> = Some(&Kernels {

@@ -4,8 +4,8 @@ use std::mem::offset_of;
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::quant::block::{Block, Blocks, Family, Kernels};
-use crate::quant::legacy::{inverse, min_max, nibbles32, trunc_clamp, QK};
+use crate::quant::block::{Block, Blocks, Family, IntDecode, Kernels};
+use crate::quant::legacy::{inverse, min_max, nibbles32, nibbles32_i16, trunc_clamp, QK};
 use crate::quant::planes::{legacy_blocks, Field};
 use crate::quant::q8dot::IntBlock;
 use crate::quant::{F16Le, GgmlType};
@@ -35,6 +35,11 @@ impl Block<QK> for BlockQ4_1 {
     const QUANTIZE: Option<fn(&[f32; QK]) -> Self> = Some(Self::quantize);
     const INT_FORM: Option<fn(&Self) -> IntBlock> =
         Some(|b| IntBlock::one_group(nibbles32(&b.qs), b.d.to_f32(), b.m.to_f32()));
+    const INT_DECODE: Option<IntDecode<Self, QK>> = Some(|b, codes, scales, offsets| {
+        nibbles32_i16(&b.qs, 0, codes);
+        scales[0] = b.d.to_f32();
+        offsets[0] = b.m.to_f32();
+    });
     const SCALE_FIELDS: &'static [usize] = &[offset_of!(BlockQ4_1, d), offset_of!(BlockQ4_1, m)];
     const KERNELS: Option<&'static Kernels> = Some(&Kernels {
         family: Family::Legacy,

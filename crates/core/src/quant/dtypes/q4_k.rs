@@ -4,9 +4,10 @@ use std::mem::offset_of;
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::quant::block::{Block, Blocks, Family, Kernels, Q8Tuning, Span};
+use crate::quant::block::{Block, Blocks, Family, IntDecode, Kernels, Q8Tuning, Span};
 use crate::quant::kquants::{
-    k4_int_form, permute_k4_scales_at, permuted_blocks, quantize_k4, scale_min_k4, QK_K,
+    k4_int_decode, k4_int_form, permute_k4_scales_at, permuted_blocks, quantize_k4, scale_min_k4,
+    QK_K,
 };
 use crate::quant::q8dot::IntBlock;
 use crate::quant::F16Le;
@@ -37,6 +38,10 @@ impl Block<QK_K> for BlockQ4K {
     const INT_FORM: Option<fn(&Self) -> IntBlock> = Some(|b| {
         let d = (b.d.to_f32(), b.dmin.to_f32());
         k4_int_form(d, &b.scales, None, &b.qs)
+    });
+    const INT_DECODE: Option<IntDecode<Self, QK_K>> = Some(|b, codes, scales, offsets| {
+        let d = (b.d.to_f32(), b.dmin.to_f32());
+        k4_int_decode(d, &b.scales, None, &b.qs, (codes, scales, offsets))
     });
     const SCALE_FIELDS: &'static [usize] = &[offset_of!(BlockQ4K, d), offset_of!(BlockQ4K, dmin)];
     const KERNELS: Option<&'static Kernels> = Some(&Kernels {

@@ -4,9 +4,9 @@ use std::mem::offset_of;
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::quant::block::{Block, Blocks, Family, Kernels};
+use crate::quant::block::{Block, Blocks, Family, IntDecode, Kernels};
 use crate::quant::legacy::{
-    inverse, min_max, nibbles32, pack_q5, trunc_clamp, unpack_q5, with_qh, QK,
+    inverse, min_max, nibbles32, pack_q5, q5_i16, trunc_clamp, unpack_q5, with_qh, QK,
 };
 use crate::quant::planes::{legacy_blocks, Field};
 use crate::quant::q8dot::IntBlock;
@@ -40,6 +40,11 @@ impl Block<QK> for BlockQ5_1 {
     const INT_FORM: Option<fn(&Self) -> IntBlock> = Some(|b| {
         let codes = with_qh(nibbles32(&b.qs), &b.qh);
         IntBlock::one_group(codes, b.d.to_f32(), b.m.to_f32())
+    });
+    const INT_DECODE: Option<IntDecode<Self, QK>> = Some(|b, codes, scales, offsets| {
+        q5_i16(&b.qs, &b.qh, 0, codes);
+        scales[0] = b.d.to_f32();
+        offsets[0] = b.m.to_f32();
     });
     const SCALE_FIELDS: &'static [usize] = &[offset_of!(BlockQ5_1, d), offset_of!(BlockQ5_1, m)];
     const KERNELS: Option<&'static Kernels> = Some(&Kernels {

@@ -5,7 +5,7 @@ use std::mem::offset_of;
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::quant::block::{Block, Blocks, Family, Kernels, Q8Tuning, Span};
+use crate::quant::block::{Block, Blocks, Family, IntDecode, Kernels, Q8Tuning, Span};
 use crate::quant::kquants::{make_qx_quants, nearest_int, GROUP_MAX_EPS, QK_K};
 use crate::quant::planes::split_blocks;
 use crate::quant::q8dot::IntBlock;
@@ -52,6 +52,28 @@ impl Block<QK_K> for BlockQ6K {
             .map(|&s| (16, d * f32::from(s), 0.0))
             .collect();
         IntBlock { codes, groups }
+    });
+    const INT_GROUP: usize = 16;
+    const INT_DECODE: Option<IntDecode<Self, QK_K>> = Some(|b, codes, scales, offsets| {
+        // Element 128h + 32k + m: low bits from nibble k / 2 of ql[64h + 32(k % 2) + m], high
+        // bits from bits 2k of qh[32h + m].
+        for h in 0..2 {
+            let (ql, qh) = (&b.ql[64 * h..64 * h + 64], &b.qh[32 * h..32 * h + 32]);
+            for k in 0..4 {
+                let ql = &ql[32 * (k % 2)..32 * (k % 2) + 32];
+                let codes = &mut codes[128 * h + 32 * k..128 * h + 32 * k + 32];
+                for ((c, &l), &hb) in codes.iter_mut().zip(ql).zip(qh) {
+                    let l = (l >> (4 * (k / 2))) & 0x0f;
+                    let hb = (hb >> (2 * k)) & 3;
+                    *c = i16::from(l | (hb << 4)) - 32;
+                }
+            }
+        }
+        let d = b.d.to_f32();
+        for ((s, o), &sc) in scales.iter_mut().zip(offsets).zip(&b.scales) {
+            *s = d * f32::from(sc);
+            *o = 0.0;
+        }
     });
     const SCALE_FIELDS: &'static [usize] = &[offset_of!(BlockQ6K, d)];
     const KERNELS: Option<&'static Kernels> = Some(&Kernels {

@@ -4,7 +4,7 @@ use std::mem::offset_of;
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::quant::block::{Block, Blocks, Family, Kernels};
+use crate::quant::block::{Block, Blocks, Family, IntDecode, Kernels};
 use crate::quant::legacy::{inverse, QK};
 use crate::quant::planes::{legacy_blocks, Field};
 use crate::quant::q8dot::IntBlock;
@@ -34,6 +34,13 @@ impl Block<QK> for BlockQ8_0 {
     const INT_FORM: Option<fn(&Self) -> IntBlock> = Some(|b| {
         let codes = b.qs.iter().map(|&q| i32::from(q)).collect();
         IntBlock::one_group(codes, b.d.to_f32(), 0.0)
+    });
+    const INT_DECODE: Option<IntDecode<Self, QK>> = Some(|b, codes, scales, offsets| {
+        for (c, &q) in codes.iter_mut().zip(&b.qs) {
+            *c = i16::from(q);
+        }
+        scales[0] = b.d.to_f32();
+        offsets[0] = 0.0;
     });
     const SCALE_FIELDS: &'static [usize] = &[offset_of!(BlockQ8_0, d)];
     const KERNELS: Option<&'static Kernels> = Some(&Kernels {

@@ -4,10 +4,10 @@ use std::mem::offset_of;
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::quant::block::{BitLinearInput, Block, Blocks, Family, Kernels};
+use crate::quant::block::{BitLinearInput, Block, Blocks, Family, IntDecode, Kernels};
 use crate::quant::planes::{pad16, split_blocks};
 use crate::quant::q8dot::IntBlock;
-use crate::quant::ternary::{int_form, pack_trits, ternarize, trit, QK_K};
+use crate::quant::ternary::{int_decode, int_form, pack_trits, ternarize, trit, QK_K};
 use crate::quant::{F16Le, GgmlType};
 
 /// The registry entry.
@@ -44,6 +44,9 @@ impl Block<QK_K> for BlockTQ1_0 {
     const DTYPE: GgmlType = GgmlType::TQ1_0;
     const QUANTIZE: Option<fn(&[f32; QK_K]) -> Self> = Some(Self::quantize);
     const INT_FORM: Option<fn(&Self) -> IntBlock> = Some(|b| int_form(&b.codes(), b.d.to_f32()));
+    const INT_DECODE: Option<IntDecode<Self, QK_K>> = Some(|b, codes, scales, offsets| {
+        int_decode(&b.codes(), b.d.to_f32(), (codes, scales, offsets))
+    });
     const SCALE_FIELDS: &'static [usize] = &[D];
     const BITLINEAR: Option<BitLinearInput> = Some(BitLinearInput::FakeQuant);
     const KERNELS: Option<&'static Kernels> = Some(&Kernels {

@@ -4,10 +4,10 @@ use std::mem::offset_of;
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::quant::block::{BitLinearInput, Block, Blocks, Family, Kernels};
+use crate::quant::block::{BitLinearInput, Block, Blocks, Family, IntDecode, Kernels};
 use crate::quant::planes::{pad16, split_blocks};
 use crate::quant::q8dot::IntBlock;
-use crate::quant::ternary::{int_form, ternarize, QK_K};
+use crate::quant::ternary::{int_form, ternarize, ternary_groups, QK_K};
 use crate::quant::{F16Le, GgmlType};
 
 /// The registry entry.
@@ -32,6 +32,19 @@ impl Block<QK_K> for BlockTQ2_0 {
     const DTYPE: GgmlType = GgmlType::TQ2_0;
     const QUANTIZE: Option<fn(&[f32; QK_K]) -> Self> = Some(Self::quantize);
     const INT_FORM: Option<fn(&Self) -> IntBlock> = Some(|b| int_form(&b.codes(), b.d.to_f32()));
+    const INT_DECODE: Option<IntDecode<Self, QK_K>> = Some(|b, codes, scales, offsets| {
+        // Element 128h + 32s + m is bits 2s of qs[32h + m].
+        for h in 0..2 {
+            let qs = &b.qs[32 * h..32 * h + 32];
+            for s in 0..4 {
+                let codes = &mut codes[128 * h + 32 * s..128 * h + 32 * s + 32];
+                for (c, &q) in codes.iter_mut().zip(qs) {
+                    *c = i16::from((q >> (2 * s)) & 3) - 1;
+                }
+            }
+        }
+        ternary_groups(b.d.to_f32(), scales, offsets);
+    });
     const SCALE_FIELDS: &'static [usize] = &[D];
     const BITLINEAR: Option<BitLinearInput> = Some(BitLinearInput::FakeQuant);
     const KERNELS: Option<&'static Kernels> = Some(&Kernels {

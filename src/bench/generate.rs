@@ -332,6 +332,11 @@ pub struct CudaGenerateReport {
     /// Decode tokens/s if only the weight reads at the device's peak bandwidth cost time
     /// (`--peak-gbs`, 0: not given).
     pub limit_tokens_per_s: f64,
+    /// GPU time per kernel of the decode passes (`--profile`, launched op by op), largest
+    /// first.
+    pub profile: Option<Vec<ProfileRow>>,
+    /// GPU time per kernel of the prefill (`--profile`), per prompt token, largest first.
+    pub prefill_profile: Option<Vec<ProfileRow>>,
 }
 
 /// `bench generate --backend cuda`: prefill and decode on the CUDA backend, after a warm-up.
@@ -407,6 +412,34 @@ pub fn run_cuda<S: ModelMeta + TensorSource>(
     )?
     .usage
     .decode_tokens_per_s;
+    let (profile, prefill_profile) = if opts.profile {
+        // As the wgpu profile: the prefill alone, then the decode passes, every kernel timed.
+        let rows = |rows: Vec<(String, u64, f64)>, tokens: usize| -> Vec<ProfileRow> {
+            let tokens = tokens.max(1) as f64;
+            rows.into_iter()
+                .map(|(op, calls, seconds)| ProfileRow {
+                    op,
+                    calls_per_token: calls as f64 / tokens,
+                    us_per_call: seconds / calls.max(1) as f64 * 1e6,
+                    us_per_token: seconds / tokens * 1e6,
+                })
+                .collect()
+        };
+        engine.model.backend.enable_profile();
+        run(&mut engine, 1, SamplerConfig::greedy())?;
+        let prefill = engine.model.backend.profile()?;
+        engine.model.backend.clear_profile();
+        let g = run(&mut engine, opts.decode_tokens + 1, SamplerConfig::greedy())?;
+        let decode = engine.model.backend.profile()?;
+        // The second run's prompt pass is profiled too; its decode passes dominate.
+        let decoded = g.usage.generated_tokens.max(1);
+        (
+            Some(rows(decode, decoded)),
+            Some(rows(prefill, opts.prompt_tokens)),
+        )
+    } else {
+        (None, None)
+    };
     let backend_bytes = engine.model.backend.bytes_used();
     let device_bytes_used = engine
         .model
@@ -431,5 +464,7 @@ pub fn run_cuda<S: ModelMeta + TensorSource>(
         device_bytes_used,
         bytes_per_token,
         limit_tokens_per_s: 0.0,
+        profile,
+        prefill_profile,
     })
 }

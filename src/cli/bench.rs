@@ -102,32 +102,41 @@ pub fn generate(
             "host per pass: record {:.0} us, submit {:.0} us, wait {:.0} us",
             r.host.record_us_per_pass, r.host.submit_us_per_pass, r.host.wait_us_per_pass
         );
-        let print = |what: &str, rows: &[crate::bench::generate::ProfileRow]| {
-            let total: f64 = rows.iter().map(|p| p.us_per_token).sum();
-            println!("GPU time per {what} by op (timestamp queries, {total:.1} us in all):");
-            println!(
-                "  {:<44} {:>8} {:>10} {:>10} {:>6}",
-                "op", "calls", "us/call", "us/token", "share"
-            );
-            for p in rows {
-                println!(
-                    "  {:<44} {:>8.3} {:>10.2} {:>10.2} {:>5.1}%",
-                    p.op,
-                    p.calls_per_token,
-                    p.us_per_call,
-                    p.us_per_token,
-                    100.0 * p.us_per_token / total
-                );
-            }
-        };
-        if let Some(rows) = &r.prefill_profile {
-            print("prompt token of the prefill", rows);
-        }
-        if let Some(rows) = &r.profile {
-            print("decoded token", rows);
-        }
+        print_profiles(&r.prefill_profile, &r.profile, "timestamp queries");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--profile`'s tables: GPU time per op of the prefill and of the decode.
+fn print_profiles(
+    prefill: &Option<Vec<crate::bench::generate::ProfileRow>>,
+    decode: &Option<Vec<crate::bench::generate::ProfileRow>>,
+    how: &str,
+) {
+    let print = |what: &str, rows: &[crate::bench::generate::ProfileRow]| {
+        let total: f64 = rows.iter().map(|p| p.us_per_token).sum();
+        println!("GPU time per {what} by op ({how}, {total:.1} us in all):");
+        println!(
+            "  {:<44} {:>8} {:>10} {:>10} {:>6}",
+            "op", "calls", "us/call", "us/token", "share"
+        );
+        for p in rows {
+            println!(
+                "  {:<44} {:>8.3} {:>10.2} {:>10.2} {:>5.1}%",
+                p.op,
+                p.calls_per_token,
+                p.us_per_call,
+                p.us_per_token,
+                100.0 * p.us_per_token / total
+            );
+        }
+    };
+    if let Some(rows) = prefill {
+        print("prompt token of the prefill", rows);
+    }
+    if let Some(rows) = decode {
+        print("decoded token", rows);
+    }
 }
 
 /// `tritium synth`.
@@ -180,6 +189,7 @@ fn generate_cuda(
             r.backend_bytes as f64 / 1048576.0,
             r.device_bytes_used as f64 / 1048576.0
         );
+        print_profiles(&r.prefill_profile, &r.profile, "CUDA events");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -13,7 +13,8 @@
 //!   exact integers, decodes and f32 operations);
 //! - RMSNorm, RoPE and the activation functions, f64 on both: one f32 ulp of the result;
 //! - attention: the bound of the wgpu self-test (`crates/gpu/src/selftest/attention.rs`) with
-//!   the cache's rounding the same on both sides (u = 0).
+//!   the cache's rounding the same on both sides (u = 0), its cooperative-matrix terms for
+//!   prefills over an f16 cache (f16 q and p on tensor cores).
 
 use std::future::Future;
 
@@ -723,12 +724,21 @@ where
     // (softmax weights sum to 1), c <= scale * |q| |k| over the inputs' magnitudes.
     let (qmax, kmax, vmax) = (1.5f64, 1.5f64, 2.0f64);
     let c = qmax * kmax * dim as f64 / (dim as f64).sqrt();
+    // Prefills over an f16 cache may run on tensor cores (the wgpu self-test's cooperative
+    // bound): the pre-scaled q rounded to f16 (2^-11 relative, 2^-25 absolute below f16's
+    // normal range), sums that may truncate (their eps twice), and each p rounded to f16 where
+    // it multiplies V (2^-11 of A, 2^-25 max|v| per key absolute).
     let bound = move |w: &[f32], pass: usize| {
         let keys = [n0, 40, n0 + 1][pass] as f64;
-        let ds = c * (dim as f64 + 2.0) * EPS;
-        let rel = (2.0 * ds).exp_m1() + (3.0 + 6.0 * c + 2.0 * keys + 16.0) * EPS;
+        let coop = kv == KvType::F16 && pass < 2;
+        let (u_q, sum_eps, tiny) = match coop {
+            true => (2f64.powi(-11), 2.0, 2f64.powi(-25)),
+            false => (0.0, 1.0, 0.0),
+        };
+        let ds = c * (u_q + sum_eps * (dim as f64 + 2.0) * EPS) + dim as f64 * tiny * kmax;
+        let rel = (2.0 * ds).exp_m1() + u_q + (3.0 + 6.0 * c + 2.0 * keys + 16.0) * EPS;
         w.iter()
-            .map(|&o| vmax * rel + f64::from(o).abs() * EPS)
+            .map(|&o| vmax * rel + f64::from(o).abs() * EPS + keys * tiny * vmax)
             .collect()
     };
     against_cpu(make, &setup, &passes, &bound).await

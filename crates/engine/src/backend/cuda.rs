@@ -37,6 +37,9 @@ const GRAPH_MAX_TOKENS: usize = GEMV_MAX_TOKENS;
 const ATTENTION_SPLIT: usize = 256;
 /// Most splits of a prefill's attention (bounds its scratch).
 const PREFILL_SPLITS: usize = 8;
+/// Query tokens per block of `flash_attention_*`, and the head dimensions it is built for.
+const FLASH_TILE: usize = 64;
+const FLASH_HEAD_DIMS: [usize; 3] = [64, 96, 128];
 
 struct CudaWeight {
     name: String,
@@ -136,6 +139,8 @@ struct TokenArrays {
     pos: DeviceBuffer,
     seq: DeviceBuffer,
     best: DeviceBuffer,
+    /// Query tiles of flash attention: (first token, tokens) pairs, each inside one span.
+    tiles: DeviceBuffer,
 }
 
 /// The CUDA backend.
@@ -167,6 +172,17 @@ pub struct CudaBackend {
     /// What the int8 scratch holds now: products that take the same rows of the same tensor
     /// (Q, K and V; gate and up) quantize them once.
     quantized: Option<Quantized>,
+    /// Query tiles in `tokens.tiles` for this pass.
+    tiles: usize,
+    /// Per-kernel timing (`bench generate --profile`): each launch between two events, passes
+    /// launched op by op.
+    profile: Option<Profile>,
+}
+
+#[derive(Default)]
+struct Profile {
+    pending: Vec<(String, Event, Event)>,
+    totals: HashMap<String, (u64, f64)>,
 }
 
 /// Int8 rows in the scratch: of which tensor, how many, and for which kind of product.
@@ -194,6 +210,7 @@ impl CudaBackend {
             pos: u32s(max_batch)?,
             seq: u32s(max_batch)?,
             best: u32s(1)?,
+            tiles: u32s(2 * (max_batch.div_ceil(FLASH_TILE) + max_batch))?,
         };
         Ok(CudaBackend {
             dev,
@@ -218,6 +235,8 @@ impl CudaBackend {
             next_plan: AtomicU64::new(0),
             use_graphs: std::env::var_os("TRITIUM_CUDA_NO_GRAPHS").is_none(),
             quantized: None,
+            tiles: 0,
+            profile: None,
         })
     }
 
@@ -230,6 +249,58 @@ impl CudaBackend {
     pub fn set_graphs(&mut self, on: bool) {
         self.use_graphs = on;
         self.graphs.clear();
+    }
+
+    /// Time every kernel from now on (passes are then launched op by op, not as graphs).
+    pub fn enable_profile(&mut self) {
+        self.profile = Some(Profile::default());
+    }
+
+    /// Forget the profile's totals.
+    pub fn clear_profile(&mut self) {
+        if self.profile.is_some() {
+            self.profile = Some(Profile::default());
+        }
+    }
+
+    /// GPU time per kernel (name and grid) since profiling began or was cleared: calls and
+    /// seconds, largest first.
+    pub fn profile(&mut self) -> Result<Vec<(String, u64, f64)>, Error> {
+        let Some(p) = self.profile.as_mut() else {
+            return Ok(Vec::new());
+        };
+        self.dev.synchronize().map_err(gds)?;
+        for (label, a, b) in p.pending.drain(..) {
+            let ms = a.elapsed_ms(&b).map_err(gds)?;
+            let t = p.totals.entry(label).or_default();
+            t.0 += 1;
+            t.1 += f64::from(ms) / 1e3;
+        }
+        let mut rows: Vec<(String, u64, f64)> = p
+            .totals
+            .iter()
+            .map(|(k, v)| (k.clone(), v.0, v.1))
+            .collect();
+        rows.sort_by(|a, b| b.2.total_cmp(&a.2));
+        Ok(rows)
+    }
+
+    /// Run `f` (which queues work) between two timing events where profiling.
+    fn timed<T>(
+        &mut self,
+        label: impl FnOnce() -> String,
+        f: impl FnOnce(&mut Self) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        if self.profile.is_none() {
+            return f(self);
+        }
+        let a = self.dev.record().map_err(gds)?;
+        let r = f(self)?;
+        let b = self.dev.record().map_err(gds)?;
+        if let Some(p) = self.profile.as_mut() {
+            p.pending.push((label(), a, b));
+        }
+        Ok(r)
     }
 
     /// `(free, total)` device memory, by the driver's count.
@@ -262,9 +333,15 @@ impl CudaBackend {
         let dim = |v: usize| {
             u32::try_from(v.max(1)).map_err(|_| Error::Internal("a grid past 2^32 blocks"))
         };
-        self.dev
-            .launch(&k, (dim(grid.0)?, dim(grid.1)?, 1), (block, 1, 1), 0, args)
-            .map_err(gds)
+        let (gx, gy) = (dim(grid.0)?, dim(grid.1)?);
+        self.timed(
+            || format!("{name} ({gx}, {gy})"),
+            |me| {
+                me.dev
+                    .launch(&k, (gx, gy, 1), (block, 1, 1), 0, args)
+                    .map_err(gds)
+            },
+        )
     }
 
     fn tensor(&self, t: Tensor) -> Result<&CudaTensor, Error> {
@@ -308,6 +385,12 @@ impl CudaBackend {
     fn kv(&self) -> Result<KvShape, Error> {
         self.kv
             .ok_or_else(|| BackendError::NoCache("attention").into())
+    }
+
+    /// Whether a pass of `n` tokens attends with `flash_attention_*` (tensor cores over an f16
+    /// cache, more tokens than a graph takes, a head dimension it is built for).
+    fn flash(kv: &KvShape, n: usize) -> bool {
+        kv.dtype == KvType::F16 && n > GRAPH_MAX_TOKENS && FLASH_HEAD_DIMS.contains(&kv.head_dim)
     }
 
     /// Positions per attention split, and splits, of a captured (few-token) pass: enough
@@ -429,7 +512,9 @@ impl CudaBackend {
                     self.need(k, n * kv_row, "attention k")?;
                     self.need(v, n * kv_row, "attention v")?;
                     self.need(out, n * q_row, "attention out")?;
-                    let splits = if n <= GRAPH_MAX_TOKENS {
+                    let splits = if Self::flash(&kv, n) {
+                        0
+                    } else if n <= GRAPH_MAX_TOKENS {
                         Self::graph_splits(&kv).1
                     } else {
                         PREFILL_SPLITS
@@ -681,6 +766,22 @@ impl CudaBackend {
                     Arg::U32(kv.max_ctx as u32),
                 ];
                 self.launch(&format!("kv_store_{kind}"), (n, 1), 256, &store)?;
+                if Self::flash(&kv, n) {
+                    let args = [
+                        Arg::Ptr(self.ptr(q)),
+                        Arg::Ptr(kc),
+                        Arg::Ptr(vc),
+                        Arg::Ptr(self.ptr(out)),
+                        Arg::Ptr(self.tokens.tiles.ptr()),
+                        Arg::Ptr(pos),
+                        Arg::Ptr(seq),
+                        Arg::U32(heads as u32),
+                        Arg::U32(kv.n_kv_heads as u32),
+                        Arg::U32(kv.max_ctx as u32),
+                    ];
+                    let name = format!("flash_attention_{}", kv.head_dim);
+                    return self.launch(&name, (self.tiles, heads), 128, &args);
+                }
                 let (split, nsplit) = if n <= GRAPH_MAX_TOKENS {
                     Self::graph_splits(&kv)
                 } else {
@@ -935,9 +1036,14 @@ impl CudaBackend {
                 } else {
                     (x, GemmType::F32)
                 };
-                self.blas()?
-                    .gemm(t, wrows, rows, cols, wide, operand, y)
-                    .map_err(gds)?;
+                self.timed(
+                    || format!("cublas {t:?} {wrows}x{cols} by {rows}"),
+                    |me| {
+                        me.blas()?
+                            .gemm(t, wrows, rows, cols, wide, operand, y)
+                            .map_err(gds)
+                    },
+                )?;
                 if f16 || scale != 1.0 {
                     self.launch(
                         "scale_rows",
@@ -969,7 +1075,10 @@ impl CudaBackend {
             .max()
             .unwrap_or(0);
         // cuBLAS products (a weight decoded to f16 or f32) are launched, not captured.
-        let graphable = self.use_graphs && n <= GRAPH_MAX_TOKENS && rec.needs.wide == 0;
+        let graphable = self.use_graphs
+            && self.profile.is_none()
+            && n <= GRAPH_MAX_TOKENS
+            && rec.needs.wide == 0;
         self.quantized = None;
         if !graphable {
             for op in rec.ops.iter() {
@@ -1280,6 +1389,18 @@ impl Backend for CudaBackend {
             .unzip();
         self.upload_u32(self.tokens.pos.ptr(), &pos)?;
         self.upload_u32(self.tokens.seq.ptr(), &seq)?;
+        if self.kv.as_ref().is_some_and(|kv| Self::flash(kv, n)) {
+            let mut tiles = Vec::new();
+            let mut first = 0;
+            for span in &pass.batch.spans {
+                for i in (0..span.len).step_by(FLASH_TILE) {
+                    tiles.extend([(first + i) as u32, (span.len - i).min(FLASH_TILE) as u32]);
+                }
+                first += span.len;
+            }
+            self.upload_u32(self.tokens.tiles.ptr(), &tiles)?;
+            self.tiles = tiles.len() / 2;
+        }
         self.ensure_scratch(&pass.needs)?;
         self.run_pass(&pass)?;
         let (read, host) = self.read(&pass)?;

@@ -730,3 +730,80 @@ fn api_pull_fetches_from_serve_model_into_the_store() {
     let r = server.post_json("/api/pull", &json!({ "model": "llama3" }));
     assert_eq!(r.status, 400);
 }
+
+#[test]
+fn loading_past_max_loaded_unloads_the_idle_model_and_a_busy_one_gets_503() {
+    let store = tempfile::tempdir().unwrap();
+    let models = store.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::os::unix::fs::symlink(repo_path(MODEL_FILE), models.join("smol.gguf")).unwrap();
+    let server = Server::start_in(store, &["--max-loaded", "1"]);
+    let loaded = |server: &Server| -> Vec<String> {
+        let ps = server.get("/api/ps").json();
+        ps["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(loaded(&server), [MODEL]);
+    let generate = |model: &str| {
+        json!({ "model": model, "prompt": "The sky is", "raw": true, "stream": false,
+                "options": { "temperature": 0, "num_predict": 2 } })
+    };
+    // While the loaded model generates, the other cannot take its place.
+    let mut running = open_stream(&server, 400);
+    assert!(read_chunk(&mut running).is_some());
+    let r = server.post_json("/api/generate", &generate("smol"));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.header("retry-after").is_some());
+    assert!(
+        r.json()["error"].as_str().unwrap().contains("--max-loaded"),
+        "{}",
+        r.text()
+    );
+    drop(running);
+    // Once it is idle, it makes room.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = server.post_json("/api/generate", &generate("smol"));
+        if r.status == 200 {
+            assert_eq!(r.json()["eval_count"], 2);
+            break;
+        }
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(
+            Instant::now() < deadline,
+            "the running model never went idle"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(loaded(&server), ["smol"]);
+    // The model named at start is loaded again on demand, in place of the other.
+    let r = server.post_json("/api/generate", &generate(MODEL));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(loaded(&server), [MODEL]);
+}
+
+#[test]
+fn a_model_over_the_memory_limit_is_refused_clearly() {
+    let out = tritium()
+        .args(["serve", MODEL_FILE, "--backend", "cpu", "--port", "0"])
+        .args(["--max-memory", "1M", "--store"])
+        .arg(tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("more than the server's memory limit of 1048576 bytes (--max-memory)"),
+        "{err}"
+    );
+    let out = tritium()
+        .args(["serve", "--port", "0", "--max-memory", "lots"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-memory \"lots\""));
+}

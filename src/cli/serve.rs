@@ -32,7 +32,8 @@ pub const API_KEY_ENV: &str = "TRITIUM_API_KEY";
 #[derive(Args, Clone, Debug)]
 pub struct ServeArgs {
     /// Models to load now: GGUF files, RDRR folders or store names (a path is served under its
-    /// file stem). Any model in the store is also loaded when a request names it.
+    /// file stem; past --max-loaded, they load when a request names them). Any model in the
+    /// store is also loaded when a request names it.
     pub models: Vec<String>,
     /// The address to listen on (loopback by default; anything else without a key is
     /// reachable by anyone who can reach the machine).
@@ -61,6 +62,15 @@ pub struct ServeArgs {
     /// Models named at start stay loaded until a request says otherwise.
     #[arg(long, default_value = "5m")]
     pub keep_alive: String,
+    /// Most models loaded at once; loading another first unloads the one idle longest (0: no
+    /// limit).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub max_loaded: usize,
+    /// Most memory the loaded models may take (bytes, or with a unit: 8G, 512M), GPU memory
+    /// on a GPU backend: a model's files' size until it is loaded, then what its backend
+    /// allocated; loading past it first unloads idle models, longest idle first.
+    #[arg(long, value_name = "SIZE")]
+    pub max_memory: Option<String>,
     /// Largest request body in bytes (413 beyond).
     #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
     pub max_body: usize,
@@ -176,6 +186,37 @@ fn parse_keep_alive(s: &str) -> Result<KeepAlive, Error> {
         .map_err(|e| Error::Usage(format!("--keep-alive: {}", e.message)))
 }
 
+/// `--max-memory`: bytes, or a whole number with a binary unit (K, M, G, T; `8G`, `512MiB`).
+fn parse_size(s: &str) -> Result<u64, Error> {
+    let bad = || {
+        Error::Usage(format!(
+            "--max-memory {s:?}: give bytes or a size such as 8G or 512M"
+        ))
+    };
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(bad()),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = digits.trim().parse().map_err(|_| bad())?;
+    n.checked_mul(1u64 << shift)
+        .filter(|&b| b > 0)
+        .ok_or_else(bad)
+}
+
 /// The names and paths of the models given on the command line.
 fn named_models(args: &ServeArgs) -> Result<BTreeMap<String, PathBuf>, Error> {
     let mut named = BTreeMap::new();
@@ -217,6 +258,8 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode, Error> {
             open,
             max_queue: args.max_queue,
             default_keep_alive: keep_alive,
+            max_loaded: args.max_loaded,
+            max_memory: args.max_memory.as_deref().map(parse_size).transpose()?,
         },
         Arc::clone(&metrics),
     );
@@ -275,8 +318,13 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode, Error> {
         }
     })?;
     let _remove = RemoveOnDrop(file);
-    // The models named at start, loaded before the URL is announced.
-    for name in named.keys() {
+    // The models named at start, loaded before the URL is announced (as many as --max-loaded
+    // allows; the others load when a request names them).
+    let at_start = match args.max_loaded {
+        0 => named.len(),
+        n => n,
+    };
+    for name in named.keys().take(at_start) {
         let (_, mut rx) = registry
             .submit(name, None, None)
             .map_err(|e| Error::Usage(e.message))?;
@@ -550,4 +598,21 @@ pub fn show(args: &ShowArgs) -> Result<ExitCode, Error> {
         (None, _) => println!("template:      (none)"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("1000").unwrap(), 1000);
+        assert_eq!(parse_size("8G").unwrap(), 8 << 30);
+        assert_eq!(parse_size("8GB").unwrap(), 8 << 30);
+        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("3k").unwrap(), 3 << 10);
+        for bad in ["", "0", "G", "1.5G", "8X", "-1", "99999999999T"] {
+            assert!(parse_size(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
 }

@@ -122,6 +122,35 @@ impl ApiError {
         }
     }
 
+    /// 503: loading `model` needs models unloaded that are all busy (`why`: which limit).
+    pub fn models_busy(model: &str, why: &str) -> ApiError {
+        ApiError {
+            retry_after: Some(5),
+            code: Some("models_busy"),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                format!("cannot load `{model}` now: {why} and all of them are busy; retry later"),
+            )
+        }
+    }
+
+    /// 507: `model` alone takes more than the memory limit.
+    pub fn over_memory(model: &str, bytes: u64, limit: u64) -> ApiError {
+        ApiError {
+            param: Some("model".into()),
+            code: Some("model_too_large"),
+            ..ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "server_error",
+                format!(
+                    "the model `{model}` takes about {bytes} bytes, more than the server's \
+                     memory limit of {limit} bytes (--max-memory)"
+                ),
+            )
+        }
+    }
+
     /// 500: the model failed to load or generate.
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)

@@ -3,7 +3,10 @@
 //! runs on the async runtime's threads. A request for a model not loaded starts its thread,
 //! which loads it (requests queue meanwhile). The queue is bounded: beyond `max_queue`
 //! waiting requests a new one gets 503 at once. A model unloads when idle past its keep-alive
-//! (set per request, as Ollama does), when deleted, or at shutdown.
+//! (set per request, as Ollama does), when deleted, at shutdown, or to make room: loading a
+//! model past `max_loaded` models or past the memory budget first unloads the models idle
+//! longest (a model's memory: its file's size until it is loaded, then what its backend
+//! allocated). When every loaded model is busy, the request gets 503 with Retry-After.
 //!
 //! Requests are sent to a model's thread only while holding the registry's lock, and a thread
 //! leaves the registry only while holding it after finding its queue empty, so no request is
@@ -11,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -72,6 +75,8 @@ struct Slot {
     bytes: u64,
     /// Requests sent and not yet finished (the one running included).
     pending: AtomicUsize,
+    /// Bytes the model takes: its files' size until loaded, then its backend's allocations.
+    memory: AtomicU64,
     status: Mutex<SlotStatus>,
 }
 
@@ -103,6 +108,7 @@ impl Slot {
 struct Entry {
     slot: Arc<Slot>,
     queue: Sender<Msg>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 struct Inner {
@@ -117,6 +123,10 @@ pub struct RegistryConfig {
     pub max_queue: usize,
     /// The keep-alive of a model loaded on demand, when the request names none.
     pub default_keep_alive: KeepAlive,
+    /// Most models loaded at once (0: no limit).
+    pub max_loaded: usize,
+    /// Most bytes of models loaded at once (`None`: no limit).
+    pub max_memory: Option<u64>,
 }
 
 /// Every model the server can run.
@@ -257,11 +267,14 @@ impl Registry {
             }
             inner.loaded.remove(&name);
         }
+        let bytes = size_of(&path);
+        let evicted = self.make_room(&mut inner, &name, bytes)?;
         let slot = Arc::new(Slot {
-            bytes: size_of(&path),
+            bytes,
             name: name.clone(),
             path,
             pending: AtomicUsize::new(1),
+            memory: AtomicU64::new(bytes),
             status: Mutex::new(SlotStatus {
                 keep_alive: keep_alive.unwrap_or(if self.named.contains_key(&name) {
                     KeepAlive::Forever
@@ -278,12 +291,81 @@ impl Registry {
         let _ = queue.send(Msg::Job(job));
         let registry = Arc::clone(self);
         let thread_slot = Arc::clone(&slot);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name(format!("model {name}"))
-            .spawn(move || registry.model_thread(thread_slot, jobs))
+            .spawn(move || {
+                // The models unloaded for this one free their memory before it loads.
+                for t in evicted {
+                    let _ = t.join();
+                }
+                registry.model_thread(thread_slot, jobs)
+            })
             .map_err(|e| ApiError::internal(format!("cannot start the model's thread: {e}")))?;
-        inner.loaded.insert(name.clone(), Entry { slot, queue });
+        inner.loaded.insert(
+            name.clone(),
+            Entry {
+                slot,
+                queue,
+                thread: Some(thread),
+            },
+        );
         Ok((name, receiver))
+    }
+
+    /// Unload idle models, longest idle first, until `name` (of about `bytes`) fits the limits
+    /// on models and memory; their threads (to join before loading). Err where the models
+    /// that would have to go are busy, or where `name` alone is over the memory limit.
+    fn make_room(
+        &self,
+        inner: &mut Inner,
+        name: &str,
+        bytes: u64,
+    ) -> Result<Vec<std::thread::JoinHandle<()>>, ApiError> {
+        let max_loaded = self.config.max_loaded;
+        if let Some(budget) = self.config.max_memory {
+            if bytes > budget {
+                return Err(ApiError::over_memory(name, bytes, budget));
+            }
+        }
+        let mut evicted = Vec::new();
+        loop {
+            let used: u64 = inner
+                .loaded
+                .values()
+                .map(|e| e.slot.memory.load(Ordering::SeqCst))
+                .sum();
+            let too_many = max_loaded > 0 && inner.loaded.len() >= max_loaded;
+            let too_big = self
+                .config
+                .max_memory
+                .is_some_and(|budget| used.saturating_add(bytes) > budget);
+            if !too_many && !too_big {
+                return Ok(evicted);
+            }
+            let idle = inner
+                .loaded
+                .iter()
+                .filter(|(_, e)| e.slot.pending.load(Ordering::SeqCst) == 0)
+                .filter_map(|(n, e)| {
+                    let s = e.slot.status();
+                    (!s.loading).then(|| (s.idle_since, n.clone()))
+                })
+                .min();
+            let Some((_, victim)) = idle else {
+                let why = if too_many {
+                    format!("{} models are loaded (--max-loaded)", inner.loaded.len())
+                } else {
+                    format!("{used} bytes of models are loaded (--max-memory)")
+                };
+                return Err(ApiError::models_busy(name, &why));
+            };
+            eprintln!("serve: unloading {victim} to make room for {name}");
+            if let Some(mut e) = inner.loaded.remove(&victim) {
+                // Closing the queue ends the idle thread, which drops the model.
+                drop(e.queue);
+                evicted.extend(e.thread.take());
+            }
+        }
     }
 
     /// What is loaded now.
@@ -376,6 +458,8 @@ impl Registry {
                 slot.name
             );
         }
+        slot.memory
+            .store(session.engine.model.backend.bytes_used(), Ordering::SeqCst);
         {
             let mut s = slot.status();
             s.context = session.engine.model.ctx;

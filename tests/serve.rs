@@ -807,3 +807,36 @@ fn a_model_over_the_memory_limit_is_refused_clearly() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-memory \"lots\""));
 }
+
+#[test]
+fn num_ctx_loads_the_model_again_with_that_context() {
+    let server = Server::start(&["--ctx", "512"]);
+    let context =
+        |server: &Server| server.get("/api/ps").json()["models"][0]["context_length"].clone();
+    assert_eq!(context(&server), 512);
+    let generate = |options: Value| {
+        let mut o = json!({ "temperature": 0, "num_predict": 3 });
+        o.as_object_mut()
+            .unwrap()
+            .extend(options.as_object().unwrap().clone());
+        json!({ "model": MODEL, "prompt": "The sky is", "raw": true, "stream": false, "options": o })
+    };
+    let first = server.post_json("/api/generate", &generate(json!({})));
+    assert_eq!(first.status, 200, "{}", first.text());
+    let r = server.post_json("/api/generate", &generate(json!({ "num_ctx": 300 })));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(context(&server), 300);
+    // The reload is charged to the request, and the text is the same.
+    assert!(r.json()["load_duration"].as_u64().unwrap() > 0);
+    assert_eq!(r.json()["response"], first.json()["response"]);
+    // The context stays until a request asks for another; past the trained context (8192),
+    // the trained one.
+    let r = server.post_json("/api/generate", &generate(json!({})));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(context(&server), 300);
+    let r = server.post_json("/api/generate", &generate(json!({ "num_ctx": 1_000_000 })));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(context(&server), 8192);
+    let r = server.post_json("/api/generate", &generate(json!({ "num_ctx": 0 })));
+    assert_eq!(r.status, 400, "{}", r.text());
+}

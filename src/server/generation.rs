@@ -47,6 +47,9 @@ pub struct GenRequest {
     /// Report each token's log-probability with this many alternatives (at most
     /// [`MAX_TOP_LOGPROBS`]).
     pub logprobs: Option<usize>,
+    /// The context the model should run with (Ollama's `num_ctx`; at most the trained
+    /// context): a loaded model with another is loaded again with this one first.
+    pub context: Option<usize>,
 }
 
 /// Most alternatives a token's log-probability comes with (OpenAI's limit for `top_logprobs`).

@@ -58,6 +58,8 @@ pub struct LoadedInfo {
     pub path: PathBuf,
     /// Bytes of the model's files.
     pub bytes: u64,
+    /// Bytes its backend allocated (the files' size while loading).
+    pub memory: u64,
     /// KV cache positions (0 while loading).
     pub context: usize,
     pub loading: bool,
@@ -380,6 +382,7 @@ impl Registry {
                     name: e.slot.name.clone(),
                     path: e.slot.path.clone(),
                     bytes: e.slot.bytes,
+                    memory: e.slot.memory.load(Ordering::SeqCst),
                     context: s.context,
                     loading: s.loading,
                     expires_at: match s.keep_alive {
@@ -441,17 +444,12 @@ impl Registry {
                     ApiError::internal(format!("cannot load the model `{}`: {e}", slot.name));
                 eprintln!("serve: {}", error.message);
                 self.leave(&slot);
-                // Everything queued (nothing more can arrive: the entry is gone).
-                while let Ok(msg) = jobs.try_recv() {
-                    if let Msg::Job(job) = msg {
-                        let _ = job.events.send(Event::Failed(error.clone()));
-                        slot.pending.fetch_sub(1, Ordering::SeqCst);
-                    }
-                }
+                Self::fail_queued(&slot, &jobs, &error);
                 return;
             }
         };
         let load_ms = (loaded_at - started).as_secs_f64() * 1e3;
+        let trained = session.engine.model.config.context_length.max(1);
         if let Some(e) = &session.template_error {
             eprintln!(
                 "serve: {}: the model's chat template does not load ({e}); using ChatML",
@@ -488,6 +486,36 @@ impl Registry {
             };
             let Some(msg) = msg else { break };
             let Msg::Job(job) = msg else { continue };
+            let wanted = job.request.as_ref().and_then(|r| r.context);
+            let (started, loaded_at) = match wanted {
+                Some(want) if session.engine.model.ctx != want.min(trained) => {
+                    let at = Instant::now();
+                    match self.reload(&slot, session, want) {
+                        (Some(s), None) => {
+                            session = s;
+                            (at, Instant::now())
+                        }
+                        (Some(s), Some(error)) => {
+                            session = s;
+                            let _ = job.events.send(Event::Failed(error));
+                            slot.pending.fetch_sub(1, Ordering::SeqCst);
+                            continue;
+                        }
+                        (None, error) => {
+                            let error = error.unwrap_or_else(|| {
+                                ApiError::internal("the model could not be loaded again")
+                            });
+                            eprintln!("serve: {}", error.message);
+                            self.leave(&slot);
+                            let _ = job.events.send(Event::Failed(error.clone()));
+                            slot.pending.fetch_sub(1, Ordering::SeqCst);
+                            Self::fail_queued(&slot, &jobs, &error);
+                            return;
+                        }
+                    }
+                }
+                _ => (started, loaded_at),
+            };
             self.run_job(&mut session, &slot, job, started, loaded_at);
             let expired = slot.wait_limit() == Some(Duration::ZERO);
             if expired && self.retire_if_idle(&slot, &jobs).is_none() {
@@ -495,6 +523,56 @@ impl Registry {
             }
         }
         eprintln!("serve: unloaded {}", slot.name);
+    }
+
+    /// Load the model again with a context of `want` positions, the old one dropped first (so
+    /// both never hold memory at once). The session to go on with (the old context again where
+    /// the new one does not load; `None` where neither loads) and the request's error.
+    fn reload(
+        &self,
+        slot: &Slot,
+        session: Session,
+        want: usize,
+    ) -> (Option<Session>, Option<ApiError>) {
+        let before = session.engine.model.ctx;
+        drop(session);
+        let mut open = self.config.open.clone();
+        open.context = Some(want);
+        slot.status().loading = true;
+        let (session, error) = match session::open(&slot.path, &open) {
+            Ok(s) => (Some(s), None),
+            Err(e) => {
+                let error = ApiError::internal(format!(
+                    "cannot load `{}` with a context of {want}: {e}",
+                    slot.name
+                ));
+                open.context = Some(before);
+                (session::open(&slot.path, &open).ok(), Some(error))
+            }
+        };
+        let mut s = slot.status();
+        s.loading = false;
+        if let Some(session) = &session {
+            s.context = session.engine.model.ctx;
+            slot.memory
+                .store(session.engine.model.backend.bytes_used(), Ordering::SeqCst);
+            eprintln!(
+                "serve: loaded {} again with a context of {}",
+                slot.name, session.engine.model.ctx
+            );
+        }
+        (session, error)
+    }
+
+    /// Fail every request still queued for a model that cannot run (nothing more can arrive:
+    /// its entry is gone).
+    fn fail_queued(slot: &Slot, jobs: &Receiver<Msg>, error: &ApiError) {
+        while let Ok(msg) = jobs.try_recv() {
+            if let Msg::Job(job) = msg {
+                let _ = job.events.send(Event::Failed(error.clone()));
+                slot.pending.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
     }
 
     fn run_job(

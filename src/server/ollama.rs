@@ -109,10 +109,11 @@ fn parse_duration(s: &str) -> Option<f64> {
     Some(if neg { -total } else { total })
 }
 
-/// `options` as sampling settings (Ollama's defaults for what is omitted) and a budget.
-fn options(
-    o: Option<&Map<String, Value>>,
-) -> Result<(SamplerConfig, Budget, Vec<String>), ApiError> {
+/// `options` as sampling settings (Ollama's defaults for what is omitted), a budget, stop
+/// strings and the context asked for.
+type Options = (SamplerConfig, Budget, Vec<String>, Option<usize>);
+
+fn options(o: Option<&Map<String, Value>>) -> Result<Options, ApiError> {
     let empty = Map::new();
     let f = Fields {
         map: o.unwrap_or(&empty),
@@ -169,9 +170,11 @@ fn options(
         }
         Some(n) => Budget::UpTo(n as usize),
     };
-    // The context is fixed when the model loads (--ctx); a request cannot change it.
-    f.integer_min("num_ctx", 1)?;
-    Ok((sampling, budget, f.strings("stop")?))
+    // A model loaded with another context is loaded again with this one (as Ollama does).
+    let context = f
+        .integer_min("num_ctx", 1)?
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    Ok((sampling, budget, f.strings("stop")?, context))
 }
 
 fn ns(ms: f64) -> u64 {
@@ -222,7 +225,7 @@ async fn answer(
     let f = Fields::new(map);
     let stream = f.bool("stream")?.unwrap_or(true);
     let keep = keep_alive(map.get("keep_alive"))?;
-    let (sampling, budget, stop) = options(f.object("options")?)?;
+    let (sampling, budget, stop, context) = options(f.object("options")?)?;
     if f.has("format") {
         return Err(ApiError::invalid_param(
             "format",
@@ -250,6 +253,7 @@ async fn answer(
         sampling,
         stop,
         logprobs: None,
+        context,
     };
     let (name, mut rx) = app.registry.submit(model, Some(request), keep)?;
     started(&mut rx).await?;
@@ -432,7 +436,7 @@ pub async fn ps(State(app): State<Arc<App>>) -> Response {
             "details": details_json(details.as_ref()),
             // Never: Go's zero time would read as expired; a far date says "until stopped".
             "expires_at": rfc3339(l.expires_at.unwrap_or(UNIX_EPOCH + Duration::from_secs(253_402_300_799))),
-            "size_vram": if l.backend.starts_with("cpu") || l.backend.is_empty() { 0 } else { l.bytes },
+            "size_vram": if l.backend.starts_with("cpu") || l.backend.is_empty() { 0 } else { l.memory },
             "context_length": l.context,
             "loading": l.loading,
             "queued": l.queued,

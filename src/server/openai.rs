@@ -553,6 +553,7 @@ async fn answer(
         sampling: c.sampling,
         stop: c.stop,
         logprobs: c.logprobs,
+        context: None,
     };
     let want_logprobs = c.logprobs.is_some();
     let (name, mut rx) = app.registry.submit(&c.model, Some(request), None)?;

@@ -80,5 +80,19 @@ DEV u32 ld32(const u8* p) {
 #endif
     return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
 }
+// Four little-endian words at p: one 16-byte load where p is 16-byte aligned.
+DEV void ld32x4(const u8* p, u32 w[4]) {
+#if ON_DEVICE
+    if (((u64)p & 15) == 0) {
+        uint4 v = *(const uint4*)p;
+        w[0] = v.x;
+        w[1] = v.y;
+        w[2] = v.z;
+        w[3] = v.w;
+        return;
+    }
+#endif
+    for (int i = 0; i < 4; ++i) w[i] = ld32(p + 4 * i);
+}
 DEV float ldf16(const u8* p) { return h2f(ld16(p)); }
 DEV float ldf32(const u8* p) { return bits2f(ld32(p)); }

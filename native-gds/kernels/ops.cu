@@ -95,6 +95,8 @@ DEV void gemv(const u8* w, u64 row_bytes, const float* x, float* y, u32 rows, u3
     const u8* row = w + (u64)r * row_bytes;
     float acc[GEMV_MAX_TOKENS];
     for (int t = 0; t < GEMV_MAX_TOKENS; t++) acc[t] = 0.0f;
+    // Unrolled: the loads of several chunks are in flight at once.
+#pragma unroll 4
     for (u32 c = lane; c < cols / 32; c += WARP) {
         float v[32];
         row_chunk<F>(row, c, v);
@@ -154,6 +156,8 @@ DEV void gemv_q8(const u8* w, u64 row_bytes, const i8* xq, const float* xd, floa
     const u8* row = w + (u64)r * row_bytes;
     float acc[GEMV_MAX_TOKENS];
     for (int t = 0; t < GEMV_MAX_TOKENS; t++) acc[t] = 0.0f;
+    // Unrolled: the loads of several chunks are in flight at once.
+#pragma unroll 4
     for (u32 c = lane; c < cols / 32; c += WARP) {
         int q[8];
         float sc[2], of[2];
@@ -208,6 +212,8 @@ DEV void bitlinear(const u8* w, u64 row_bytes, const i8* xq, const float* s, flo
     const u8* row = w + (u64)r * row_bytes;
     float acc[GEMV_MAX_TOKENS];
     for (int t = 0; t < GEMV_MAX_TOKENS; t++) acc[t] = 0.0f;
+    // Unrolled: the loads of several chunks are in flight at once.
+#pragma unroll 4
     for (u32 c = lane; c < cols / 32; c += WARP) {
         int q[8];
         float sc[2], of[2];

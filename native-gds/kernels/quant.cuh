@@ -61,21 +61,27 @@ struct FMT_F32 {
     static constexpr int BE = 32, BB = 128;
     NO_INT_FORM
     SDEV void chunk(const u8* b, int, float out[32]) {
-        for (int i = 0; i < 32; ++i) out[i] = ldf32(b + 4 * i);
+        u32 w[32];
+        for (int i = 0; i < 8; ++i) ld32x4(b + 16 * i, w + 4 * i);
+        for (int i = 0; i < 32; ++i) out[i] = bits2f(w[i]);
     }
 };
 struct FMT_F16 {
     static constexpr int BE = 32, BB = 64;
     NO_INT_FORM
     SDEV void chunk(const u8* b, int, float out[32]) {
-        for (int i = 0; i < 32; ++i) out[i] = ldf16(b + 2 * i);
+        u32 w[16];
+        for (int i = 0; i < 4; ++i) ld32x4(b + 16 * i, w + 4 * i);
+        for (int i = 0; i < 32; ++i) out[i] = h2f((u16)(w[i / 2] >> 16 * (i % 2)));
     }
 };
 struct FMT_BF16 {
     static constexpr int BE = 32, BB = 64;
     NO_INT_FORM
     SDEV void chunk(const u8* b, int, float out[32]) {
-        for (int i = 0; i < 32; ++i) out[i] = bf2f(ld16(b + 2 * i));
+        u32 w[16];
+        for (int i = 0; i < 4; ++i) ld32x4(b + 16 * i, w + 4 * i);
+        for (int i = 0; i < 32; ++i) out[i] = bf2f((u16)(w[i / 2] >> 16 * (i % 2)));
     }
 };
 
@@ -174,8 +180,10 @@ struct FMT_Q4_K {
     static constexpr int BE = 256, BB = 144;
     static constexpr bool HAS_INT = true;
     SDEV int int_chunk(const u8* b, int c, int q[8], float s[2], float o[2]) {
-        const u8* qs = b + 16 + 32 * (c / 2);
-        for (int i = 0; i < 8; ++i) q[i] = (int)(ld32(qs + 4 * i) >> 4 * (c % 2) & 0x0f0f0f0fu);
+        u32 w[8];
+        ld32x4(b + 16 + 32 * (c / 2), w);
+        ld32x4(b + 32 + 32 * (c / 2), w + 4);
+        for (int i = 0; i < 8; ++i) q[i] = (int)(w[i] >> 4 * (c % 2) & 0x0f0f0f0fu);
         k4_scale_min(b + 4, c, ldf16(b), ldf16(b + 2), s, o);
         return 1;
     }
@@ -185,10 +193,13 @@ struct FMT_Q5_K {
     static constexpr int BE = 256, BB = 176;
     static constexpr bool HAS_INT = true;
     SDEV int int_chunk(const u8* b, int c, int q[8], float s[2], float o[2]) {
-        const u8* qs = b + 48 + 32 * (c / 2);
+        u32 w[8], h[8];
+        ld32x4(b + 48 + 32 * (c / 2), w);
+        ld32x4(b + 64 + 32 * (c / 2), w + 4);
+        ld32x4(b + 16, h);
+        ld32x4(b + 32, h + 4);
         for (int i = 0; i < 8; ++i)
-            q[i] = (int)((ld32(qs + 4 * i) >> 4 * (c % 2) & 0x0f0f0f0fu) |
-                         (ld32(b + 16 + 4 * i) >> c & 0x01010101u) << 4);
+            q[i] = (int)((w[i] >> 4 * (c % 2) & 0x0f0f0f0fu) | (h[i] >> c & 0x01010101u) << 4);
         k4_scale_min(b + 4, c, ldf16(b), ldf16(b + 2), s, o);
         return 1;
     }
@@ -268,7 +279,10 @@ struct FMT_I2_S {
     static constexpr int BE = 128, BB = 32;
     static constexpr bool HAS_INT = true;
     SDEV int int_chunk(const u8* b, int c, int q[8], float s[2], float o[2]) {
-        for (int i = 0; i < 8; ++i) q[i] = qbias4(ld32(b + 4 * i) >> (6 - 2 * c) & 0x03030303u, 1);
+        u32 w[8];
+        ld32x4(b, w);
+        ld32x4(b + 16, w + 4);
+        for (int i = 0; i < 8; ++i) q[i] = qbias4(w[i] >> (6 - 2 * c) & 0x03030303u, 1);
         s[0] = 1.0f;
         o[0] = 0.0f;
         return 1;

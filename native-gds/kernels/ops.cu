@@ -123,12 +123,8 @@ DEV void gemv(const u8* w, u64 row_bytes, const float* x, float* y, u32 rows, u3
 // iscale = 127 / amax (blocks with amax < 1e-30 or not finite: zeros, d = 0), q =
 // clamp(round-half-even(x * iscale), -127, 127), d = 1 / iscale.
 // grid (cols / 32 / 4, ntok), block 128: one warp per block of 32.
-extern "C" __global__ void quantize_q8(const float* x, i8* xq, float* xd, u32 cols) {
-    u32 b = blockIdx.x * 4 + threadIdx.x / WARP;
-    u32 lane = threadIdx.x % WARP;
-    if (b >= cols / 32) return;
-    u64 at = (u64)blockIdx.y * cols + b * 32 + lane;
-    float v = x[at];
+// One block of 32 (a warp, value v in each lane): the lane's code, and the block's d from lane 0.
+DEV void q8_block(float v, i8* q_out, float* d_out, u32 lane) {
     float amax = warp_max(fabsf(v));
     // fmaxf drops NaNs; a NaN in the block makes the CPU's fold see it as not finite only when
     // it is the maximum, which fmaxf also ignores, so both treat NaN as absent.
@@ -141,18 +137,24 @@ extern "C" __global__ void quantize_q8(const float* x, i8* xq, float* xd, u32 co
         q = r != r ? 0 : (i8)fminf(fmaxf(r, -127.0f), 127.0f);
         d = 1.0f / iscale;
     }
-    xq[at] = q;
-    if (lane == 0) xd[(u64)blockIdx.y * (cols / 32) + b] = d;
+    *q_out = q;
+    if (lane == 0) *d_out = d;
+}
+
+extern "C" __global__ void quantize_q8(const float* x, i8* xq, float* xd, u32 cols) {
+    u32 b = blockIdx.x * 4 + threadIdx.x / WARP;
+    u32 lane = threadIdx.x % WARP;
+    if (b >= cols / 32) return;
+    u64 at = (u64)blockIdx.y * cols + b * 32 + lane;
+    q8_block(x[at], xq + at, xd + (u64)blockIdx.y * (cols / 32) + b, lane);
 }
 
 // y[t, r] = scale * sum over chunks of d8 * (sc * sum(code * q) + of * sum(q)), per group.
 // grid (ceil(rows / 4)), block 128.
 template <typename F>
 DEV void gemv_q8(const u8* w, u64 row_bytes, const i8* xq, const float* xd, float* y, u32 rows,
-                 u32 cols, u32 ntok, float scale) {
-    u32 r = blockIdx.x * 4 + threadIdx.x / WARP;
+                 u32 cols, u32 ntok, float scale, u32 r) {
     u32 lane = threadIdx.x % WARP;
-    if (r >= rows) return;
     const u8* row = w + (u64)r * row_bytes;
     float acc[GEMV_MAX_TOKENS];
     for (int t = 0; t < GEMV_MAX_TOKENS; t++) acc[t] = 0.0f;
@@ -182,6 +184,11 @@ DEV void gemv_q8(const u8* w, u64 row_bytes, const i8* xq, const float* xd, floa
 // BitLinear (ternary weights): per-token int8 absmax quantization as transformers does it:
 // s = 127 / max(amax, 1e-5), q = clamp(round-half-even(x * s), -128, 127).
 // grid (ntok), block 256.
+DEV i8 bit_code(float v, float sc) {
+    float r = rintf(v * sc);
+    return r != r ? 0 : (i8)fminf(fmaxf(r, -128.0f), 127.0f);
+}
+
 extern "C" __global__ void bitlinear_quantize(const float* x, i8* xq, float* s, u32 cols) {
     __shared__ float part[8];
     const float* row = x + (u64)blockIdx.x * cols;
@@ -193,10 +200,8 @@ extern "C" __global__ void bitlinear_quantize(const float* x, i8* xq, float* s, 
     m = 0.0f;
     for (int i = 0; i < (int)(blockDim.x / WARP); i++) m = fmaxf(m, part[i]);
     float sc = 127.0f / fmaxf(m, 1e-5f);
-    for (u32 i = threadIdx.x; i < cols; i += blockDim.x) {
-        float r = rintf(row[i] * sc);
-        xq[(u64)blockIdx.x * cols + i] = r != r ? 0 : (i8)fminf(fmaxf(r, -128.0f), 127.0f);
-    }
+    for (u32 i = threadIdx.x; i < cols; i += blockDim.x)
+        xq[(u64)blockIdx.x * cols + i] = bit_code(row[i], sc);
     if (threadIdx.x == 0) s[blockIdx.x] = sc;
 }
 
@@ -205,10 +210,8 @@ extern "C" __global__ void bitlinear_quantize(const float* x, i8* xq, float* s, 
 // grid (ceil(rows / 4)), block 128.
 template <typename F>
 DEV void bitlinear(const u8* w, u64 row_bytes, const i8* xq, const float* s, float* y, u32 rows,
-                   u32 cols, u32 ntok, float scale) {
-    u32 r = blockIdx.x * 4 + threadIdx.x / WARP;
+                   u32 cols, u32 ntok, float scale, u32 r) {
     u32 lane = threadIdx.x % WARP;
-    if (r >= rows) return;
     const u8* row = w + (u64)r * row_bytes;
     float acc[GEMV_MAX_TOKENS];
     for (int t = 0; t < GEMV_MAX_TOKENS; t++) acc[t] = 0.0f;
@@ -280,16 +283,53 @@ DEV void dequant_f32(const u8* w, u64 row_bytes, float* out, u32 rows, u32 cols)
     }
 FOR_EACH_FORMAT(INSTANTIATE)
 
+// Up to three products of one format and width over the same int8 activations in one launch
+// (Q, K and V; gate and up): the grid covers their rows one after the other (rows 0 for an
+// absent one).
+#define PRODUCTS_PARAMS                                                                        \
+    const u8 *w0, u64 rb0, float *y0, u32 rows0, float sc0, const u8 *w1, u64 rb1, float *y1,  \
+        u32 rows1, float sc1, const u8 *w2, u64 rb2, float *y2, u32 rows2, float sc2
+// Picks the product of global row r (r becomes its row there); returns from the kernel past
+// the last.
+#define PICK_PRODUCT                                                                           \
+    u32 r = blockIdx.x * 4 + threadIdx.x / WARP;                                               \
+    const u8* w = w0;                                                                          \
+    u64 rb = rb0;                                                                              \
+    float* y = y0;                                                                             \
+    u32 rows = rows0;                                                                          \
+    float scale = sc0;                                                                         \
+    if (r >= rows0) {                                                                          \
+        r -= rows0;                                                                            \
+        w = w1, rb = rb1, y = y1, rows = rows1, scale = sc1;                                   \
+        if (r >= rows1) {                                                                      \
+            r -= rows1;                                                                        \
+            w = w2, rb = rb2, y = y2, rows = rows2, scale = sc2;                               \
+            if (r >= rows2) return;                                                            \
+        }                                                                                      \
+    }
+
 #define INSTANTIATE_INT(name, F)                                                               \
     extern "C" __global__ void gemv_q8_##name(const u8* w, u64 rb, const i8* xq,               \
                                               const float* xd, float* y, u32 rows, u32 cols,   \
                                               u32 ntok, float scale) {                         \
-        gemv_q8<F>(w, rb, xq, xd, y, rows, cols, ntok, scale);                                 \
+        u32 r = blockIdx.x * 4 + threadIdx.x / WARP;                                           \
+        if (r < rows) gemv_q8<F>(w, rb, xq, xd, y, rows, cols, ntok, scale, r);                \
     }                                                                                          \
     extern "C" __global__ void bitlinear_##name(const u8* w, u64 rb, const i8* xq,             \
                                                 const float* s, float* y, u32 rows, u32 cols,  \
                                                 u32 ntok, float scale) {                       \
-        bitlinear<F>(w, rb, xq, s, y, rows, cols, ntok, scale);                                \
+        u32 r = blockIdx.x * 4 + threadIdx.x / WARP;                                           \
+        if (r < rows) bitlinear<F>(w, rb, xq, s, y, rows, cols, ntok, scale, r);               \
+    }                                                                                          \
+    extern "C" __global__ void gemv_q8_multi_##name(PRODUCTS_PARAMS, const i8* xq,              \
+                                                    const float* xd, u32 cols, u32 ntok) {     \
+        PICK_PRODUCT                                                                           \
+        gemv_q8<F>(w, rb, xq, xd, y, rows, cols, ntok, scale, r);                              \
+    }                                                                                          \
+    extern "C" __global__ void bitlinear_multi_##name(PRODUCTS_PARAMS, const i8* xq,            \
+                                                      const float* s, u32 cols, u32 ntok) {    \
+        PICK_PRODUCT                                                                           \
+        bitlinear<F>(w, rb, xq, s, y, rows, cols, ntok, scale, r);                             \
     }
 FOR_EACH_INT_FORMAT(INSTANTIATE_INT)
 
@@ -348,6 +388,62 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, 
         out[(u64)blockIdx.x * dim + i] = (float)((double)row[i] * inv * (double)w[i]);
 }
 
+// The residual add, RMSNorm and the quantization of the norm's output for the products that
+// follow, in one kernel, each step computed as its own kernel computes it: x = x + y where y is
+// given (written back to x), out = rms_norm(x) (f64, as rms_norm), then per `mode`: 0 nothing,
+// 1 int8 blocks of 32 (quantize_q8), 2 BitLinear's per-row absmax (bitlinear_quantize).
+// grid (rows), block 256.
+extern "C" __global__ void norm_fused(float* x, const float* y, const float* w, float* out,
+                                      u32 dim, float eps, u32 mode, i8* xq, float* xd) {
+    __shared__ double part[8];
+    __shared__ float pmax[8];
+    float* row = x + (u64)blockIdx.x * dim;
+    const float* add = y ? y + (u64)blockIdx.x * dim : 0;
+    float* o = out + (u64)blockIdx.x * dim;
+    double ss = 0.0;
+    for (u32 i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = row[i];
+        if (add) {
+            v = v + add[i];
+            row[i] = v;
+        }
+        ss += (double)v * (double)v;
+    }
+    ss = warp_sum_d(ss);
+    if (threadIdx.x % WARP == 0) part[threadIdx.x / WARP] = ss;
+    __syncthreads();
+    ss = 0.0;
+    for (int i = 0; i < (int)(blockDim.x / WARP); i++) ss += part[i];
+    double inv = 1.0 / sqrt(ss / (double)dim + (double)eps);
+    // Each thread normalizes the values it added (so it reads its own writes).
+    float m = 0.0f;
+    for (u32 i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = (float)((double)row[i] * inv * (double)w[i]);
+        o[i] = v;
+        m = fmaxf(m, fabsf(v));
+    }
+    if (mode == 0) return;
+    __syncthreads();
+    if (mode == 1) {
+        u32 lane = threadIdx.x % WARP;
+        for (u32 b = threadIdx.x / WARP; b < dim / 32; b += blockDim.x / WARP) {
+            u32 i = b * 32 + lane;
+            q8_block(o[i], xq + (u64)blockIdx.x * dim + i,
+                     xd + (u64)blockIdx.x * (dim / 32) + b, lane);
+        }
+        return;
+    }
+    m = warp_max(m);
+    if (threadIdx.x % WARP == 0) pmax[threadIdx.x / WARP] = m;
+    __syncthreads();
+    m = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x / WARP); i++) m = fmaxf(m, pmax[i]);
+    float sc = 127.0f / fmaxf(m, 1e-5f);
+    for (u32 i = threadIdx.x; i < dim; i += blockDim.x)
+        xq[(u64)blockIdx.x * dim + i] = bit_code(o[i], sc);
+    if (threadIdx.x == 0) xd[blockIdx.x] = sc;
+}
+
 // ---------------------------------------------------------------------------------------
 // RoPE in place on x: (ntok, heads, head_dim); token t at position pos[t]. Pair i turns by
 // pos * freqs[i] (f64), (a, b) -> (a cos - b sin, a sin + b cos) in f64, as the CPU does.
@@ -375,22 +471,34 @@ extern "C" __global__ void rope(float* x, const u32* pos, const double* freqs, u
 // ---------------------------------------------------------------------------------------
 // Elementwise, in f64 where the CPU reference is: 0 add (f32), 1 silu(a) * b,
 // 2 max(a, 0)^2, 3 max(a, 0)^2 * b. grid (ceil(len / 256)), block 256.
+DEV float ew(u32 f, float x, float b) {
+    if (f == 0) return x + b;
+    if (f == 1) {
+        double g = x;
+        return (float)(g / (1.0 + exp(-g)) * (double)b);
+    }
+    double r = x > 0.0f ? (double)x : 0.0;
+    return f == 2 ? (float)(r * r) : (float)(r * r * (double)b);
+}
+
 extern "C" __global__ void elementwise(u32 f, float* out, const float* a, const float* b,
                                        u32 len) {
     u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
-    float x = a[i];
-    float y;
-    if (f == 0) {
-        y = x + b[i];
-    } else if (f == 1) {
-        double g = x;
-        y = (float)(g / (1.0 + exp(-g)) * (double)b[i]);
-    } else {
-        double r = x > 0.0f ? (double)x : 0.0;
-        y = f == 2 ? (float)(r * r) : (float)(r * r * (double)b[i]);
-    }
+    out[i] = ew(f, a[i], f == 2 ? 0.0f : b[i]);
+}
+
+// elementwise, then its output quantized in blocks of 32 as quantize_q8 does (the product
+// after it takes int8 activations). grid (ceil(len / 32 / 4)), block 128: a warp per block.
+extern "C" __global__ void elementwise_q8(u32 f, float* out, const float* a, const float* b,
+                                          u32 len, i8* xq, float* xd) {
+    u32 blk = blockIdx.x * 4 + threadIdx.x / WARP;
+    u32 lane = threadIdx.x % WARP;
+    if (blk >= len / 32) return;
+    u32 i = blk * 32 + lane;
+    float y = ew(f, a[i], f == 2 ? 0.0f : b[i]);
     out[i] = y;
+    q8_block(y, xq + i, xd + blk, lane);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -318,6 +318,14 @@ where
     if want("rms_norm") {
         record("rms_norm".into(), rms_norm(&mut make).await);
     }
+    for (name, bitnet) in [("fusions/llama", false), ("fusions/bitnet", true)] {
+        for tokens in [1usize, 3] {
+            let name = format!("{name}/{tokens}");
+            if want(&name) {
+                record(name, fusions(&mut make, bitnet, tokens).await);
+            }
+        }
+    }
     for (style, rot, llama3) in [
         (RopeStyle::Interleaved, 64, false),
         (RopeStyle::NeoX, 64, false),
@@ -582,6 +590,160 @@ where
         )]
     };
     against_cpu(make, &setup, &passes, &|w, _| one_ulp(w)).await
+}
+
+/// A layer's worth of ops in the order a model writes them (residual add, norm, Q/K/V
+/// products, norm, gate and up, the activation, down), run with the backend's fusions and
+/// without: every output must be equal bit for bit (a fusion computes each step as the op's
+/// own kernel does; the unfused ops are checked against the CPU by the other checks).
+async fn fusions<B, F, Fut>(
+    make: &mut F,
+    bitnet: bool,
+    tokens: usize,
+) -> Result<(usize, f64), String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<B, Error>>,
+    B: Backend,
+{
+    let mut rng = Rng(0xf05e ^ tokens as u64 ^ u64::from(bitnet) << 9);
+    let (dim, kv, ff) = (512, 128, 1024);
+    let (wt, act) = match bitnet {
+        true => (GgmlType::I2_S, Activations::Q8),
+        false => (GgmlType::Q4_K, Activations::Q8),
+    };
+    let shapes = [
+        (dim, dim),
+        (kv, dim),
+        (kv, dim),
+        (ff, dim),
+        (ff, dim),
+        (dim, ff),
+    ];
+    let setup = Setup {
+        weights: shapes
+            .iter()
+            .map(|&(r, c)| WeightSpec::random(&mut rng, wt, r, c))
+            .collect(),
+        // x, y, two norm weights, outputs xb, q, k, v, xb2, hb, hb2, (unused), then BitNet's
+        // sub-norm weight and output.
+        vectors: vec![
+            rng.vec(tokens * dim, 2.0),
+            rng.vec(tokens * dim, 1.0),
+            rng.vec(dim, 1.5),
+            rng.vec(dim, 1.5),
+            vec![POISON; tokens * dim],
+            vec![POISON; tokens * dim],
+            vec![POISON; tokens * kv],
+            vec![POISON; tokens * kv],
+            vec![POISON; tokens * dim],
+            vec![POISON; tokens * ff],
+            vec![POISON; tokens * ff],
+            vec![POISON; tokens * dim],
+            rng.vec(ff, 1.5),
+            vec![POISON; tokens * ff],
+        ],
+        cache: None,
+    };
+    let passes = move |h: &Handles| {
+        let t = &h.t;
+        let product = |w: usize, x: Tensor, out: Tensor, rows: usize| match bitnet {
+            true => Op::BitLinear {
+                w: h.w[w],
+                x,
+                out,
+                rows,
+            },
+            false => Op::MatMul {
+                w: h.w[w],
+                x,
+                out,
+                rows,
+                act,
+            },
+        };
+        let norm = |weight: Tensor| Op::RmsNorm {
+            x: t[0],
+            weight,
+            out: t[4],
+            rows: tokens,
+            dim,
+            eps: 1e-5,
+        };
+        let mut ops = vec![
+            Op::Elementwise {
+                f: Elementwise::Add,
+                out: t[0],
+                first: None,
+                second: Some(t[1]),
+                len: tokens * dim,
+            },
+            norm(t[2]),
+            product(0, t[4], t[5], tokens),
+            product(1, t[4], t[6], tokens),
+            product(2, t[4], t[7], tokens),
+            norm(t[3]),
+            product(3, t[4], t[9], tokens),
+            product(4, t[4], t[10], tokens),
+            Op::Elementwise {
+                f: if bitnet {
+                    Elementwise::ReluSquaredMul
+                } else {
+                    Elementwise::SiluMul
+                },
+                out: t[9],
+                first: None,
+                second: Some(t[10]),
+                len: tokens * ff,
+            },
+        ];
+        let down_input = if bitnet {
+            // BitNet's sub-norm before down.
+            ops.push(Op::RmsNorm {
+                x: t[9],
+                weight: t[12],
+                out: t[13],
+                rows: tokens,
+                dim: ff,
+                eps: 1e-5,
+            });
+            t[13]
+        } else {
+            t[9]
+        };
+        ops.push(product(5, down_input, t[8], tokens));
+        // One pass per output read back (each pass runs the whole layer again: x keeps
+        // growing by y, the same on both sides).
+        [
+            (t[0], dim),
+            (t[4], dim),
+            (t[5], dim),
+            (t[6], kv),
+            (t[7], kv),
+            (t[9], ff),
+            (t[8], dim),
+        ]
+        .into_iter()
+        .map(|(out, width)| reading(ops.clone(), tokens, out, tokens * width))
+        .collect()
+    };
+    let mut fused = make().await.map_err(|e| e.to_string())?;
+    let got = execute(&mut fused, &setup, &passes)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut plain = make().await.map_err(|e| e.to_string())?;
+    plain.set_fusions(false);
+    let want = execute(&mut plain, &setup, &passes)
+        .await
+        .map_err(|e| format!("without fusions: {e}"))?;
+    let (mut n, mut worst) = (0, 0f64);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let (g, w) = (full(g)?, full(w)?);
+        let (k, r) = compare(g, w, &vec![0.0; w.len()]).map_err(|e| format!("pass {i}: {e}"))?;
+        n += k;
+        worst = worst.max(r);
+    }
+    Ok((n, worst))
 }
 
 fn cache(

@@ -177,6 +177,62 @@ pub struct CudaBackend {
     /// Per-kernel timing (`bench generate --profile`): each launch between two events, passes
     /// launched op by op.
     profile: Option<Profile>,
+    /// Run consecutive ops as one kernel where [`CudaBackend::fusion_at`] finds a fusion.
+    fusions: bool,
+}
+
+/// Consecutive ops run as one kernel, each step computed as its own kernel computes it (the
+/// self-test checks the results equal the unfused ones bit for bit).
+#[derive(Clone, Debug, PartialEq)]
+enum Fused {
+    /// `add` (residual, into `x`; `y`: none for a norm alone), then RMSNorm of `x` into `out`,
+    /// then the norm's output quantized for the product after it (`quant`).
+    Norm {
+        x: Tensor,
+        y: Option<Tensor>,
+        weight: Tensor,
+        out: Tensor,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+        quant: Quant,
+    },
+    /// An elementwise function whose output a product takes as int8 blocks.
+    ElementwiseQ8 {
+        f: Elementwise,
+        out: Tensor,
+        first: Tensor,
+        second: Tensor,
+        rows: usize,
+        cols: usize,
+    },
+    /// Two or three one-token products (int8 or BitLinear) of one format and width over the
+    /// same activations.
+    Products {
+        bitlinear: bool,
+        x: Tensor,
+        rows: usize,
+        products: Vec<(Weight, Tensor)>,
+    },
+}
+
+/// How a fused norm leaves its output for the next product.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Quant {
+    None,
+    Q8,
+    BitLinear,
+}
+
+impl Fused {
+    /// Ops it stands for.
+    fn ops(&self) -> usize {
+        match self {
+            Fused::Norm { y, .. } => 1 + usize::from(y.is_some()),
+            Fused::ElementwiseQ8 { .. } => 1,
+            Fused::Products { products, .. } => products.len(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -237,6 +293,7 @@ impl CudaBackend {
             quantized: None,
             tiles: 0,
             profile: None,
+            fusions: true,
         })
     }
 
@@ -617,6 +674,329 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Queue `ops` (a pass of `n` tokens), consecutive ones fused where
+    /// [`CudaBackend::fusion_at`] finds a fusion.
+    fn run_ops(&mut self, ops: &[Op], n: usize, max_len: usize) -> Result<(), Error> {
+        let mut i = 0;
+        while i < ops.len() {
+            match self.fusion_at(&ops[i..]) {
+                Some(f) => {
+                    i += f.ops();
+                    self.run_fused(f)?;
+                }
+                None => {
+                    self.run(&ops[i], n, max_len)?;
+                    i += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How the op after a norm or an elementwise op takes `t` (`rows` x `cols`) when it is an
+    /// int8 product of it: as int8 blocks or as BitLinear's rows.
+    fn quant_for(&self, next: Option<&Op>, t: Tensor, rows: usize, cols: usize) -> Quant {
+        let width = |w: Weight| self.weight(w).map_or(0, |cw| cw.cols);
+        match next {
+            Some(&Op::MatMul {
+                w,
+                x,
+                rows: r,
+                act: Activations::Q8,
+                ..
+            }) if x == t && r == rows && width(w) == cols => Quant::Q8,
+            Some(&Op::BitLinear { w, x, rows: r, .. })
+                if x == t && r == rows && width(w) == cols =>
+            {
+                Quant::BitLinear
+            }
+            _ => Quant::None,
+        }
+    }
+
+    /// The fusion that starts at `ops[0]`, if any.
+    fn fusion_at(&self, ops: &[Op]) -> Option<Fused> {
+        if !self.fusions {
+            return None;
+        }
+        match *ops.first()? {
+            Op::Elementwise {
+                f: Elementwise::Add,
+                out,
+                first,
+                second: Some(y),
+                len,
+            } if first.is_none_or(|a| a == out) => match ops.get(1) {
+                Some(&Op::RmsNorm {
+                    x,
+                    weight,
+                    out: no,
+                    rows,
+                    dim,
+                    eps,
+                }) if x == out && rows * dim == len && no != x && y != no => Some(Fused::Norm {
+                    x,
+                    y: Some(y),
+                    weight,
+                    out: no,
+                    rows,
+                    dim,
+                    eps,
+                    quant: self.quant_for(ops.get(2), no, rows, dim),
+                }),
+                _ => None,
+            },
+            Op::RmsNorm {
+                x,
+                weight,
+                out,
+                rows,
+                dim,
+                eps,
+            } if out != x => {
+                let quant = self.quant_for(ops.get(1), out, rows, dim);
+                (quant != Quant::None).then_some(Fused::Norm {
+                    x,
+                    y: None,
+                    weight,
+                    out,
+                    rows,
+                    dim,
+                    eps,
+                    quant,
+                })
+            }
+            Op::Elementwise {
+                f,
+                out,
+                first,
+                second,
+                len,
+            } => match ops.get(1) {
+                Some(&Op::MatMul {
+                    w,
+                    x,
+                    rows,
+                    act: Activations::Q8,
+                    ..
+                }) if x == out => {
+                    let cols = self.weight(w).ok()?.cols;
+                    let first = first.unwrap_or(out);
+                    let second = second.unwrap_or(first);
+                    (rows * cols == len && second != out).then_some(Fused::ElementwiseQ8 {
+                        f,
+                        out,
+                        first,
+                        second,
+                        rows,
+                        cols,
+                    })
+                }
+                _ => None,
+            },
+            Op::MatMul {
+                x,
+                rows,
+                act: Activations::Q8,
+                ..
+            }
+            | Op::BitLinear { x, rows, .. }
+                if rows <= GEMV_MAX_TOKENS =>
+            {
+                let bitlinear = matches!(ops[0], Op::BitLinear { .. });
+                let key = |op: &Op| -> Option<(Weight, Tensor, &'static str, usize)> {
+                    let (w, out) = match *op {
+                        Op::MatMul {
+                            w,
+                            x: ox,
+                            out,
+                            rows: r,
+                            act: Activations::Q8,
+                        } if !bitlinear && ox == x && r == rows => (w, out),
+                        Op::BitLinear {
+                            w,
+                            x: ox,
+                            out,
+                            rows: r,
+                        } if bitlinear && ox == x && r == rows => (w, out),
+                        _ => return None,
+                    };
+                    let cw = self.weight(w).ok()?;
+                    Some((w, out, cw.suffix, cw.cols))
+                };
+                let (_, _, suffix, cols) = key(&ops[0])?;
+                let mut products = Vec::new();
+                for op in ops.iter().take(3) {
+                    match key(op) {
+                        Some((w, out, s, c))
+                            if s == suffix
+                                && c == cols
+                                && out != x
+                                && products.iter().all(|&(_, o)| o != out) =>
+                        {
+                            products.push((w, out))
+                        }
+                        _ => break,
+                    }
+                }
+                (products.len() >= 2).then_some(Fused::Products {
+                    bitlinear,
+                    x,
+                    rows,
+                    products,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Queue a fusion.
+    fn run_fused(&mut self, f: Fused) -> Result<(), Error> {
+        let (xq, xd) = (
+            Self::scratch_ptr(&self.scratch.xq),
+            Self::scratch_ptr(&self.scratch.xd),
+        );
+        match f {
+            Fused::Norm {
+                x,
+                y,
+                weight,
+                out,
+                rows,
+                dim,
+                eps,
+                quant,
+            } => {
+                let args = [
+                    Arg::Ptr(self.ptr(x)),
+                    Arg::Ptr(y.map_or(0, |y| self.ptr(y))),
+                    Arg::Ptr(self.ptr(weight)),
+                    Arg::Ptr(self.ptr(out)),
+                    Arg::U32(dim as u32),
+                    Arg::F32(eps),
+                    Arg::U32(match quant {
+                        Quant::None => 0,
+                        Quant::Q8 => 1,
+                        Quant::BitLinear => 2,
+                    }),
+                    Arg::Ptr(xq),
+                    Arg::Ptr(xd),
+                ];
+                self.launch("norm_fused", (rows, 1), 256, &args)?;
+                self.quantized = match quant {
+                    Quant::None => self.quantized.filter(|q| q.x != x && q.x != out),
+                    q => Some(Quantized {
+                        x: out,
+                        rows,
+                        cols: dim,
+                        bitlinear: q == Quant::BitLinear,
+                    }),
+                };
+                Ok(())
+            }
+            Fused::ElementwiseQ8 {
+                f,
+                out,
+                first,
+                second,
+                rows,
+                cols,
+            } => {
+                let len = rows * cols;
+                let args = [
+                    Arg::U32(elementwise_code(f)),
+                    Arg::Ptr(self.ptr(out)),
+                    Arg::Ptr(self.ptr(first)),
+                    Arg::Ptr(self.ptr(second)),
+                    Arg::U32(len as u32),
+                    Arg::Ptr(xq),
+                    Arg::Ptr(xd),
+                ];
+                self.launch("elementwise_q8", ((len / 32).div_ceil(4), 1), 128, &args)?;
+                self.quantized = Some(Quantized {
+                    x: out,
+                    rows,
+                    cols,
+                    bitlinear: false,
+                });
+                Ok(())
+            }
+            Fused::Products {
+                bitlinear,
+                x,
+                rows,
+                products,
+            } => {
+                let first = self.weight(products[0].0)?;
+                let (cols, suffix) = (first.cols, first.suffix);
+                let want = Quantized {
+                    x,
+                    rows,
+                    cols,
+                    bitlinear,
+                };
+                if self.quantized != Some(want) {
+                    let xp = self.ptr(x);
+                    if bitlinear {
+                        let args = [
+                            Arg::Ptr(xp),
+                            Arg::Ptr(xq),
+                            Arg::Ptr(xd),
+                            Arg::U32(cols as u32),
+                        ];
+                        self.launch("bitlinear_quantize", (rows, 1), 256, &args)?;
+                    } else {
+                        let args = [
+                            Arg::Ptr(xp),
+                            Arg::Ptr(xq),
+                            Arg::Ptr(xd),
+                            Arg::U32(cols as u32),
+                        ];
+                        self.launch("quantize_q8", ((cols / 32).div_ceil(4), rows), 128, &args)?;
+                    }
+                    self.quantized = Some(want);
+                }
+                let mut args = Vec::with_capacity(19);
+                let mut total = 0;
+                for i in 0..3 {
+                    match products.get(i) {
+                        Some(&(w, out)) => {
+                            let cw = self.weight(w)?;
+                            total += cw.rows;
+                            args.extend([
+                                Arg::Ptr(cw.buf.ptr()),
+                                Arg::Ptr(cw.row_bytes as u64),
+                                Arg::Ptr(self.ptr(out)),
+                                Arg::U32(cw.rows as u32),
+                                Arg::F32(cw.scale),
+                            ]);
+                        }
+                        None => args.extend([
+                            Arg::Ptr(0),
+                            Arg::Ptr(0),
+                            Arg::Ptr(0),
+                            Arg::U32(0),
+                            Arg::F32(0.0),
+                        ]),
+                    }
+                }
+                args.extend([
+                    Arg::Ptr(xq),
+                    Arg::Ptr(xd),
+                    Arg::U32(cols as u32),
+                    Arg::U32(rows as u32),
+                ]);
+                let kind = if bitlinear { "bitlinear" } else { "gemv_q8" };
+                self.launch(
+                    &format!("{kind}_multi_{suffix}"),
+                    (total.div_ceil(4), 1),
+                    128,
+                    &args,
+                )
+            }
+        }
+    }
+
     fn run_op(&mut self, op: &Op, n: usize, max_len: usize) -> Result<(), Error> {
         let (ids, pos, seq) = (
             self.tokens.ids.ptr(),
@@ -827,12 +1207,7 @@ impl CudaBackend {
                 second,
                 len,
             } => {
-                let code = match f {
-                    Elementwise::Add => 0,
-                    Elementwise::SiluMul => 1,
-                    Elementwise::ReluSquared => 2,
-                    Elementwise::ReluSquaredMul => 3,
-                };
+                let code = elementwise_code(f);
                 let a = self.ptr(first.unwrap_or(out));
                 let b = second.map_or(a, |s| self.ptr(s));
                 let args = [
@@ -1081,21 +1456,12 @@ impl CudaBackend {
             && rec.needs.wide == 0;
         self.quantized = None;
         if !graphable {
-            for op in rec.ops.iter() {
-                self.run(op, n, max_len)?;
-            }
-            return Ok(());
+            return self.run_ops(&rec.ops, n, max_len);
         }
         let key = (rec.plan_id, n);
         if !self.graphs.contains_key(&key) {
             self.dev.begin_capture().map_err(gds)?;
-            let mut result = Ok(());
-            for op in rec.ops.iter() {
-                result = self.run(op, n, max_len);
-                if result.is_err() {
-                    break;
-                }
-            }
+            let result = self.run_ops(&rec.ops, n, max_len);
             let graph = self.dev.end_capture();
             result?;
             self.graphs.insert(key, graph.map_err(gds)?);
@@ -1335,7 +1701,35 @@ impl Backend for CudaBackend {
     }
 
     fn plan_lines(&self, plan: &CudaPlan, names: &Names) -> Vec<String> {
-        plan.ops.iter().map(|op| op.describe(names)).collect()
+        let mut lines = Vec::new();
+        let mut i = 0;
+        while i < plan.ops.len() {
+            match self.fusion_at(&plan.ops[i..]) {
+                Some(f) => {
+                    let k = f.ops();
+                    let what = match f {
+                        Fused::Norm { .. } => "norm_fused",
+                        Fused::ElementwiseQ8 { .. } => "elementwise_q8",
+                        Fused::Products { .. } => "products in one launch",
+                    };
+                    lines.push(format!("fused ({what}):"));
+                    for op in &plan.ops[i..i + k] {
+                        lines.push(format!("  {}", op.describe(names)));
+                    }
+                    i += k;
+                }
+                None => {
+                    lines.push(plan.ops[i].describe(names));
+                    i += 1;
+                }
+            }
+        }
+        lines
+    }
+
+    fn set_fusions(&mut self, on: bool) {
+        self.fusions = on;
+        self.graphs.clear();
     }
 
     fn record(&mut self, plan: &CudaPlan, batch: &Batch) -> Result<CudaRecorded, Error> {
@@ -1460,6 +1854,16 @@ impl CudaBackend {
         self.dev
             .upload_small(dst, bytemuck::cast_slice(values))
             .map_err(gds)
+    }
+}
+
+/// The `elementwise` kernels' code of a function.
+fn elementwise_code(f: Elementwise) -> u32 {
+    match f {
+        Elementwise::Add => 0,
+        Elementwise::SiluMul => 1,
+        Elementwise::ReluSquared => 2,
+        Elementwise::ReluSquaredMul => 3,
     }
 }
 

@@ -188,6 +188,10 @@ pub trait Backend {
     /// int8 activations, f16 operands and f16 KV cache that [`Arithmetic::Fast`] allows.
     fn set_arithmetic(&mut self, arithmetic: Arithmetic);
 
+    /// Turn the backend's own fusions of consecutive ops on (the default) or off, for a
+    /// self-test that compares the two; backends that fuse nothing ignore it.
+    fn set_fusions(&mut self, _on: bool) {}
+
     /// Upload a weight in its file format.
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, crate::Error>;
 

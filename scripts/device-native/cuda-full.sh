@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # On the GPU machine, one call (carry target/devgpu and target/llama-src.tar.xz): builds
-# llama.cpp's llama-bench with CUDA in the background while cuda.sh runs its selftest and
-# same-token steps (not timed), then, with the build done, the timed steps: cuda.sh's benches
-# and bench-llama-cpp.sh for both tritium backends; between them (untimed), the per-kernel
-# profile of `bench generate --profile`.
+# llama.cpp's llama-bench with CUDA in the background while the untimed steps run (cuda.sh's
+# selftest and same tokens, then the per-kernel profile of `bench generate --profile`); with the
+# build done, the timed steps: bench-llama-cpp.sh for both tritium backends on the synthetic
+# Llama-1B, BitNet 2B4T on both backends, and decode without the CUDA fusions. Everything is
+# kept in $OUT/cuda-full.tgz (written at each stage, so a run cut short still returns it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/device-native/env.sh
 O=${OUT:-/tmp}
+W=/tmp/cuda-full
 L=/tmp/llama
-mkdir -p $L/src
+mkdir -p $W $L/src
+pack() { tar czf "$O/cuda-full.tgz" -C $W . 2>/dev/null; }
 tar xJf target/llama-src.tar.xz -C $L/src
 SRC=$(dirname "$(find $L/src -maxdepth 4 -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' | head -1)")
 arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
@@ -18,23 +21,50 @@ setsid bash -c "cmake -S '$SRC' -B $L/build -DCMAKE_BUILD_TYPE=Release -DGGML_CU
   -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
   > $L/cmake.log 2>&1 && cmake --build $L/build -j16 --target llama-bench > $L/build.log 2>&1; echo \$? > $L/rc" &
 T0=$(date +%s)
-STEPS="${PRE_STEPS:-1 2}" scripts/device-native/cuda.sh 2>&1 | tee "$O/cuda-steps12.txt" | tail -30
-echo "steps 1 2 took $(( $(date +%s) - T0 )) s"
+OUT=$W STEPS="${PRE_STEPS:-1 2}" scripts/device-native/cuda.sh 2>&1 | tee $W/steps12.txt | grep -v "^same "
+echo "steps 1 2 took $(( $(date +%s) - T0 )) s"; pack
 for m in l b; do
-  tritium bench generate /tmp/$m.gguf --backend cuda --prompt 512 --decode 64 --profile > "$O/profile-$m.txt" 2>&1
-  echo "== $m"; grep -A14 "prompt token of the prefill" "$O/profile-$m.txt" | cut -c1-100
-  grep -A22 "per decoded token" "$O/profile-$m.txt" | cut -c1-100
+  tritium bench generate /tmp/$m.gguf --backend cuda --prompt 512 --decode 64 --profile > $W/profile-$m.txt 2>&1
+  echo "== $m"; grep -A12 "prompt token of the prefill" $W/profile-$m.txt | cut -c3-92
+  grep -A18 "per decoded token" $W/profile-$m.txt | cut -c3-92
 done
-for _ in $(seq 1 ${BUILD_WAIT:-400}); do [ -f $L/rc ] && break; sleep 1; done
+pack
+for _ in $(seq 1 ${BUILD_WAIT:-420}); do [ -f $L/rc ] && break; sleep 1; done
 echo "llama.cpp build: rc $(cat $L/rc 2>/dev/null || echo none) after $(( $(date +%s) - T0 )) s"
-tail -3 $L/build.log | cut -c1-300
-STEPS=3 scripts/device-native/cuda.sh 2>&1 | tee "$O/cuda-step3.txt" | tail -20
+tail -2 $L/build.log | cut -c1-200
 if [ -x $L/build/bin/llama-bench ]; then
-  cp $L/build/bin/llama-bench "$O/" 2>/dev/null
   for be in cuda gpu; do
+    r=2; [ $be = gpu ] && r=1
     scripts/bench-llama-cpp.sh --llama-bench $L/build/bin/llama-bench --tritium "$(command -v tritium)" \
-      --backend $be --rounds ${ROUNDS:-2} --work /tmp/vs-$be 2>&1 | tail -12 | tee "$O/vs-llama-$be.txt"
-    mkdir -p "$O/vs-$be"; cp /tmp/vs-$be/*.json "$O/vs-$be/" 2>/dev/null
+      --backend $be --rounds $r --work $W/vs-$be 2>&1 | tail -9 | tee $W/vs-llama-$be.txt
+    rm -f $W/vs-$be/*.gguf; pack
   done
 fi
+for be in cuda gpu; do
+  for p in 512 3968; do
+    tritium bench generate /tmp/b.gguf --backend $be --prompt $p --decode 128 --json > $W/b-$be-$p.json 2> $W/b-$be-$p.err
+  done
+done
+for m in l b; do
+  TRITIUM_CUDA_NO_FUSIONS=1 tritium bench generate /tmp/$m.gguf --backend cuda --prompt 512 --decode 128 --json > $W/nofuse-$m.json 2>&1
+done
+python3 - $W <<'PY'
+import json, sys
+w = sys.argv[1]
+def show(name, path, extra=False):
+    try:
+        r = json.load(open(path))
+    except Exception as e:
+        print(name, "failed:", open(path.replace(".json", ".err") if path.endswith(".json") else path).read()[-300:]); return
+    s = "%s: prefill %.0f tok/s, decode %.1f tok/s" % (name, r["prefill_tokens_per_s"], r["decode_tokens_per_s"])
+    if "device_bytes_used" in r:
+        s += ", no graphs %.1f, device MiB %.0f" % (r["decode_no_graphs_tokens_per_s"], r["device_bytes_used"] / 2**20)
+    print(s)
+for be in ["cuda", "gpu"]:
+    for p in [512, 3968]:
+        show("bitnet %s p%d" % (be, p), "%s/b-%s-%d.json" % (w, be, p))
+for m in "lb":
+    show("%s cuda no fusions" % m, "%s/nofuse-%s.json" % (w, m))
+PY
+pack
 echo "total $(( $(date +%s) - T0 )) s"

@@ -293,7 +293,7 @@ impl CudaBackend {
             quantized: None,
             tiles: 0,
             profile: None,
-            fusions: true,
+            fusions: std::env::var_os("TRITIUM_CUDA_NO_FUSIONS").is_none(),
         })
     }
 

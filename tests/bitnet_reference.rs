@@ -101,8 +101,10 @@ struct RunJson {
     finish_reason: String,
 }
 
+/// The checkout (`$TRITIUM_REPO` where the test binary runs elsewhere, as on the GPU machine).
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("TRITIUM_REPO")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
 }
 
 fn read(path: impl AsRef<Path>) -> Vec<u8> {
@@ -133,7 +135,12 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
 }
 
 fn tritium(args: &[&str]) -> Output {
-    let o = Command::new(env!("CARGO_BIN_EXE_tritium"))
+    // `$TRITIUM_BIN` where the test binary runs elsewhere.
+    let bin = std::env::var_os("TRITIUM_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_tritium")),
+        PathBuf::from,
+    );
+    let o = Command::new(bin)
         .current_dir(root())
         .args(args)
         .output()
@@ -378,6 +385,18 @@ fn i2s_on_gpu_matches_transformers() {
 #[test]
 fn tq2_0_on_gpu_matches_transformers() {
     check_model(TQ2, "gpu", &[]);
+}
+
+/// The CUDA backend, as the GPU backend above: batched and one-token passes, the exact KV
+/// cache and the default one (scripts/device-native/cuda-reference.sh; CI has no CUDA device).
+#[test]
+#[ignore = "needs a CUDA GPU: scripts/device-native/cuda-reference.sh runs it"]
+fn i2s_and_tq2_0_on_cuda_match_transformers() {
+    check_model(I2S, "cuda", &[]);
+    check_model(TQ2, "cuda", &[]);
+    check_model(I2S, "cuda", &["--batch", "1"]);
+    check_model(I2S, "cuda", &["--kv-cache", "auto"]);
+    check_model(I2S, "cuda", &["--kv-cache", "auto", "--batch", "1"]);
 }
 
 /// The default KV cache type (`--kv-cache auto`, what a user gets) keeps the fixture inside the

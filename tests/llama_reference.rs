@@ -123,7 +123,7 @@ fn f32s(v: &Value) -> Vec<f32> {
 }
 
 fn golden(variant: &str) -> Golden {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let path = root()
         .join("tests/goldens/llama")
         .join(format!("{}.json", variant.to_lowercase()));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -161,8 +161,19 @@ fn golden(variant: &str) -> Golden {
     }
 }
 
+/// The checkout (`$TRITIUM_REPO` where the test binary runs elsewhere, as on the GPU machine).
+fn root() -> PathBuf {
+    std::env::var_os("TRITIUM_REPO")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
 fn tritium(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tritium"));
+    // `$TRITIUM_BIN` where the test binary runs elsewhere.
+    let bin = std::env::var_os("TRITIUM_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_tritium")),
+        PathBuf::from,
+    );
+    let mut cmd = Command::new(bin);
     cmd.args(args);
     // The GPU backend runs on lavapipe here unless the caller chose a Vulkan driver (as
     // scripts/test.sh does).
@@ -203,7 +214,7 @@ fn sha256_file(path: &Path) -> String {
 /// llama.cpp's file byte for byte.
 fn model(g: &Golden) -> PathBuf {
     static MAKING: Mutex<()> = Mutex::new(());
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = root();
     let q4_1 = root.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(
         q4_1.exists(),
@@ -532,6 +543,18 @@ fn q8_0_matches_llama_cpp() {
 /// decoding on the GPU for the Q4_1 model.
 #[test]
 fn gpu_backend_agrees_with_cpu() {
+    backend_agrees_with_cpu("gpu");
+}
+
+/// The same for the CUDA backend, with the same bound (on the GPU machine:
+/// scripts/device-native/cuda-reference.sh; CI has no CUDA device).
+#[test]
+#[ignore = "needs a CUDA GPU: scripts/device-native/cuda-reference.sh runs it"]
+fn cuda_backend_agrees_with_cpu() {
+    backend_agrees_with_cpu("cuda");
+}
+
+fn backend_agrees_with_cpu(backend: &str) {
     let mut failures = Vec::new();
     for variant in ["Q4_1", "Q4_K_M", "Q6_K", "Q8_0"] {
         let g = golden(variant);
@@ -539,7 +562,7 @@ fn gpu_backend_agrees_with_cpu() {
         let c = g.cases.iter().find(|c| c.prompt == FRANCE).unwrap();
         let seq: Vec<u32> = c.prompt_ids.iter().chain(&c.greedy_ids).copied().collect();
         let cpu = logits(&model, &seq, "cpu", g.n_vocab);
-        let gpu = logits(&model, &seq, "gpu", g.n_vocab);
+        let gpu = logits(&model, &seq, backend, g.n_vocab);
         let mut worst_ratio = 0f32;
         for (pos, (a, b)) in cpu.iter().zip(&gpu).enumerate() {
             let (range, diff) = (range_of(a), max_diff(a, b));
@@ -547,14 +570,14 @@ fn gpu_backend_agrees_with_cpu() {
             worst_ratio = worst_ratio.max(ratio);
             if ratio.is_nan() || ratio > GPU_REL_TOL {
                 failures.push(format!(
-                    "{variant}: position {pos}: GPU logits differ from CPU by up to {diff} \
+                    "{variant}: position {pos}: {backend} logits differ from CPU by up to {diff} \
                      ({:.3}% of the range {range})",
                     100.0 * ratio
                 ));
             }
         }
         println!(
-            "{variant}: GPU vs CPU over {} positions: worst max |diff| / range = {:.2e}",
+            "{variant}: {backend} vs CPU over {} positions: worst max |diff| / range = {:.2e}",
             seq.len(),
             worst_ratio
         );
@@ -572,7 +595,7 @@ fn gpu_backend_agrees_with_cpu() {
                 "--ctx",
                 CTX,
                 "--backend",
-                "gpu",
+                backend,
                 "--json",
             ]);
             let ours = u32s(&v["generated_ids"]);
@@ -580,7 +603,7 @@ fn gpu_backend_agrees_with_cpu() {
                 || !v["text"].as_str().unwrap_or("").starts_with(" Paris")
             {
                 failures.push(format!(
-                    "{variant} on the GPU: {FRANCE:?} continues with {ours:?} {:?}, llama.cpp {:?}",
+                    "{variant} on {backend}: {FRANCE:?} continues with {ours:?} {:?}, llama.cpp {:?}",
                     v["text"],
                     &c.greedy_ids[..n]
                 ));

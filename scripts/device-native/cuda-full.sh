@@ -22,7 +22,13 @@ setsid bash -c "cmake -S '$SRC' -B $L/build -DCMAKE_BUILD_TYPE=Release -DGGML_CU
   > $L/cmake.log 2>&1 && cmake --build $L/build -j16 --target llama-bench > $L/build.log 2>&1; echo \$? > $L/rc" &
 T0=$(date +%s)
 OUT=$W STEPS="${PRE_STEPS:-1 2}" scripts/device-native/cuda.sh 2>&1 | tee $W/steps12.txt | grep -v "^same "
-echo "steps 1 2 took $(( $(date +%s) - T0 )) s"; pack
+echo "steps 1 2 took $(( $(date +%s) - T0 )) s"
+if [ -x target/devgpu/tests/bitnet_reference ]; then
+  TRITIUM_REPO=$PWD TRITIUM_BIN=$(command -v tritium) target/devgpu/tests/bitnet_reference --ignored \
+    --exact i2s_and_tq2_0_on_cuda_match_transformers > $W/bitnet-reference.txt 2>&1
+  echo "bitnet reference on cuda: rc $?"; grep -E "test result|panicked|max abs|FAILED" $W/bitnet-reference.txt | head -8 | cut -c1-200
+fi
+pack
 for m in l b; do
   tritium bench generate /tmp/$m.gguf --backend cuda --prompt 512 --decode 64 --profile > $W/profile-$m.txt 2>&1
   echo "== $m"; grep -A12 "prompt token of the prefill" $W/profile-$m.txt | cut -c3-92

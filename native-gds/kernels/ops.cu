@@ -522,17 +522,35 @@ KV_STORE(f16, u16, f2h)
 DEV float kv_load(const float* p) { return *p; }
 DEV float kv_load(const u16* p) { return h2f(*p); }
 
+// Eight consecutive cache values (16-byte aligned) as f32.
+DEV void kv_load8(const u16* p, float v[8]) {
+    uint4 u = *(const uint4*)p;
+    u32 w[4] = {u.x, u.y, u.z, u.w};
+    UNROLL for (int i = 0; i < 4; i++) {
+        v[2 * i] = h2f((u16)(w[i] & 0xffff));
+        v[2 * i + 1] = h2f((u16)(w[i] >> 16));
+    }
+}
+DEV void kv_load8(const float* p, float v[8]) {
+    float4 a = ((const float4*)p)[0], b = ((const float4*)p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
 // Causal attention, split along positions: query (t, h) at position pos[t] attends to
 // positions 0 ..= pos[t] of its sequence's cache; split s covers [s * split, (s + 1) * split).
-// Each of the block's four warps takes every fourth position with an online softmax; the block
-// merges them and writes (m, l, acc[head_dim]) to part[(t * heads + h) * nsplit + s]
-// (m = -inf: an empty split). Lane l holds dimensions l, l + 32, ... (head_dim <= 256).
+// Each of the block's four warps takes every fourth group of 32 positions: lane j scores
+// position j of the group alone (q from shared memory, the key row in 16-byte loads), the group
+// joins the warp's online softmax, and the lanes, each holding dimensions l, l + 32, ..., add
+// the group's values. The block merges its warps and writes (m, l, acc[head_dim]) to
+// part[(t * heads + h) * nsplit + s] (m = -inf: an empty split). head_dim <= 256.
 // grid (ntok * heads, nsplit), block 128.
 template <typename T>
 DEV void attention_part(const float* q, const T* kc, const T* vc, float* part, const u32* pos,
                         const u32* seq, u32 heads, u32 kv_heads, u32 head_dim, u32 max_ctx,
                         u32 split, u32 nsplit) {
     __shared__ float sm[4], sl[4], sacc[4][256];
+    __shared__ float qs[256];
     u32 qh = blockIdx.x, s = blockIdx.y;
     u32 t = qh / heads, h = qh % heads;
     u32 kvh = h / (heads / kv_heads);
@@ -550,31 +568,45 @@ DEV void attention_part(const float* q, const T* kc, const T* vc, float* part, c
     u32 kv_row = kv_heads * head_dim;
     const u64 base = (u64)seq[t] * max_ctx * kv_row + (u64)kvh * head_dim;
     const float* qv = q + ((u64)t * heads + h) * head_dim;
+    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) qs[d] = qv[d];
+    __syncthreads();
     float scale = 1.0f / sqrtf((float)head_dim);
-    float qr[8], acc[8];
     u32 nd = (head_dim + WARP - 1) / WARP;
-    for (u32 j = 0; j < 8; j++) {
-        u32 d = lane + j * WARP;
-        qr[j] = (j < nd && d < head_dim) ? qv[d] : 0.0f;
-        acc[j] = 0.0f;
-    }
+    bool wide = head_dim % 8 == 0;
+    float acc[8];
+    UNROLL for (int j = 0; j < 8; j++) acc[j] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (u32 p = start + warp; p < end; p += 4) {
-        const T* kr = kc + base + (u64)p * kv_row;
-        float sdot = 0.0f;
-        for (u32 j = 0; j < nd; j++) {
-            u32 d = lane + j * WARP;
-            if (d < head_dim) sdot += qr[j] * kv_load(kr + d);
+    for (u32 c0 = start + warp * WARP; c0 < end; c0 += 4 * WARP) {
+        u32 p = c0 + lane;
+        float sc = -INFINITY;
+        if (p < end) {
+            const T* kr = kc + base + (u64)p * kv_row;
+            float dot = 0.0f;
+            if (wide) {
+                for (u32 d = 0; d < head_dim; d += 8) {
+                    float kv[8];
+                    kv_load8(kr + d, kv);
+                    UNROLL for (int i = 0; i < 8; i++) dot += qs[d + i] * kv[i];
+                }
+            } else {
+                for (u32 d = 0; d < head_dim; d++) dot += qs[d] * kv_load(kr + d);
+            }
+            sc = dot * scale;
         }
-        float score = warp_sum(sdot) * scale;
-        float mn = fmaxf(m, score);
+        // Lane 0's position is inside the split: the group's maximum is a number.
+        float mn = fmaxf(m, warp_max(sc));
         float corr = expf(m - mn);
-        float e = expf(score - mn);
-        l = l * corr + e;
-        const T* vr = vc + base + (u64)p * kv_row;
-        for (u32 j = 0; j < nd; j++) {
-            u32 d = lane + j * WARP;
-            if (d < head_dim) acc[j] = acc[j] * corr + e * kv_load(vr + d);
+        float e = p < end ? expf(sc - mn) : 0.0f;
+        l = l * corr + warp_sum(e);
+        UNROLL for (int j = 0; j < 8; j++) acc[j] *= corr;
+        u32 nvalid = min((u32)WARP, end - c0);
+        for (u32 k = 0; k < nvalid; k++) {
+            float ek = __shfl_sync(FULL, e, k);
+            const T* vr = vc + base + (u64)(c0 + k) * kv_row;
+            UNROLL for (int j = 0; j < 8; j++) {
+                u32 d = lane + j * WARP;
+                if (j < (int)nd && d < head_dim) acc[j] += ek * kv_load(vr + d);
+            }
         }
         m = mn;
     }
@@ -582,9 +614,9 @@ DEV void attention_part(const float* q, const T* kc, const T* vc, float* part, c
         sm[warp] = m;
         sl[warp] = l;
     }
-    for (u32 j = 0; j < nd; j++) {
+    UNROLL for (int j = 0; j < 8; j++) {
         u32 d = lane + j * WARP;
-        if (d < head_dim) sacc[warp][d] = acc[j];
+        if (j < (int)nd && d < head_dim) sacc[warp][d] = acc[j];
     }
     __syncthreads();
     float M = fmaxf(fmaxf(sm[0], sm[1]), fmaxf(sm[2], sm[3]));

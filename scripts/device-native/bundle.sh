@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Pack this build of tritium (release, stripped: about 19 MB) and the Vulkan loader for the
+# Pack this build of tritium (release, stripped: about 22 MB), the reference tests' binaries
+# (about 9 MB) and the Vulkan loader for the
 # GPU machine, which has NVIDIA's Vulkan driver (its ICD file in /usr/share/vulkan/icd.d) but
 # no loader, and whose driver library needs glvnd's libGLdispatch: Debian's libvulkan1 and
 # glvnd packages, unpacked into target/devgpu/root (about 7 MB; none of it is installed on
@@ -16,4 +17,16 @@ strip -o "$B/tritium" target/release/tritium
   libx11-data libxext6 libxcb1 libxau6 libxdmcp6 libbsd0 libmd0 2>&1 | grep -v unsandboxed || true)
 for d in "$B"/debs/*.deb; do dpkg -x "$d" "$B/root"; done
 rm -rf "$B/debs"
+# The reference tests whose CUDA variants run there (TRITIUM_REPO and TRITIUM_BIN point them at
+# the checkout and this binary; cuda-full.sh).
+mkdir -p "$B/tests"
+for t in bitnet_reference llama_reference; do
+  exe=$(cargo test -j2 --release --features gds --no-run --test $t --message-format=json 2>/dev/null \
+    | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["executable"])' | tail -1)
+  strip -o "$B/tests/$t" "$exe"
+done
 du -sh "$B"

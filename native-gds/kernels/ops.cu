@@ -82,22 +82,55 @@ DEV void embed(const u8* w, u64 row_bytes, const u32* ids, float* out, u32 cols,
 }
 
 // ---------------------------------------------------------------------------------------
-// Products of few tokens on f32 activations: y[t, r] = scale * W[r, :] . x[t, :] for
-// `ntok` <= 8 tokens. One warp per row, four rows per block; lane l takes chunks l, l + 32, ...
-// grid (ceil(rows / 4)), block 128.
+// Products of few tokens (`ntok` <= 8). `wpr` (1, 2 or 4) of the block's four warps share a
+// weight row: warp w takes row blockIdx.x * (4 / wpr) + w / wpr, and lane l of its part
+// (w % wpr) takes chunks (w % wpr) * 32 + l, then every 32 * wpr further. Each warp sums its
+// lanes, then the row's warps are added in order through shared memory.
+// grid (ceil(rows / (4 / wpr))), block 128.
 #define GEMV_MAX_TOKENS 8
+struct RowPart {
+    u32 r, first, step;
+};
+
+DEV RowPart row_part(u32 wpr) {
+    u32 w = threadIdx.x / WARP;
+    RowPart p;
+    p.r = blockIdx.x * (4 / wpr) + w / wpr;
+    p.first = (w % wpr) * WARP + threadIdx.x % WARP;
+    p.step = WARP * wpr;
+    return p;
+}
+
+// The row's sum per token into acc of the thread that returns true (lane 0 of the row's first
+// warp). Every thread of the block calls it.
+DEV bool row_sums(float acc[GEMV_MAX_TOKENS], u32 ntok, u32 wpr) {
+    __shared__ float red[4][GEMV_MAX_TOKENS];
+    u32 w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++)
+        if (t < (int)ntok) acc[t] = warp_sum(acc[t]);
+    if (wpr == 1) return lane == 0;
+    if (lane == 0) UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++) red[w][t] = acc[t];
+    __syncthreads();
+    if (w % wpr != 0 || lane != 0) return false;
+    UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++) {
+        float s = red[w][t];
+        for (u32 k = 1; k < wpr; k++) s += red[w + k][t];
+        acc[t] = s;
+    }
+    return true;
+}
+
+// On f32 activations: y[t, r] = scale * W[r, :] . x[t, :].
 template <typename F>
 DEV void gemv(const u8* w, u64 row_bytes, const float* x, float* y, u32 rows, u32 cols, u32 ntok,
-              float scale) {
-    u32 r = blockIdx.x * 4 + threadIdx.x / WARP;
-    u32 lane = threadIdx.x % WARP;
-    if (r >= rows) return;
+              float scale, RowPart p, bool valid, u32 wpr) {
+    u32 r = p.r;
     const u8* row = w + (u64)r * row_bytes;
     float acc[GEMV_MAX_TOKENS];
     for (int t = 0; t < GEMV_MAX_TOKENS; t++) acc[t] = 0.0f;
     // Unrolled: the loads of several chunks are in flight at once.
 #pragma unroll 4
-    for (u32 c = lane; c < cols / 32; c += WARP) {
+    for (u32 c = p.first; valid && c < cols / 32; c += p.step) {
         float v[32];
         row_chunk<F>(row, c, v);
         UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++) {
@@ -111,11 +144,9 @@ DEV void gemv(const u8* w, u64 row_bytes, const float* x, float* y, u32 rows, u3
             acc[t] += s;
         }
     }
-    UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++) {
-        if (t >= (int)ntok) break;
-        float s = warp_sum(acc[t]);
-        if (lane == 0) y[(u64)t * rows + r] = s * scale;
-    }
+    if (row_sums(acc, ntok, wpr) && valid)
+        UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++)
+            if (t < (int)ntok) y[(u64)t * rows + r] = acc[t] * scale;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -150,17 +181,17 @@ extern "C" __global__ void quantize_q8(const float* x, i8* xq, float* xd, u32 co
 }
 
 // y[t, r] = scale * sum over chunks of d8 * (sc * sum(code * q) + of * sum(q)), per group.
-// grid (ceil(rows / 4)), block 128.
+// Rows as `gemv`.
 template <typename F>
 DEV void gemv_q8(const u8* w, u64 row_bytes, const i8* xq, const float* xd, float* y, u32 rows,
-                 u32 cols, u32 ntok, float scale, u32 r) {
-    u32 lane = threadIdx.x % WARP;
+                 u32 cols, u32 ntok, float scale, RowPart p, bool valid, u32 wpr) {
+    u32 r = p.r;
     const u8* row = w + (u64)r * row_bytes;
     float acc[GEMV_MAX_TOKENS];
     for (int t = 0; t < GEMV_MAX_TOKENS; t++) acc[t] = 0.0f;
     // Unrolled: the loads of several chunks are in flight at once.
 #pragma unroll 4
-    for (u32 c = lane; c < cols / 32; c += WARP) {
+    for (u32 c = p.first; valid && c < cols / 32; c += p.step) {
         int q[8];
         float sc[2], of[2];
         int groups = row_int_chunk<F>(row, c, q, sc, of);
@@ -173,11 +204,9 @@ DEV void gemv_q8(const u8* w, u64 row_bytes, const i8* xq, const float* xd, floa
             acc[t] += d8 * int_dot(q, xv, groups, sc, of);
         }
     }
-    UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++) {
-        if (t >= (int)ntok) break;
-        float s = warp_sum(acc[t]);
-        if (lane == 0) y[(u64)t * rows + r] = s * scale;
-    }
+    if (row_sums(acc, ntok, wpr) && valid)
+        UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++)
+            if (t < (int)ntok) y[(u64)t * rows + r] = acc[t] * scale;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -207,17 +236,17 @@ extern "C" __global__ void bitlinear_quantize(const float* x, i8* xq, float* s, 
 
 // y[t, r] = (W[r, :] . q[t, :]) * scale / s[t], the dot as the weight's groups
 // (sc * sum(code * q) + of * sum(q)), exact integers for I2_S.
-// grid (ceil(rows / 4)), block 128.
+// Rows as `gemv`.
 template <typename F>
 DEV void bitlinear(const u8* w, u64 row_bytes, const i8* xq, const float* s, float* y, u32 rows,
-                   u32 cols, u32 ntok, float scale, u32 r) {
-    u32 lane = threadIdx.x % WARP;
+                   u32 cols, u32 ntok, float scale, RowPart p, bool valid, u32 wpr) {
+    u32 r = p.r;
     const u8* row = w + (u64)r * row_bytes;
     float acc[GEMV_MAX_TOKENS];
     for (int t = 0; t < GEMV_MAX_TOKENS; t++) acc[t] = 0.0f;
     // Unrolled: the loads of several chunks are in flight at once.
 #pragma unroll 4
-    for (u32 c = lane; c < cols / 32; c += WARP) {
+    for (u32 c = p.first; valid && c < cols / 32; c += p.step) {
         int q[8];
         float sc[2], of[2];
         int groups = row_int_chunk<F>(row, c, q, sc, of);
@@ -229,11 +258,9 @@ DEV void bitlinear(const u8* w, u64 row_bytes, const i8* xq, const float* s, flo
             acc[t] += int_dot(q, xv, groups, sc, of);
         }
     }
-    UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++) {
-        if (t >= (int)ntok) break;
-        float a = warp_sum(acc[t]);
-        if (lane == 0) y[(u64)t * rows + r] = a * scale / s[t];
-    }
+    if (row_sums(acc, ntok, wpr) && valid)
+        UNROLL for (int t = 0; t < GEMV_MAX_TOKENS; t++)
+            if (t < (int)ntok) y[(u64)t * rows + r] = acc[t] * scale / s[t];
 }
 
 // ---------------------------------------------------------------------------------------
@@ -264,14 +291,43 @@ DEV void dequant_f32(const u8* w, u64 row_bytes, float* out, u32 rows, u32 cols)
     for (int k = 0; k < 8; k++) o[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
 }
 
+// I2_S codes as int8 (-1, 0, 1; code 3: 2), row-major, for the int8 products of BitLinear
+// prefills. grid (ceil(rows * cols / 32 / 128)), block 128: one chunk per thread.
+extern "C" __global__ void dequant_i8_i2_s(const u8* w, u64 row_bytes, i8* out, u32 rows,
+                                           u32 cols) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u32 per_row = cols / 32;
+    if (i >= (u64)rows * per_row) return;
+    u32 r = (u32)(i / per_row), c = (u32)(i % per_row);
+    int q[8];
+    float sc[2], of[2];
+    row_int_chunk<FMT_I2_S>(w + (u64)r * row_bytes, c, q, sc, of);
+    int4* o = (int4*)(out + (u64)r * cols + c * 32);
+    o[0] = make_int4(q[0], q[1], q[2], q[3]);
+    o[1] = make_int4(q[4], q[5], q[6], q[7]);
+}
+
+// BitLinear's result from the int8 product's exact sums: y = (float)sum * scale / s[t], as
+// `bitlinear` computes it from the same integers. In place over the int32 sums.
+// grid (ceil(rows * ntok / 256)), block 256.
+extern "C" __global__ void bitlinear_scale(float* y, const float* s, u32 rows, u32 ntok,
+                                           float scale) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (u64)rows * ntok) return;
+    int v = ((const int*)y)[i];
+    y[i] = (float)v * scale / s[i / rows];
+}
+
 #define INSTANTIATE(name, F)                                                                   \
     extern "C" __global__ void embed_##name(const u8* w, u64 rb, const u32* ids, float* out,   \
                                             u32 cols, u32 vocab, float scale) {                \
         embed<F>(w, rb, ids, out, cols, vocab, scale);                                         \
     }                                                                                          \
     extern "C" __global__ void gemv_##name(const u8* w, u64 rb, const float* x, float* y,      \
-                                           u32 rows, u32 cols, u32 ntok, float scale) {        \
-        gemv<F>(w, rb, x, y, rows, cols, ntok, scale);                                         \
+                                           u32 rows, u32 cols, u32 ntok, float scale,          \
+                                           u32 wpr) {                                          \
+        RowPart p = row_part(wpr);                                                             \
+        gemv<F>(w, rb, x, y, rows, cols, ntok, scale, p, p.r < rows, wpr);                     \
     }                                                                                          \
     extern "C" __global__ void dequant_f16_##name(const u8* w, u64 rb, u16* out, u32 rows,     \
                                                   u32 cols) {                                  \
@@ -289,10 +345,10 @@ FOR_EACH_FORMAT(INSTANTIATE)
 #define PRODUCTS_PARAMS                                                                        \
     const u8 *w0, u64 rb0, float *y0, u32 rows0, float sc0, const u8 *w1, u64 rb1, float *y1,  \
         u32 rows1, float sc1, const u8 *w2, u64 rb2, float *y2, u32 rows2, float sc2
-// Picks the product of global row r (r becomes its row there); returns from the kernel past
-// the last.
+// The product of the warp's global row (p.r becomes its row there; valid: a row of one).
 #define PICK_PRODUCT                                                                           \
-    u32 r = blockIdx.x * 4 + threadIdx.x / WARP;                                               \
+    RowPart p = row_part(wpr);                                                                 \
+    u32 r = p.r;                                                                               \
     const u8* w = w0;                                                                          \
     u64 rb = rb0;                                                                              \
     float* y = y0;                                                                             \
@@ -304,32 +360,35 @@ FOR_EACH_FORMAT(INSTANTIATE)
         if (r >= rows1) {                                                                      \
             r -= rows1;                                                                        \
             w = w2, rb = rb2, y = y2, rows = rows2, scale = sc2;                               \
-            if (r >= rows2) return;                                                            \
         }                                                                                      \
-    }
+    }                                                                                          \
+    p.r = r;                                                                                   \
+    bool valid = r < rows;
 
 #define INSTANTIATE_INT(name, F)                                                               \
     extern "C" __global__ void gemv_q8_##name(const u8* w, u64 rb, const i8* xq,               \
                                               const float* xd, float* y, u32 rows, u32 cols,   \
-                                              u32 ntok, float scale) {                         \
-        u32 r = blockIdx.x * 4 + threadIdx.x / WARP;                                           \
-        if (r < rows) gemv_q8<F>(w, rb, xq, xd, y, rows, cols, ntok, scale, r);                \
+                                              u32 ntok, float scale, u32 wpr) {                \
+        RowPart p = row_part(wpr);                                                             \
+        gemv_q8<F>(w, rb, xq, xd, y, rows, cols, ntok, scale, p, p.r < rows, wpr);             \
     }                                                                                          \
     extern "C" __global__ void bitlinear_##name(const u8* w, u64 rb, const i8* xq,             \
                                                 const float* s, float* y, u32 rows, u32 cols,  \
-                                                u32 ntok, float scale) {                       \
-        u32 r = blockIdx.x * 4 + threadIdx.x / WARP;                                           \
-        if (r < rows) bitlinear<F>(w, rb, xq, s, y, rows, cols, ntok, scale, r);               \
+                                                u32 ntok, float scale, u32 wpr) {              \
+        RowPart p = row_part(wpr);                                                             \
+        bitlinear<F>(w, rb, xq, s, y, rows, cols, ntok, scale, p, p.r < rows, wpr);            \
     }                                                                                          \
     extern "C" __global__ void gemv_q8_multi_##name(PRODUCTS_PARAMS, const i8* xq,              \
-                                                    const float* xd, u32 cols, u32 ntok) {     \
+                                                    const float* xd, u32 cols, u32 ntok,       \
+                                                    u32 wpr) {                                 \
         PICK_PRODUCT                                                                           \
-        gemv_q8<F>(w, rb, xq, xd, y, rows, cols, ntok, scale, r);                              \
+        gemv_q8<F>(w, rb, xq, xd, y, rows, cols, ntok, scale, p, valid, wpr);                  \
     }                                                                                          \
     extern "C" __global__ void bitlinear_multi_##name(PRODUCTS_PARAMS, const i8* xq,            \
-                                                      const float* s, u32 cols, u32 ntok) {    \
+                                                      const float* s, u32 cols, u32 ntok,      \
+                                                      u32 wpr) {                               \
         PICK_PRODUCT                                                                           \
-        bitlinear<F>(w, rb, xq, s, y, rows, cols, ntok, scale, r);                             \
+        bitlinear<F>(w, rb, xq, s, y, rows, cols, ntok, scale, p, valid, wpr);                 \
     }
 FOR_EACH_INT_FORMAT(INSTANTIATE_INT)
 
@@ -371,10 +430,10 @@ extern "C" __global__ void scale_rows(float* y, const float* back, u32 rows, u32
 
 // ---------------------------------------------------------------------------------------
 // RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight, in f64 as the CPU reference computes it.
-// grid (rows), block 256.
+// grid (rows), block 1024 (norm_fused's sums in the same order).
 extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, u32 dim,
                                     float eps) {
-    __shared__ double part[8];
+    __shared__ double part[32];
     const float* row = x + (u64)blockIdx.x * dim;
     double ss = 0.0;
     for (u32 i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)row[i] * (double)row[i];
@@ -392,11 +451,11 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, 
 // follow, in one kernel, each step computed as its own kernel computes it: x = x + y where y is
 // given (written back to x), out = rms_norm(x) (f64, as rms_norm), then per `mode`: 0 nothing,
 // 1 int8 blocks of 32 (quantize_q8), 2 BitLinear's per-row absmax (bitlinear_quantize).
-// grid (rows), block 256.
+// grid (rows), block 1024 (rms_norm's sums in the same order).
 extern "C" __global__ void norm_fused(float* x, const float* y, const float* w, float* out,
                                       u32 dim, float eps, u32 mode, i8* xq, float* xd) {
-    __shared__ double part[8];
-    __shared__ float pmax[8];
+    __shared__ double part[32];
+    __shared__ float pmax[32];
     float* row = x + (u64)blockIdx.x * dim;
     const float* add = y ? y + (u64)blockIdx.x * dim : 0;
     float* o = out + (u64)blockIdx.x * dim;
@@ -447,24 +506,24 @@ extern "C" __global__ void norm_fused(float* x, const float* y, const float* w, 
 // ---------------------------------------------------------------------------------------
 // RoPE in place on x: (ntok, heads, head_dim); token t at position pos[t]. Pair i turns by
 // pos * freqs[i] (f64), (a, b) -> (a cos - b sin, a sin + b cos) in f64, as the CPU does.
-// style 0: pairs (2i, 2i + 1); 1: (i, i + rot_dim / 2). grid (ntok), block 128.
+// style 0: pairs (2i, 2i + 1); 1: (i, i + rot_dim / 2). grid (ntok), block 256.
 extern "C" __global__ void rope(float* x, const u32* pos, const double* freqs, u32 heads,
                                 u32 head_dim, u32 rot_dim, u32 style) {
     u32 t = blockIdx.x;
     u32 half = rot_dim / 2;
     double p = (double)pos[t];
-    for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
+    // A thread per (pair, head): each evaluates its pair's angle itself.
+    for (u32 k = threadIdx.x; k < half * heads; k += blockDim.x) {
+        u32 i = k % half, h = k / half;
         double s, c;
         sincos(p * freqs[i], &s, &c);
         u32 ia = style == 0 ? 2 * i : i;
         u32 ib = style == 0 ? 2 * i + 1 : i + half;
-        for (u32 h = 0; h < heads; h++) {
-            float* v = x + ((u64)t * heads + h) * head_dim;
-            double a = v[ia], b = v[ib];
-            // Rounded products, then the sum: no fused multiply-add, as the CPU computes it.
-            v[ia] = (float)(__dmul_rn(a, c) - __dmul_rn(b, s));
-            v[ib] = (float)(__dmul_rn(a, s) + __dmul_rn(b, c));
-        }
+        float* v = x + ((u64)t * heads + h) * head_dim;
+        double a = v[ia], b = v[ib];
+        // Rounded products, then the sum: no fused multiply-add, as the CPU computes it.
+        v[ia] = (float)(__dmul_rn(a, c) - __dmul_rn(b, s));
+        v[ib] = (float)(__dmul_rn(a, s) + __dmul_rn(b, c));
     }
 }
 
@@ -583,6 +642,7 @@ DEV void attention_part(const float* q, const T* kc, const T* vc, float* part, c
             const T* kr = kc + base + (u64)p * kv_row;
             float dot = 0.0f;
             if (wide) {
+#pragma unroll 4
                 for (u32 d = 0; d < head_dim; d += 8) {
                     float kv[8];
                     kv_load8(kr + d, kv);
@@ -600,6 +660,8 @@ DEV void attention_part(const float* q, const T* kc, const T* vc, float* part, c
         l = l * corr + warp_sum(e);
         UNROLL for (int j = 0; j < 8; j++) acc[j] *= corr;
         u32 nvalid = min((u32)WARP, end - c0);
+        // Unrolled: several positions' value loads in flight at once.
+#pragma unroll 8
         for (u32 k = 0; k < nvalid; k++) {
             float ek = __shfl_sync(FULL, e, k);
             const T* vr = vc + base + (u64)(c0 + k) * kv_row;

@@ -15,6 +15,8 @@ pub enum GemmType {
     F16,
     /// f32 operands and sums, no reduced-precision shortcuts (no TF32).
     F32,
+    /// int8 operands, exact int32 sums and result (tensor cores).
+    I8,
 }
 
 /// A cuBLAS handle bound to a device's stream.
@@ -57,7 +59,7 @@ impl Blas {
     }
 
     /// `y (n, m) = x (n, k) . w (m, k)^T`, operands of type `t` at device addresses `x` and
-    /// `w`, `y` f32.
+    /// `w`, `y` f32 (int32 for [`GemmType::I8`], whose `k` must be a multiple of 4).
     #[allow(clippy::too_many_arguments)]
     pub fn gemm(
         &mut self,
@@ -69,17 +71,36 @@ impl Blas {
         x: u64,
         y: u64,
     ) -> Result<(), GdsError> {
-        let (data, compute) = match t {
+        let (data, compute, out) = match t {
             GemmType::F16 => (
                 cb::cudaDataType_t::CUDA_R_16F,
                 cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cb::cudaDataType_t::CUDA_R_32F,
             ),
             GemmType::F32 => (
                 cb::cudaDataType_t::CUDA_R_32F,
                 cb::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC,
+                cb::cudaDataType_t::CUDA_R_32F,
+            ),
+            GemmType::I8 => (
+                cb::cudaDataType_t::CUDA_R_8I,
+                cb::cublasComputeType_t::CUBLAS_COMPUTE_32I,
+                cb::cudaDataType_t::CUDA_R_32I,
             ),
         };
+        // The scalars' type is the compute type's (f32, or i32 for int8 products).
         let (alpha, beta) = (1f32, 0f32);
+        let (ialpha, ibeta) = (1i32, 0i32);
+        let (pa, pb) = match t {
+            GemmType::I8 => (
+                &ialpha as *const i32 as *const c_void,
+                &ibeta as *const i32 as *const c_void,
+            ),
+            _ => (
+                &alpha as *const f32 as *const c_void,
+                &beta as *const f32 as *const c_void,
+            ),
+        };
         let dim = |v: usize| {
             i32::try_from(v).map_err(|_| GdsError::Blas {
                 what: "gemm",
@@ -97,16 +118,16 @@ impl Blas {
                 dim(m)?,
                 dim(n)?,
                 dim(k)?,
-                &alpha as *const f32 as *const c_void,
+                pa,
                 w as *const c_void,
                 data,
                 dim(k)?,
                 x as *const c_void,
                 data,
                 dim(k)?,
-                &beta as *const f32 as *const c_void,
+                pb,
                 y as *mut c_void,
-                cb::cudaDataType_t::CUDA_R_32F,
+                out,
                 dim(m)?,
                 compute,
                 cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,

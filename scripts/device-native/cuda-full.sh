@@ -41,7 +41,7 @@ tail -2 $L/build.log | cut -c1-200
 if [ -x $L/build/bin/llama-bench ]; then
   for be in cuda gpu; do
     r=2; [ $be = gpu ] && r=1
-    scripts/bench-llama-cpp.sh --llama-bench $L/build/bin/llama-bench --tritium "$(command -v tritium)" \
+    bash scripts/bench-llama-cpp.sh --llama-bench $L/build/bin/llama-bench --tritium "$(command -v tritium)" \
       --backend $be --rounds $r --work $W/vs-$be 2>&1 | tail -9 | tee $W/vs-llama-$be.txt
     rm -f $W/vs-$be/*.gguf; pack
   done

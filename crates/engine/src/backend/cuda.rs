@@ -444,6 +444,13 @@ impl CudaBackend {
             .ok_or_else(|| BackendError::NoCache("attention").into())
     }
 
+    /// Whether a BitLinear product of `rows` tokens runs as an int8 cuBLAS product (I2_S weights
+    /// decoded to int8 codes: the same exact integer sums as `bitlinear_i2_s`) instead of the
+    /// few-token kernel `rows / 8` times.
+    fn int8_bitlinear(w: &CudaWeight, rows: usize) -> bool {
+        w.dtype == GgmlType::I2_S && rows > GEMV_MAX_TOKENS && w.cols % 4 == 0
+    }
+
     /// Whether a pass of `n` tokens attends with `flash_attention_*` (tensor cores over an f16
     /// cache, more tokens than a graph takes, a head dimension it is built for).
     fn flash(kv: &KvShape, n: usize) -> bool {
@@ -534,6 +541,9 @@ impl CudaBackend {
                     self.need(out, rows * cw.rows, "bitlinear out")?;
                     needs.xq = needs.xq.max(rows * cw.cols);
                     needs.xd = needs.xd.max(rows * 4);
+                    if Self::int8_bitlinear(cw, rows) {
+                        needs.wide = needs.wide.max(cw.rows * cw.cols);
+                    }
                 }
                 Op::Rope { x, heads } => {
                     let cfg = &self.rope.as_ref().ok_or(BackendError::NoCache("RoPE"))?.1;
@@ -882,7 +892,7 @@ impl CudaBackend {
                     Arg::Ptr(xq),
                     Arg::Ptr(xd),
                 ];
-                self.launch("norm_fused", (rows, 1), 256, &args)?;
+                self.launch("norm_fused", (rows, 1), NORM_BLOCK, &args)?;
                 self.quantized = match quant {
                     Quant::None => self.quantized.filter(|q| q.x != x && q.x != out),
                     q => Some(Quantized {
@@ -980,16 +990,18 @@ impl CudaBackend {
                         ]),
                     }
                 }
+                let wpr = warps_per_row(cols);
                 args.extend([
                     Arg::Ptr(xq),
                     Arg::Ptr(xd),
                     Arg::U32(cols as u32),
                     Arg::U32(rows as u32),
+                    Arg::U32(wpr as u32),
                 ]);
                 let kind = if bitlinear { "bitlinear" } else { "gemv_q8" };
                 self.launch(
                     &format!("{kind}_multi_{suffix}"),
-                    (total.div_ceil(4), 1),
+                    (total.div_ceil(4 / wpr), 1),
                     128,
                     &args,
                 )
@@ -1035,7 +1047,7 @@ impl CudaBackend {
                     Arg::U32(dim as u32),
                     Arg::F32(eps),
                 ];
-                self.launch("rms_norm", (rows, 1), 256, &args)
+                self.launch("rms_norm", (rows, 1), NORM_BLOCK, &args)
             }
             Op::MatMul {
                 w,
@@ -1079,12 +1091,45 @@ impl CudaBackend {
                     )?;
                     self.quantized = Some(want);
                 }
+                if Self::int8_bitlinear(self.weight(w)?, rows) {
+                    let wide = Self::scratch_ptr(&self.scratch.wide);
+                    let decode = [
+                        Arg::Ptr(wptr),
+                        Arg::Ptr(rb as u64),
+                        Arg::Ptr(wide),
+                        Arg::U32(wrows as u32),
+                        Arg::U32(cols as u32),
+                    ];
+                    let chunks = wrows * cols / 32;
+                    self.launch("dequant_i8_i2_s", (chunks.div_ceil(128), 1), 128, &decode)?;
+                    self.timed(
+                        || format!("cublas I8 {wrows}x{cols} by {rows}"),
+                        |me| {
+                            me.blas()?
+                                .gemm(GemmType::I8, wrows, rows, cols, wide, xq, yp)
+                                .map_err(gds)
+                        },
+                    )?;
+                    let args = [
+                        Arg::Ptr(yp),
+                        Arg::Ptr(s),
+                        Arg::U32(wrows as u32),
+                        Arg::U32(rows as u32),
+                        Arg::F32(scale),
+                    ];
+                    return self.launch(
+                        "bitlinear_scale",
+                        ((wrows * rows).div_ceil(256), 1),
+                        256,
+                        &args,
+                    );
+                }
                 let name = format!("bitlinear_{suffix}");
                 for t0 in (0..rows).step_by(GEMV_MAX_TOKENS) {
                     let nt = (rows - t0).min(GEMV_MAX_TOKENS);
                     self.launch(
                         &name,
-                        (wrows.div_ceil(4), 1),
+                        (wrows.div_ceil(4 / warps_per_row(cols)), 1),
                         128,
                         &[
                             Arg::Ptr(wptr),
@@ -1096,6 +1141,7 @@ impl CudaBackend {
                             Arg::U32(cols as u32),
                             Arg::U32(nt as u32),
                             Arg::F32(scale),
+                            Arg::U32(warps_per_row(cols) as u32),
                         ],
                     )?;
                 }
@@ -1115,7 +1161,7 @@ impl CudaBackend {
                         RopeStyle::NeoX => 1,
                     }),
                 ];
-                self.launch("rope", (n, 1), 128, &args)
+                self.launch("rope", (n, 1), 256, &args)
             }
             Op::Attention {
                 layer,
@@ -1306,7 +1352,8 @@ impl CudaBackend {
             cw.row_bytes,
             cw.scale,
         );
-        let grid = (wrows.div_ceil(4), 1);
+        let wpr = warps_per_row(cols);
+        let grid = (wrows.div_ceil(4 / wpr), 1);
         let x = self.ptr(xt);
         match act {
             Activations::F32 if rows <= GEMV_MAX_TOKENS => self.launch(
@@ -1322,6 +1369,7 @@ impl CudaBackend {
                     Arg::U32(cols as u32),
                     Arg::U32(rows as u32),
                     Arg::F32(scale),
+                    Arg::U32(wpr as u32),
                 ],
             ),
             Activations::Q8 => {
@@ -1366,6 +1414,7 @@ impl CudaBackend {
                             Arg::U32(cols as u32),
                             Arg::U32(nt as u32),
                             Arg::F32(scale),
+                            Arg::U32(wpr as u32),
                         ],
                     )?;
                 }
@@ -1856,6 +1905,19 @@ impl CudaBackend {
             .map_err(gds)
     }
 }
+
+/// Warps of a block that share one weight row in the few-token products: enough that each
+/// lane has at most a couple of 32-value chunks of the row (`row_part` in ops.cu).
+fn warps_per_row(cols: usize) -> usize {
+    match cols / 32 {
+        0..=32 => 1,
+        33..=64 => 2,
+        _ => 4,
+    }
+}
+
+/// Threads of a block of `rms_norm` and `norm_fused` (the same, so their sums agree).
+const NORM_BLOCK: u32 = 1024;
 
 /// The `elementwise` kernels' code of a function.
 fn elementwise_code(f: Elementwise) -> u32 {

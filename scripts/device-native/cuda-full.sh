@@ -39,15 +39,15 @@ for _ in $(seq 1 ${BUILD_WAIT:-420}); do [ -f $L/rc ] && break; sleep 1; done
 echo "llama.cpp build: rc $(cat $L/rc 2>/dev/null || echo none) after $(( $(date +%s) - T0 )) s"
 tail -2 $L/build.log | cut -c1-200
 if [ -x $L/build/bin/llama-bench ]; then
-  for be in cuda gpu; do
-    r=2; [ $be = gpu ] && r=1
+  for be in ${VS_BACKENDS:-cuda gpu}; do
+    r=${ROUNDS:-2}; [ $be = gpu ] && r=1
     bash scripts/bench-llama-cpp.sh --llama-bench $L/build/bin/llama-bench --tritium "$(command -v tritium)" \
       --backend $be --rounds $r --work $W/vs-$be 2>&1 | tail -9 | tee $W/vs-llama-$be.txt
     rm -f $W/vs-$be/*.gguf; pack
   done
 fi
 for be in cuda gpu; do
-  for p in 512 3968; do
+  for p in ${BITNET_PROMPTS:-512 3968}; do
     tritium bench generate /tmp/b.gguf --backend $be --prompt $p --decode 128 --json > $W/b-$be-$p.json 2> $W/b-$be-$p.err
   done
 done

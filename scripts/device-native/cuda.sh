@@ -22,7 +22,7 @@ case " $STEPS " in *" 1 "*)
 esac
 case " $STEPS " in *" 2 "*)
   same=0 split=0
-  for model in tests/fixtures/bitnet/tiny-i2s.gguf tests/fixtures/bitnet/tiny-tq2_0.gguf /tmp/l.gguf; do
+  for model in ${SAME_MODELS:-tests/fixtures/bitnet/tiny-i2s.gguf tests/fixtures/bitnet/tiny-tq2_0.gguf /tmp/l.gguf}; do
     for arith in --exact ""; do
       for mode in "--temperature 0" "--seed 7" "--seed 7 --repeat-penalty 1.1"; do
         ids() {

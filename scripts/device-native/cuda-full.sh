@@ -13,6 +13,7 @@ W=/tmp/cuda-full
 L=/tmp/llama
 mkdir -p $W $L/src
 pack() { tar czf "$O/cuda-full.tgz" -C $W . 2>/dev/null; }
+if [ -z "${NO_LLAMA:-}" ]; then
 tar xJf target/llama-src.tar.xz -C $L/src
 SRC=$(dirname "$(find $L/src -maxdepth 4 -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' | head -1)")
 arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
@@ -20,6 +21,9 @@ setsid bash -c "cmake -S '$SRC' -B $L/build -DCMAKE_BUILD_TYPE=Release -DGGML_CU
   -DCMAKE_CUDA_ARCHITECTURES=$arch -DGGML_CUDA_NCCL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
   -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
   > $L/cmake.log 2>&1 && cmake --build $L/build -j16 --target llama-bench > $L/build.log 2>&1; echo \$? > $L/rc" &
+else
+  echo skipped > $L/rc
+fi
 T0=$(date +%s)
 OUT=$W STEPS="${PRE_STEPS:-1 2}" scripts/device-native/cuda.sh 2>&1 | tee $W/steps12.txt | grep -v "^same "
 echo "steps 1 2 took $(( $(date +%s) - T0 )) s"
@@ -51,6 +55,12 @@ for be in cuda gpu; do
     tritium bench generate /tmp/b.gguf --backend $be --prompt $p --decode 128 --json > $W/b-$be-$p.json 2> $W/b-$be-$p.err
   done
 done
+if [ -n "${NO_LLAMA:-}" ]; then
+  for be in cuda gpu; do
+    tritium bench generate /tmp/l.gguf --backend $be --prompt 512 --decode 128 --json > $W/l-$be-512.json 2> $W/l-$be-512.err
+  done
+  tritium bench generate /tmp/l.gguf --backend cuda --prompt 4096 --batch 512 --decode 128 --json > $W/l-cuda-4096.json 2> $W/l-cuda-4096.err
+fi
 for m in l b; do
   TRITIUM_CUDA_NO_FUSIONS=1 tritium bench generate /tmp/$m.gguf --backend cuda --prompt 512 --decode 128 --json > $W/nofuse-$m.json 2>&1
 done
@@ -69,6 +79,8 @@ def show(name, path, extra=False):
 for be in ["cuda", "gpu"]:
     for p in [512, 3968]:
         show("bitnet %s p%d" % (be, p), "%s/b-%s-%d.json" % (w, be, p))
+for name in ["l-cuda-512", "l-gpu-512", "l-cuda-4096"]:
+    show(name, "%s/%s.json" % (w, name))
 for m in "lb":
     show("%s cuda no fusions" % m, "%s/nofuse-%s.json" % (w, m))
 PY

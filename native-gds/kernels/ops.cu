@@ -642,7 +642,6 @@ DEV void attention_part(const float* q, const T* kc, const T* vc, float* part, c
             const T* kr = kc + base + (u64)p * kv_row;
             float dot = 0.0f;
             if (wide) {
-#pragma unroll 4
                 for (u32 d = 0; d < head_dim; d += 8) {
                     float kv[8];
                     kv_load8(kr + d, kv);
@@ -660,8 +659,6 @@ DEV void attention_part(const float* q, const T* kc, const T* vc, float* part, c
         l = l * corr + warp_sum(e);
         UNROLL for (int j = 0; j < 8; j++) acc[j] *= corr;
         u32 nvalid = min((u32)WARP, end - c0);
-        // Unrolled: several positions' value loads in flight at once.
-#pragma unroll 8
         for (u32 k = 0; k < nvalid; k++) {
             float ek = __shfl_sync(FULL, e, k);
             const T* vr = vc + base + (u64)(c0 + k) * kv_row;

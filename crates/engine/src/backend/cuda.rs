@@ -1833,14 +1833,7 @@ impl Backend for CudaBackend {
         self.upload_u32(self.tokens.pos.ptr(), &pos)?;
         self.upload_u32(self.tokens.seq.ptr(), &seq)?;
         if self.kv.as_ref().is_some_and(|kv| Self::flash(kv, n)) {
-            let mut tiles = Vec::new();
-            let mut first = 0;
-            for span in &pass.batch.spans {
-                for i in (0..span.len).step_by(FLASH_TILE) {
-                    tiles.extend([(first + i) as u32, (span.len - i).min(FLASH_TILE) as u32]);
-                }
-                first += span.len;
-            }
+            let tiles = flash_tiles(&pass.batch);
             self.upload_u32(self.tokens.tiles.ptr(), &tiles)?;
             self.tiles = tiles.len() / 2;
         }
@@ -1906,6 +1899,21 @@ impl CudaBackend {
     }
 }
 
+/// Flash attention's query tiles of a batch: (first token, tokens) pairs of at most
+/// [`FLASH_TILE`] tokens, each inside one span (so a tile's tokens are consecutive positions of
+/// one sequence), covering every token once in order.
+fn flash_tiles(batch: &Batch) -> Vec<u32> {
+    let mut tiles = Vec::new();
+    let mut first = 0;
+    for span in &batch.spans {
+        for i in (0..span.len).step_by(FLASH_TILE) {
+            tiles.extend([(first + i) as u32, (span.len - i).min(FLASH_TILE) as u32]);
+        }
+        first += span.len;
+    }
+    tiles
+}
+
 /// Warps of a block that share one weight row in the few-token products (`row_part` in
 /// ops.cu): 4 for rows of more than 128 chunks of 32 (a lane would take several), else 1. It
 /// depends on the width alone, so a product gives the same sums alone and in a fused launch. On
@@ -1945,4 +1953,57 @@ fn host_top(values: &[f32], rows: usize, take: usize) -> Vec<Vec<(u32, f32)>> {
             t
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Span;
+
+    #[test]
+    fn flash_tiles_cover_every_token_once_and_never_cross_a_span() {
+        let batch = Batch {
+            spans: vec![
+                Span {
+                    seq: 0,
+                    pos0: 7,
+                    len: 130,
+                },
+                Span {
+                    seq: 1,
+                    pos0: 0,
+                    len: 64,
+                },
+                Span {
+                    seq: 2,
+                    pos0: 3,
+                    len: 1,
+                },
+            ],
+        };
+        let tiles = flash_tiles(&batch);
+        let pairs: Vec<(u32, u32)> = tiles.chunks(2).map(|t| (t[0], t[1])).collect();
+        assert_eq!(pairs, [(0, 64), (64, 64), (128, 2), (130, 64), (194, 1)]);
+        // The device array holds this many (tiles of the largest batch, one per span at worst).
+        let most = 2 * (512usize.div_ceil(FLASH_TILE) + 512);
+        let many = Batch {
+            spans: (0..512)
+                .map(|s| Span {
+                    seq: s,
+                    pos0: 0,
+                    len: 1,
+                })
+                .collect(),
+        };
+        assert!(flash_tiles(&many).len() <= most);
+        assert!(flash_tiles(&Batch::one(0, 512)).len() <= most);
+    }
+
+    #[test]
+    fn four_warps_a_row_only_for_long_rows() {
+        assert_eq!(warps_per_row(2048), 1);
+        assert_eq!(warps_per_row(4096), 1);
+        assert_eq!(warps_per_row(6912), 4);
+        assert_eq!(warps_per_row(8192), 4);
+    }
 }

@@ -64,7 +64,12 @@ impl KvShape {
 /// every backend (the CPU rounds to f16 and back where the GPU stores f16).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum KvType {
-    /// Each value rounded to the nearest f16 (ties to even) when it is stored.
+    /// Each value rounded to the nearest f16 (ties to even) when it is stored. A GPU may also
+    /// compute a prefill's attention over this cache on tensor cores with f16 operands (the
+    /// pre-scaled q and each softmax weight rounded to f16, f32 sums: wgpu's cooperative-matrix
+    /// attention, CUDA's flash attention); the CPU reference keeps them in f32, and the
+    /// self-tests bound that difference (`crates/gpu/src/selftest/attention.rs`,
+    /// `backend/check.rs`). An f32 cache (`--exact`) never takes f16 operands.
     F16,
     /// Values kept as computed.
     F32,

@@ -27,6 +27,17 @@ DEV float warp_max(float v) {
     return v;
 }
 
+// The largest of the block's threads' values (fmaxf: NaNs dropped); every thread calls it.
+DEV float block_max(float m) {
+    __shared__ float part[32];
+    m = warp_max(m);
+    if (threadIdx.x % WARP == 0) part[threadIdx.x / WARP] = m;
+    __syncthreads();
+    m = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x / WARP); i++) m = fmaxf(m, part[i]);
+    return m;
+}
+
 DEV int dp4a(int a, int b, int c) {
     int r;
     asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
@@ -219,15 +230,10 @@ DEV i8 bit_code(float v, float sc) {
 }
 
 extern "C" __global__ void bitlinear_quantize(const float* x, i8* xq, float* s, u32 cols) {
-    __shared__ float part[8];
     const float* row = x + (u64)blockIdx.x * cols;
     float m = 0.0f;
     for (u32 i = threadIdx.x; i < cols; i += blockDim.x) m = fmaxf(m, fabsf(row[i]));
-    m = warp_max(m);
-    if (threadIdx.x % WARP == 0) part[threadIdx.x / WARP] = m;
-    __syncthreads();
-    m = 0.0f;
-    for (int i = 0; i < (int)(blockDim.x / WARP); i++) m = fmaxf(m, part[i]);
+    m = block_max(m);
     float sc = 127.0f / fmaxf(m, 1e-5f);
     for (u32 i = threadIdx.x; i < cols; i += blockDim.x)
         xq[(u64)blockIdx.x * cols + i] = bit_code(row[i], sc);
@@ -397,15 +403,10 @@ FOR_EACH_INT_FORMAT(INSTANTIATE_INT)
 // brings its largest magnitude into [1, 2) (exponent clamped to 1 ..= 253; a zero row: 1),
 // rounded to f16; `back` the inverse power. grid (ntok), block 256.
 extern "C" __global__ void f16_operands(const float* x, u16* xh, float* back, u32 cols) {
-    __shared__ float part[8];
     const float* row = x + (u64)blockIdx.x * cols;
     float m = 0.0f;
     for (u32 i = threadIdx.x; i < cols; i += blockDim.x) m = fmaxf(m, fabsf(row[i]));
-    m = warp_max(m);
-    if (threadIdx.x % WARP == 0) part[threadIdx.x / WARP] = m;
-    __syncthreads();
-    m = 0.0f;
-    for (int i = 0; i < (int)(blockDim.x / WARP); i++) m = fmaxf(m, part[i]);
+    m = block_max(m);
     float scale = 1.0f, inv = 1.0f;
     if (m != 0.0f) {
         u32 e = (f2bits(m) >> 23) & 0xff;
@@ -429,33 +430,14 @@ extern "C" __global__ void scale_rows(float* y, const float* back, u32 rows, u32
 }
 
 // ---------------------------------------------------------------------------------------
-// RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight, in f64 as the CPU reference computes it.
-// grid (rows), block 1024 (norm_fused's sums in the same order).
-extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, u32 dim,
-                                    float eps) {
-    __shared__ double part[32];
-    const float* row = x + (u64)blockIdx.x * dim;
-    double ss = 0.0;
-    for (u32 i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)row[i] * (double)row[i];
-    ss = warp_sum_d(ss);
-    if (threadIdx.x % WARP == 0) part[threadIdx.x / WARP] = ss;
-    __syncthreads();
-    ss = 0.0;
-    for (int i = 0; i < (int)(blockDim.x / WARP); i++) ss += part[i];
-    double inv = 1.0 / sqrt(ss / (double)dim + (double)eps);
-    for (u32 i = threadIdx.x; i < dim; i += blockDim.x)
-        out[(u64)blockIdx.x * dim + i] = (float)((double)row[i] * inv * (double)w[i]);
-}
-
 // The residual add, RMSNorm and the quantization of the norm's output for the products that
 // follow, in one kernel, each step computed as its own kernel computes it: x = x + y where y is
-// given (written back to x), out = rms_norm(x) (f64, as rms_norm), then per `mode`: 0 nothing,
-// 1 int8 blocks of 32 (quantize_q8), 2 BitLinear's per-row absmax (bitlinear_quantize).
-// grid (rows), block 1024 (rms_norm's sums in the same order).
+// given (written back to x), out = RMSNorm(x) = x / sqrt(mean(x^2) + eps) * weight in f64 as the
+// CPU reference computes it, then per `mode`: 0 nothing (the RmsNorm op alone), 1 int8 blocks of
+// 32 (quantize_q8), 2 BitLinear's per-row absmax (bitlinear_quantize). grid (rows), block 1024.
 extern "C" __global__ void norm_fused(float* x, const float* y, const float* w, float* out,
                                       u32 dim, float eps, u32 mode, i8* xq, float* xd) {
     __shared__ double part[32];
-    __shared__ float pmax[32];
     float* row = x + (u64)blockIdx.x * dim;
     const float* add = y ? y + (u64)blockIdx.x * dim : 0;
     float* o = out + (u64)blockIdx.x * dim;
@@ -492,11 +474,7 @@ extern "C" __global__ void norm_fused(float* x, const float* y, const float* w, 
         }
         return;
     }
-    m = warp_max(m);
-    if (threadIdx.x % WARP == 0) pmax[threadIdx.x / WARP] = m;
-    __syncthreads();
-    m = 0.0f;
-    for (int i = 0; i < (int)(blockDim.x / WARP); i++) m = fmaxf(m, pmax[i]);
+    m = block_max(m);
     float sc = 127.0f / fmaxf(m, 1e-5f);
     for (u32 i = threadIdx.x; i < dim; i += blockDim.x)
         xq[(u64)blockIdx.x * dim + i] = bit_code(o[i], sc);

@@ -90,6 +90,22 @@ pub struct ProfileRow {
     pub us_per_token: f64,
 }
 
+/// A profile's rows (label, calls, seconds) per token of `tokens`.
+fn profile_rows(
+    rows: impl IntoIterator<Item = (String, u64, f64)>,
+    tokens: usize,
+) -> Vec<ProfileRow> {
+    let tokens = tokens.max(1) as f64;
+    rows.into_iter()
+        .map(|(op, calls, seconds)| ProfileRow {
+            op,
+            calls_per_token: calls as f64 / tokens,
+            us_per_call: seconds / calls.max(1) as f64 * 1e6,
+            us_per_token: seconds / tokens * 1e6,
+        })
+        .collect()
+}
+
 /// Host time per submitted pass, microseconds.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct HostTimes {
@@ -244,18 +260,12 @@ pub fn run<S: ModelMeta + TensorSource>(
     let f32_tps = other(&mut engine, false, true)?;
     engine.model.backend.set_int_dot(int_dot);
     engine.model.clear_plans();
-    let per_token =
-        |rows: Vec<(String, crate::backend::profile::OpTime)>, tokens: usize| -> Vec<ProfileRow> {
-            let tokens = tokens.max(1) as f64;
-            rows.into_iter()
-                .map(|(op, t)| ProfileRow {
-                    op,
-                    calls_per_token: t.calls as f64 / tokens,
-                    us_per_call: t.seconds / t.calls.max(1) as f64 * 1e6,
-                    us_per_token: t.seconds / tokens * 1e6,
-                })
-                .collect()
-        };
+    let per_token = |rows: Vec<(String, crate::backend::profile::OpTime)>, tokens: usize| {
+        profile_rows(
+            rows.into_iter().map(|(op, t)| (op, t.calls, t.seconds)),
+            tokens,
+        )
+    };
     let (profile, prefill_profile) = if opts.profile && engine.model.backend.enable_profile() {
         // The prefill alone (its pass gives the first token), then the same prompt again: one
         // pass for its last token (the rest is cached) and the decode passes, each op timed.
@@ -414,17 +424,7 @@ pub fn run_cuda<S: ModelMeta + TensorSource>(
     .decode_tokens_per_s;
     let (profile, prefill_profile) = if opts.profile {
         // As the wgpu profile: the prefill alone, then the decode passes, every kernel timed.
-        let rows = |rows: Vec<(String, u64, f64)>, tokens: usize| -> Vec<ProfileRow> {
-            let tokens = tokens.max(1) as f64;
-            rows.into_iter()
-                .map(|(op, calls, seconds)| ProfileRow {
-                    op,
-                    calls_per_token: calls as f64 / tokens,
-                    us_per_call: seconds / calls.max(1) as f64 * 1e6,
-                    us_per_token: seconds / tokens * 1e6,
-                })
-                .collect()
-        };
+        let rows = |rows: Vec<(String, u64, f64)>, tokens: usize| profile_rows(rows, tokens);
         engine.model.backend.enable_profile();
         run(&mut engine, 1, SamplerConfig::greedy())?;
         let prefill = engine.model.backend.profile()?;

@@ -241,8 +241,17 @@ where
     let want = execute(&mut cpu, setup, passes)
         .await
         .map_err(|e| format!("the CPU reference: {e}"))?;
+    compare_passes(&got, &want, bound)
+}
+
+/// Compare each pass's readback with the reference's under `bound(reference, pass)`.
+fn compare_passes(
+    got: &[Logits],
+    want: &[Logits],
+    bound: &dyn Fn(&[f32], usize) -> Vec<f64>,
+) -> Result<(usize, f64), String> {
     let (mut n, mut worst) = (0, 0f64);
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let (g, w) = (full(g)?, full(w)?);
         let (k, r) = compare(g, w, &bound(w, i)).map_err(|e| format!("pass {i}: {e}"))?;
         n += k;
@@ -736,14 +745,7 @@ where
     let want = execute(&mut plain, &setup, &passes)
         .await
         .map_err(|e| format!("without fusions: {e}"))?;
-    let (mut n, mut worst) = (0, 0f64);
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        let (g, w) = (full(g)?, full(w)?);
-        let (k, r) = compare(g, w, &vec![0.0; w.len()]).map_err(|e| format!("pass {i}: {e}"))?;
-        n += k;
-        worst = worst.max(r);
-    }
-    Ok((n, worst))
+    compare_passes(&got, &want, &|w, _| vec![0.0; w.len()])
 }
 
 fn cache(

@@ -860,6 +860,28 @@ impl CudaBackend {
         }
     }
 
+    /// Quantize `want.x`'s rows into the int8 scratch (blocks of 32, or BitLinear's per-row
+    /// scale) unless it holds them already.
+    fn quantize(&mut self, want: Quantized) -> Result<(), Error> {
+        if self.quantized == Some(want) {
+            return Ok(());
+        }
+        let args = [
+            Arg::Ptr(self.ptr(want.x)),
+            Arg::Ptr(Self::scratch_ptr(&self.scratch.xq)),
+            Arg::Ptr(Self::scratch_ptr(&self.scratch.xd)),
+            Arg::U32(want.cols as u32),
+        ];
+        if want.bitlinear {
+            self.launch("bitlinear_quantize", (want.rows, 1), 256, &args)?;
+        } else {
+            let grid = ((want.cols / 32).div_ceil(4), want.rows);
+            self.launch("quantize_q8", grid, 128, &args)?;
+        }
+        self.quantized = Some(want);
+        Ok(())
+    }
+
     /// Queue a fusion.
     fn run_fused(&mut self, f: Fused) -> Result<(), Error> {
         let (xq, xd) = (
@@ -939,33 +961,12 @@ impl CudaBackend {
             } => {
                 let first = self.weight(products[0].0)?;
                 let (cols, suffix) = (first.cols, first.suffix);
-                let want = Quantized {
+                self.quantize(Quantized {
                     x,
                     rows,
                     cols,
                     bitlinear,
-                };
-                if self.quantized != Some(want) {
-                    let xp = self.ptr(x);
-                    if bitlinear {
-                        let args = [
-                            Arg::Ptr(xp),
-                            Arg::Ptr(xq),
-                            Arg::Ptr(xd),
-                            Arg::U32(cols as u32),
-                        ];
-                        self.launch("bitlinear_quantize", (rows, 1), 256, &args)?;
-                    } else {
-                        let args = [
-                            Arg::Ptr(xp),
-                            Arg::Ptr(xq),
-                            Arg::Ptr(xd),
-                            Arg::U32(cols as u32),
-                        ];
-                        self.launch("quantize_q8", ((cols / 32).div_ceil(4), rows), 128, &args)?;
-                    }
-                    self.quantized = Some(want);
-                }
+                })?;
                 let mut args = Vec::with_capacity(19);
                 let mut total = 0;
                 for i in 0..3 {
@@ -1039,16 +1040,16 @@ impl CudaBackend {
                 rows,
                 dim,
                 eps,
-            } => {
-                let args = [
-                    Arg::Ptr(self.ptr(x)),
-                    Arg::Ptr(self.ptr(weight)),
-                    Arg::Ptr(self.ptr(out)),
-                    Arg::U32(dim as u32),
-                    Arg::F32(eps),
-                ];
-                self.launch("rms_norm", (rows, 1), NORM_BLOCK, &args)
-            }
+            } => self.run_fused(Fused::Norm {
+                x,
+                y: None,
+                weight,
+                out,
+                rows,
+                dim,
+                eps,
+                quant: Quant::None,
+            }),
             Op::MatMul {
                 w,
                 x,
@@ -1070,27 +1071,13 @@ impl CudaBackend {
                     Self::scratch_ptr(&self.scratch.xq),
                     Self::scratch_ptr(&self.scratch.xd),
                 );
-                let (xp, yp) = (self.ptr(x), self.ptr(out));
-                let want = Quantized {
+                let yp = self.ptr(out);
+                self.quantize(Quantized {
                     x,
                     rows,
                     cols,
                     bitlinear: true,
-                };
-                if self.quantized != Some(want) {
-                    self.launch(
-                        "bitlinear_quantize",
-                        (rows, 1),
-                        256,
-                        &[
-                            Arg::Ptr(xp),
-                            Arg::Ptr(xq),
-                            Arg::Ptr(s),
-                            Arg::U32(cols as u32),
-                        ],
-                    )?;
-                    self.quantized = Some(want);
-                }
+                })?;
                 if Self::int8_bitlinear(self.weight(w)?, rows) {
                     let wide = Self::scratch_ptr(&self.scratch.wide);
                     let decode = [
@@ -1378,26 +1365,12 @@ impl CudaBackend {
                     Self::scratch_ptr(&self.scratch.xd),
                 );
                 let name = format!("gemv_q8_{suffix}");
-                let want = Quantized {
+                self.quantize(Quantized {
                     x: xt,
                     rows,
                     cols,
                     bitlinear: false,
-                };
-                if self.quantized != Some(want) {
-                    self.launch(
-                        "quantize_q8",
-                        ((cols / 32).div_ceil(4), rows),
-                        128,
-                        &[
-                            Arg::Ptr(x),
-                            Arg::Ptr(xq),
-                            Arg::Ptr(xd),
-                            Arg::U32(cols as u32),
-                        ],
-                    )?;
-                    self.quantized = Some(want);
-                }
+                })?;
                 for t0 in (0..rows).step_by(GEMV_MAX_TOKENS) {
                     let nt = (rows - t0).min(GEMV_MAX_TOKENS);
                     self.launch(
@@ -1928,7 +1901,7 @@ fn warps_per_row(cols: usize) -> usize {
     }
 }
 
-/// Threads of a block of `rms_norm` and `norm_fused` (the same, so their sums agree).
+/// Threads of a block of `norm_fused` (every RMSNorm, alone or fused).
 const NORM_BLOCK: u32 = 1024;
 
 /// The `elementwise` kernels' code of a function.

@@ -1,5 +1,6 @@
-//! The kernel source: fixed-width helpers, the packed weight formats' decoders, and the ops
-//! (`native-gds/kernels/*.cu*`), compiled as one NVRTC program.
+//! The kernel source: fixed-width helpers, the packed weight formats' decoders, reductions, the
+//! products, the other ops and attention (`native-gds/kernels/*.cu*`), compiled as one NVRTC
+//! program.
 
 /// The whole source, in include order.
 pub const SOURCE: &str = concat!(
@@ -7,7 +8,13 @@ pub const SOURCE: &str = concat!(
     "\n",
     include_str!("../kernels/quant.cuh"),
     "\n",
+    include_str!("../kernels/reduce.cuh"),
+    "\n",
+    include_str!("../kernels/products.cu"),
+    "\n",
     include_str!("../kernels/ops.cu"),
+    "\n",
+    include_str!("../kernels/attention.cu"),
 );
 
 /// Most tokens the few-token products (`gemv_*`, `gemv_q8_*`, `bitlinear_*`) take at once.

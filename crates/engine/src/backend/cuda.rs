@@ -1888,7 +1888,7 @@ fn flash_tiles(batch: &Batch) -> Vec<u32> {
 }
 
 /// Warps of a block that share one weight row in the few-token products (`row_part` in
-/// ops.cu): 4 for rows of more than 128 chunks of 32 (a lane would take several), else 1. It
+/// products.cu): 4 for rows of more than 128 chunks of 32 (a lane would take several), else 1. It
 /// depends on the width alone, so a product gives the same sums alone and in a fused launch. On
 /// the H100, ffn_down's 2048 rows of 8192 took 22 us with 4 warps a row and 31 with one, while
 /// rows of 2048 or 2560 were slower with more (16,384 rows of 2048: 21 us with 2, 13.5 with

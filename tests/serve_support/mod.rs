@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use serde_json::{json, Value};
+
 pub const MODEL_FILE: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 /// The name the server lists the model under: its file stem.
 pub const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
@@ -293,4 +295,36 @@ pub fn metric(server: &Server, name: &str) -> f64 {
 
 pub fn repo_path(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+}
+
+/// A chat completion request for the test model with `extra` fields.
+pub fn chat(content: &str, extra: Value) -> Value {
+    let mut v = json!({
+        "model": MODEL,
+        "messages": [{ "role": "user", "content": content }],
+    });
+    for (k, x) in extra.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    v
+}
+
+/// Open a streaming chat that generates many tokens; returns the reader once the response's
+/// head has arrived (the generation is then running).
+pub fn open_stream(server: &Server, max_tokens: u32) -> BufReader<std::net::TcpStream> {
+    let body = chat(
+        "Write a very long story about a dragon.",
+        json!({ "max_tokens": max_tokens, "stream": true, "temperature": 0 }),
+    );
+    let tcp = send(
+        &server.addr,
+        "POST",
+        "/v1/chat/completions",
+        &[],
+        body.to_string().as_bytes(),
+    );
+    let mut r = BufReader::new(tcp);
+    let (status, _) = read_head(&mut r);
+    assert_eq!(status, 200);
+    r
 }

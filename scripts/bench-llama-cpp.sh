@@ -23,8 +23,9 @@
 # slower, a warm-up its mean would count; tritium's figures come after a warm-up run of its
 # own). llama-bench decodes a fixed token and never reads the logits back; tritium's decode also
 # picks each token (greedy, on the GPU) and feeds it to the next pass. The JSON of every run is
-# kept under the work folder (llama-bench's messages in a .log beside its JSON). GPU machine
-# only: this is a benchmark, not a test.
+# kept under the work folder (llama-bench's messages in a .log beside its JSON). Last, each
+# engine alone at context 640 under nvidia-smi: the peak GPU memory above idle (memory.json).
+# GPU machine only: this is a benchmark, not a test.
 set -euo pipefail
 
 LLAMA_CPP_PYTHON=0.3.36
@@ -102,6 +103,28 @@ for r in $(seq 1 "$ROUNDS"); do
     "$TRITIUM" bench generate "$MODEL" --backend "$BACKEND" --prompt 4096 --batch 512 --decode 128 --json > "$WORK/tritium-4096-$r.json"
 done
 
+# GPU memory for the same file and context (prompt 512 + 128 decoded: llama-bench's context is
+# p + n, tritium's prompt + decode): the device's memory.used above its idle reading, sampled by
+# nvidia-smi every 50 ms while each program runs alone, its peak.
+peak_mib() {
+    local idle peak=0 m pid
+    idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+    "$@" > /dev/null 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2> /dev/null; do
+        m=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+        [ "$m" -gt "$peak" ] && peak=$m
+        sleep 0.05
+    done
+    wait "$pid"
+    echo $((peak - idle))
+}
+if command -v nvidia-smi > /dev/null; then
+    t_mem=$(peak_mib "$TRITIUM" bench generate "$MODEL" --backend "$BACKEND" --prompt 512 --decode 128)
+    l_mem=$(peak_mib "$LLAMA_BENCH" -m "$MODEL" -p 512 -n 128 -r 1)
+    echo "{\"tritium_mib\": $t_mem, \"llama_cpp_mib\": $l_mem}" > "$WORK/memory.json"
+fi
+
 python3 - "$WORK" "$ROUNDS" <<'EOF'
 import json, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
@@ -138,6 +161,13 @@ for test in ["pp512", "tg128", "tg128 @ d512", "tg128 @ d4096"]:
     }
 for test, s in summary.items():
     print(f"median {test:<14} tritium {s['tritium']:.1f}  llama.cpp {s['llama_cpp']:.1f}  ratio {s['ratio']:.3f}")
+try:
+    mem = load("memory.json")
+    print(f"GPU memory, context 640 (peak above idle, nvidia-smi): tritium {mem['tritium_mib']} MiB"
+          f"  llama.cpp {mem['llama_cpp_mib']} MiB  ratio {mem['tritium_mib'] / max(mem['llama_cpp_mib'], 1):.3f}")
+    summary["memory_mib"] = mem
+except FileNotFoundError:
+    pass
 with open(f"{work}/summary.json", "w") as f:
     json.dump(summary, f, indent=1)
 EOF

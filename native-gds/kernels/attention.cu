@@ -20,6 +20,44 @@ DEV float keep(float v) { return v; }
 KV_STORE(f32, float, keep)
 KV_STORE(f16, u16, f2h)
 
+// RoPE of the tokens' q (heads) and k (kv_heads) in place, as `rope` computes it, then k and
+// v stored as kv_store stores them: two RoPE ops and attention's store in one launch.
+// grid (ntok), block 256.
+DEV void kv_put(float* p, float v) { *p = v; }
+DEV void kv_put(u16* p, float v) { *p = f2h(v); }
+template <typename T>
+DEV void rope_store(float* q, float* k, const float* v, T* kc, T* vc, const u32* pos,
+                    const u32* seq, const double* freqs, u32 heads, u32 kv_heads, u32 head_dim,
+                    u32 rot_dim, u32 style, u32 max_ctx) {
+    u32 t = blockIdx.x;
+    u32 half = rot_dim / 2;
+    double p = (double)pos[t];
+    for (u32 j = threadIdx.x; j < half * (heads + kv_heads); j += blockDim.x) {
+        u32 h = j / half;
+        float* x = h < heads ? q + ((u64)t * heads + h) * head_dim
+                             : k + ((u64)t * kv_heads + h - heads) * head_dim;
+        rope_pair(x, j % half, p, freqs, half, style);
+    }
+    // The block's writes to k are visible to all its threads past the barrier.
+    __syncthreads();
+    u32 kv_row = kv_heads * head_dim;
+    u64 at = ((u64)seq[t] * max_ctx + pos[t]) * kv_row;
+    for (u32 i = threadIdx.x; i < kv_row; i += blockDim.x) {
+        kv_put(kc + at + i, k[(u64)t * kv_row + i]);
+        kv_put(vc + at + i, v[(u64)t * kv_row + i]);
+    }
+}
+#define ROPE_STORE(name, T)                                                                    \
+    extern "C" __global__ void rope_store_##name(                                              \
+        float* q, float* k, const float* v, T* kc, T* vc, const u32* pos, const u32* seq,      \
+        const double* freqs, u32 heads, u32 kv_heads, u32 head_dim, u32 rot_dim, u32 style,    \
+        u32 max_ctx) {                                                                         \
+        rope_store<T>(q, k, v, kc, vc, pos, seq, freqs, heads, kv_heads, head_dim, rot_dim,    \
+                      style, max_ctx);                                                         \
+    }
+ROPE_STORE(f32, float)
+ROPE_STORE(f16, u16)
+
 DEV float kv_load(const float* p) { return *p; }
 DEV float kv_load(const u16* p) { return h2f(*p); }
 
@@ -154,21 +192,191 @@ extern "C" __global__ void attention_part_f16(const float* q, const u16* kc, con
                         nsplit);
 }
 
-// out[t, h, :] from the splits' (m, l, acc). grid (ntok * heads), block 128.
-extern "C" __global__ void attention_merge(const float* part, float* out, u32 head_dim,
-                                           u32 nsplit) {
+// The same split attention for the head dimensions a warp's lanes divide evenly (HD = 32 *
+// DPL), a block per (token, KV head, up to ATT_HEADS of the group's query heads, split): the
+// query heads that share a KV head read its keys and values once. Each of the four warps takes
+// every fourth group of 32 positions of the split: lane j scores position j against the
+// block's query heads (the key row's loads all issued before the sums), the scores join each
+// head's online softmax, and lane l, holding dimensions DPL l .. DPL l + DPL - 1, adds the 32
+// value rows (positions past the split's end read its last row, weighted 0: no load waits on
+// a branch). Splits that begin past the token's position write nothing (the merge reads only
+// splits that hold positions). grid (ntok * kv_heads * ceil(group / ATT_HEADS), nsplit),
+// block 128.
+#define ATT_HEADS 4
+
+// N consecutive cache values as f32 (p aligned to N elements where N is 2, 4 or 8).
+template <int N>
+DEV void kv_loadn(const u16* p, float v[N]) {
+    if constexpr (N == 2) {
+        u32 u = *(const u32*)p;
+        v[0] = h2f((u16)(u & 0xffff));
+        v[1] = h2f((u16)(u >> 16));
+    } else if constexpr (N == 4) {
+        uint2 u = *(const uint2*)p;
+        v[0] = h2f((u16)(u.x & 0xffff));
+        v[1] = h2f((u16)(u.x >> 16));
+        v[2] = h2f((u16)(u.y & 0xffff));
+        v[3] = h2f((u16)(u.y >> 16));
+    } else if constexpr (N == 8) {
+        kv_load8(p, v);
+    } else {
+        UNROLL for (int i = 0; i < N; i++) v[i] = h2f(p[i]);
+    }
+}
+template <int N>
+DEV void kv_loadn(const float* p, float v[N]) {
+    if constexpr (N == 2) {
+        float2 a = *(const float2*)p;
+        v[0] = a.x, v[1] = a.y;
+    } else if constexpr (N == 4) {
+        float4 a = *(const float4*)p;
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    } else if constexpr (N == 8) {
+        kv_load8(p, v);
+    } else {
+        UNROLL for (int i = 0; i < N; i++) v[i] = p[i];
+    }
+}
+
+template <typename T, int HD>
+DEV void attention_group(const float* q, const T* kc, const T* vc, float* part, const u32* pos,
+                         const u32* seq, u32 heads, u32 kv_heads, u32 max_ctx, u32 split,
+                         u32 nsplit) {
+    constexpr int DPL = HD / WARP;
+    __shared__ __align__(16) float qs[ATT_HEADS][HD];
+    __shared__ float sm[4][ATT_HEADS], sl[4][ATT_HEADS];
+    __shared__ float sacc[4][ATT_HEADS][HD];
+    u32 group = heads / kv_heads;
+    u32 per_kv = (group + ATT_HEADS - 1) / ATT_HEADS;
+    u32 x = blockIdx.x, s = blockIdx.y;
+    u32 t = x / (kv_heads * per_kv);
+    u32 kvh = x % (kv_heads * per_kv) / per_kv;
+    u32 h0 = kvh * group + x % per_kv * ATT_HEADS;
+    u32 gb = min((u32)ATT_HEADS, (kvh + 1) * group - h0);
+    u32 len = pos[t] + 1;
+    u32 start = s * split, end = min(len, start + split);
+    if (start >= len) return;
+    u32 warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    u32 kv_row = kv_heads * HD;
+    const u64 base = (u64)seq[t] * max_ctx * kv_row + (u64)kvh * HD;
+    for (u32 i = threadIdx.x; i < ATT_HEADS * HD; i += blockDim.x) {
+        u32 g = i / HD;
+        qs[g][i % HD] = g < gb ? q[((u64)t * heads + h0 + g) * HD + i % HD] : 0.0f;
+    }
+    __syncthreads();
+    const float scale = 1.0f / sqrtf((float)HD);
+    float acc[ATT_HEADS][DPL], m[ATT_HEADS], l[ATT_HEADS];
+    UNROLL for (int g = 0; g < ATT_HEADS; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        UNROLL for (int i = 0; i < DPL; i++) acc[g][i] = 0.0f;
+    }
+    for (u32 c0 = start + warp * WARP; c0 < end; c0 += 4 * WARP) {
+        u32 p = c0 + lane;
+        bool ok = p < end;
+        const T* kr = kc + base + (u64)(ok ? p : end - 1) * kv_row;
+        float dot[ATT_HEADS];
+        UNROLL for (int g = 0; g < ATT_HEADS; g++) dot[g] = 0.0f;
+        UNROLL for (int d = 0; d < HD; d += 8) {
+            float kv[8];
+            kv_load8(kr + d, kv);
+            UNROLL for (int g = 0; g < ATT_HEADS; g++) {
+                if (g < (int)gb) {
+                    float4 a = *(const float4*)&qs[g][d], b = *(const float4*)&qs[g][d + 4];
+                    dot[g] += a.x * kv[0] + a.y * kv[1] + a.z * kv[2] + a.w * kv[3] +
+                              b.x * kv[4] + b.y * kv[5] + b.z * kv[6] + b.w * kv[7];
+                }
+            }
+        }
+        // Lane 0's position is inside the split: each group maximum is a number.
+        float e[ATT_HEADS];
+        UNROLL for (int g = 0; g < ATT_HEADS; g++) {
+            e[g] = 0.0f;
+            if (g < (int)gb) {
+                float sc = ok ? dot[g] * scale : -INFINITY;
+                float mn = fmaxf(m[g], warp_max(sc));
+                float corr = expf(m[g] - mn);
+                e[g] = ok ? expf(sc - mn) : 0.0f;
+                l[g] = l[g] * corr + warp_sum(e[g]);
+                UNROLL for (int i = 0; i < DPL; i++) acc[g][i] *= corr;
+                m[g] = mn;
+            }
+        }
+        const T* vb = vc + base + lane * DPL;
+        // Eight rows' loads in flight before their sums.
+        UNROLL for (int k0 = 0; k0 < WARP; k0 += 8) {
+            float v[8][DPL];
+            UNROLL for (int k = 0; k < 8; k++)
+                kv_loadn<DPL>(vb + (u64)min(c0 + k0 + k, end - 1) * kv_row, v[k]);
+            UNROLL for (int k = 0; k < 8; k++) {
+                UNROLL for (int g = 0; g < ATT_HEADS; g++) {
+                    float ek = __shfl_sync(FULL, e[g], k0 + k);
+                    UNROLL for (int i = 0; i < DPL; i++) acc[g][i] += ek * v[k][i];
+                }
+            }
+        }
+    }
+    if (lane == 0) {
+        UNROLL for (int g = 0; g < ATT_HEADS; g++) {
+            sm[warp][g] = m[g];
+            sl[warp][g] = l[g];
+        }
+    }
+    UNROLL for (int g = 0; g < ATT_HEADS; g++)
+        UNROLL for (int i = 0; i < DPL; i++) sacc[warp][g][lane * DPL + i] = acc[g][i];
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < gb * HD; i += blockDim.x) {
+        u32 g = i / HD, d = i % HD;
+        float M = fmaxf(fmaxf(sm[0][g], sm[1][g]), fmaxf(sm[2][g], sm[3][g]));
+        float a = 0.0f, L = 0.0f;
+        for (int w = 0; w < 4; w++) {
+            float f = sm[w][g] == -INFINITY ? 0.0f : expf(sm[w][g] - M);
+            a += sacc[w][g][d] * f;
+            L += sl[w][g] * f;
+        }
+        float* out = part + (((u64)t * heads + h0 + g) * nsplit + s) * (HD + 2);
+        out[2 + d] = a;
+        if (d == 0) {
+            out[0] = M;
+            out[1] = L;
+        }
+    }
+}
+
+#define ATTENTION_GROUP(name, T, HD)                                                           \
+    extern "C" __global__ void __launch_bounds__(128)                                          \
+        attention_group_##name##_##HD(const float* q, const T* kc, const T* vc, float* part,   \
+                                      const u32* pos, const u32* seq, u32 heads, u32 kv_heads, \
+                                      u32 max_ctx, u32 split, u32 nsplit) {                    \
+        attention_group<T, HD>(q, kc, vc, part, pos, seq, heads, kv_heads, max_ctx, split,     \
+                               nsplit);                                                        \
+    }
+ATTENTION_GROUP(f32, float, 64)
+ATTENTION_GROUP(f32, float, 96)
+ATTENTION_GROUP(f32, float, 128)
+ATTENTION_GROUP(f32, float, 256)
+ATTENTION_GROUP(f16, u16, 64)
+ATTENTION_GROUP(f16, u16, 96)
+ATTENTION_GROUP(f16, u16, 128)
+ATTENTION_GROUP(f16, u16, 256)
+
+// out[t, h, :] from the splits that hold positions of token t (the first ceil((pos[t] + 1) /
+// split)). grid (ntok * heads), block 128.
+extern "C" __global__ void attention_merge(const float* part, float* out, const u32* pos,
+                                           u32 heads, u32 head_dim, u32 split, u32 nsplit) {
     u32 qh = blockIdx.x;
+    u32 used = min(nsplit, (pos[qh / heads] + split) / split);
     const float* p = part + (u64)qh * nsplit * (head_dim + 2);
     float M = -INFINITY;
-    for (u32 s = 0; s < nsplit; s++) M = fmaxf(M, p[s * (head_dim + 2)]);
+    for (u32 s = 0; s < used; s++) M = fmaxf(M, p[s * (head_dim + 2)]);
     float L = 0.0f;
-    for (u32 s = 0; s < nsplit; s++) {
+    for (u32 s = 0; s < used; s++) {
         float m = p[s * (head_dim + 2)];
         if (m != -INFINITY) L += p[s * (head_dim + 2) + 1] * expf(m - M);
     }
     for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float a = 0.0f;
-        for (u32 s = 0; s < nsplit; s++) {
+        for (u32 s = 0; s < used; s++) {
             float m = p[s * (head_dim + 2)];
             if (m != -INFINITY) a += p[s * (head_dim + 2) + 2 + d] * expf(m - M);
         }

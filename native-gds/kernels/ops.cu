@@ -65,24 +65,26 @@ extern "C" __global__ void norm_fused(float* x, const float* y, const float* w, 
 // RoPE in place on x: (ntok, heads, head_dim); token t at position pos[t]. Pair i turns by
 // pos * freqs[i] (f64), (a, b) -> (a cos - b sin, a sin + b cos) in f64, as the CPU does.
 // style 0: pairs (2i, 2i + 1); 1: (i, i + rot_dim / 2). grid (ntok), block 256.
+// Pair i of the head at v turned by position p.
+DEV void rope_pair(float* v, u32 i, double p, const double* freqs, u32 half, u32 style) {
+    double s, c;
+    sincos(p * freqs[i], &s, &c);
+    u32 ia = style == 0 ? 2 * i : i;
+    u32 ib = style == 0 ? 2 * i + 1 : i + half;
+    double a = v[ia], b = v[ib];
+    // Rounded products, then the sum: no fused multiply-add, as the CPU computes it.
+    v[ia] = (float)(__dmul_rn(a, c) - __dmul_rn(b, s));
+    v[ib] = (float)(__dmul_rn(a, s) + __dmul_rn(b, c));
+}
+
 extern "C" __global__ void rope(float* x, const u32* pos, const double* freqs, u32 heads,
                                 u32 head_dim, u32 rot_dim, u32 style) {
     u32 t = blockIdx.x;
     u32 half = rot_dim / 2;
     double p = (double)pos[t];
     // A thread per (pair, head): each evaluates its pair's angle itself.
-    for (u32 k = threadIdx.x; k < half * heads; k += blockDim.x) {
-        u32 i = k % half, h = k / half;
-        double s, c;
-        sincos(p * freqs[i], &s, &c);
-        u32 ia = style == 0 ? 2 * i : i;
-        u32 ib = style == 0 ? 2 * i + 1 : i + half;
-        float* v = x + ((u64)t * heads + h) * head_dim;
-        double a = v[ia], b = v[ib];
-        // Rounded products, then the sum: no fused multiply-add, as the CPU computes it.
-        v[ia] = (float)(__dmul_rn(a, c) - __dmul_rn(b, s));
-        v[ib] = (float)(__dmul_rn(a, s) + __dmul_rn(b, c));
-    }
+    for (u32 k = threadIdx.x; k < half * heads; k += blockDim.x)
+        rope_pair(x + ((u64)t * heads + k / half) * head_dim, k % half, p, freqs, half, style);
 }
 
 // ---------------------------------------------------------------------------------------

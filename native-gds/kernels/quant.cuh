@@ -170,11 +170,15 @@ struct FMT_Q8_0 {
 // s (values 32s..32s+31) has 6-bit (sc, m) packed as ggml's get_scale_min_k4 and
 // w = (d * sc) * q - dmin * m; its 4-bit q are nibble s % 2 of qs[32 (s / 2) + l], and Q5_K's
 // fifth bit is bit s of qh[l].
-DEV void k4_scale_min(const u8* sc, int j, float d, float dmin, float s[2], float o[2]) {
-    u32 ls = j < 4 ? sc[j] & 63 : (sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4;
-    u32 lm = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
-    s[0] = d * (float)ls;
-    o[0] = -qmul(dmin, (float)lm);
+// From the block's first 16 bytes as four words h (d and dmin, then scales 0..3, 4..7, 8..11:
+// one 16-byte load, the blocks being 16-byte aligned).
+DEV void k4_scale_min(const u32 h[4], int j, float s[2], float o[2]) {
+    u32 k = 8 * (j % 4);
+    u32 a = h[1] >> k, b = h[2] >> k, c = h[3] >> k;
+    u32 ls = j < 4 ? a & 63 : (c & 15) | (a >> 6 & 3) << 4;
+    u32 lm = j < 4 ? b & 63 : (c >> 4 & 15) | (b >> 6 & 3) << 4;
+    s[0] = h2f((u16)(h[0] & 0xffff)) * (float)ls;
+    o[0] = -qmul(h2f((u16)(h[0] >> 16)), (float)lm);
 }
 struct FMT_Q4_K {
     static constexpr int BE = 256, BB = 144;
@@ -184,7 +188,9 @@ struct FMT_Q4_K {
         ld32x4(b + 16 + 32 * (c / 2), w);
         ld32x4(b + 32 + 32 * (c / 2), w + 4);
         for (int i = 0; i < 8; ++i) q[i] = (int)(w[i] >> 4 * (c % 2) & 0x0f0f0f0fu);
-        k4_scale_min(b + 4, c, ldf16(b), ldf16(b + 2), s, o);
+        u32 h[4];
+        ld32x4(b, h);
+        k4_scale_min(h, c, s, o);
         return 1;
     }
     CHUNK_FROM_INT(true)
@@ -200,7 +206,9 @@ struct FMT_Q5_K {
         ld32x4(b + 32, h + 4);
         for (int i = 0; i < 8; ++i)
             q[i] = (int)((w[i] >> 4 * (c % 2) & 0x0f0f0f0fu) | (h[i] >> c & 0x01010101u) << 4);
-        k4_scale_min(b + 4, c, ldf16(b), ldf16(b + 2), s, o);
+        u32 hd[4];
+        ld32x4(b, hd);
+        k4_scale_min(hd, c, s, o);
         return 1;
     }
     CHUNK_FROM_INT(true)
@@ -209,22 +217,29 @@ struct FMT_Q5_K {
 // Q6_K: ql[128] | qh[64] | scales i8[16] | d f16. Value e = 128h + r: low 4 bits are nibble
 // r / 64 of ql[64h + r % 64], high 2 bits are bits 2 (r / 32) of qh[32h + r % 32];
 // w = (d * scales[e / 16]) * (q - 32), so a unit is two groups of 16.
+// On the device each 210-byte block sits in a 224-byte slot (Q6K_SLOT; the CUDA backend pads
+// the blocks as it uploads them), so that ql and qh are whole 16-byte words: a unit's codes are
+// four 16-byte loads instead of sixteen pairs of 2-byte ones (a block at an odd index of a row
+// of 210-byte blocks is only 2-byte aligned).
+#define Q6K_SLOT 224
 struct FMT_Q6_K {
-    static constexpr int BE = 256, BB = 210;
+    static constexpr int BE = 256, BB = Q6K_SLOT;
     static constexpr bool HAS_INT = true;
     SDEV int int_chunk(const u8* b, int c, int q[8], float s[2], float o[2]) {
         int h = c / 4, r = c % 4;  // r: the unit within its half
-        const u8* ql = b + 64 * h + 32 * (r % 2);
-        const u8* qh = b + 128 + 32 * h;
+        u32 l[8], hb[8];
+        ld32x4(b + 64 * h + 32 * (r % 2), l);
+        ld32x4(b + 64 * h + 32 * (r % 2) + 16, l + 4);
+        ld32x4(b + 128 + 32 * h, hb);
+        ld32x4(b + 128 + 32 * h + 16, hb + 4);
         for (int i = 0; i < 8; ++i)
-            q[i] = qbias4((ld32(ql + 4 * i) >> 4 * (r / 2) & 0x0f0f0f0fu) |
-                              (ld32(qh + 4 * i) >> 2 * r & 0x03030303u) << 4,
+            q[i] = qbias4((l[i] >> 4 * (r / 2) & 0x0f0f0f0fu) | (hb[i] >> 2 * r & 0x03030303u) << 4,
                           32);
         float d = ldf16(b + 208);
-        for (int g = 0; g < 2; ++g) {
-            s[g] = d * (float)(i8)b[192 + 2 * c + g];
-            o[g] = 0.0f;
-        }
+        u16 sc = ld16(b + 192 + 2 * c);
+        s[0] = d * (float)(i8)(sc & 0xff);
+        s[1] = d * (float)(i8)(sc >> 8);
+        o[0] = o[1] = 0.0f;
         return 2;
     }
     CHUNK_FROM_INT(false)

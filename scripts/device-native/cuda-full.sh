@@ -46,7 +46,7 @@ if [ -x $L/build/bin/llama-bench ]; then
   for be in ${VS_BACKENDS:-cuda gpu}; do
     r=${ROUNDS:-2}; [ $be = gpu ] && r=1
     bash scripts/bench-llama-cpp.sh --llama-bench $L/build/bin/llama-bench --tritium "$(command -v tritium)" \
-      --backend $be --rounds $r --work $W/vs-$be 2>&1 | tail -9 | tee $W/vs-llama-$be.txt
+      --backend $be --rounds $r --work $W/vs-$be 2>&1 | tail -10 | tee $W/vs-llama-$be.txt
     rm -f $W/vs-$be/*.gguf; pack
   done
 fi

@@ -355,7 +355,12 @@ where
         }
     }
     for kv in [KvType::F32, KvType::F16] {
-        for (heads, kv_heads, dim) in [(8usize, 2usize, 64usize), (6, 6, 128), (4, 1, 256)] {
+        for (heads, kv_heads, dim) in [
+            (8usize, 2usize, 64usize),
+            (10, 2, 96),
+            (6, 6, 128),
+            (4, 1, 256),
+        ] {
             let name = format!(
                 "attention/{}/{heads}x{kv_heads}x{dim}",
                 if kv == KvType::F16 { "f16" } else { "f32" }
@@ -602,7 +607,8 @@ where
 }
 
 /// A layer's worth of ops in the order a model writes them (residual add, norm, Q/K/V
-/// products, norm, gate and up, the activation, down), run with the backend's fusions and
+/// products, RoPE of q and k, attention, norm, gate and up, the activation, down), run with
+/// the backend's fusions and
 /// without: every output must be equal bit for bit (a fusion computes each step as the op's
 /// own kernel does; the unfused ops are checked against the CPU by the other checks).
 async fn fusions<B, F, Fut>(
@@ -634,8 +640,8 @@ where
             .iter()
             .map(|&(r, c)| WeightSpec::random(&mut rng, wt, r, c))
             .collect(),
-        // x, y, two norm weights, outputs xb, q, k, v, xb2, hb, hb2, (unused), then BitNet's
-        // sub-norm weight and output.
+        // x, y, two norm weights, outputs xb, q, k, v, xb2, hb, hb2, attention's, then
+        // BitNet's sub-norm weight and output.
         vectors: vec![
             rng.vec(tokens * dim, 2.0),
             rng.vec(tokens * dim, 1.0),
@@ -652,7 +658,13 @@ where
             rng.vec(ff, 1.5),
             vec![POISON; tokens * ff],
         ],
-        cache: None,
+        cache: cache(
+            1,
+            kv / 64,
+            64,
+            KvType::F32,
+            RopeConfig::new(64, 10000.0, RopeStyle::NeoX),
+        ),
     };
     let passes = move |h: &Handles| {
         let t = &h.t;
@@ -691,6 +703,22 @@ where
             product(0, t[4], t[5], tokens),
             product(1, t[4], t[6], tokens),
             product(2, t[4], t[7], tokens),
+            Op::Rope {
+                x: t[5],
+                heads: dim / 64,
+            },
+            Op::Rope {
+                x: t[6],
+                heads: kv / 64,
+            },
+            Op::Attention {
+                layer: 0,
+                q: t[5],
+                k: t[6],
+                v: t[7],
+                out: t[11],
+                heads: dim / 64,
+            },
             norm(t[3]),
             product(3, t[4], t[9], tokens),
             product(4, t[4], t[10], tokens),
@@ -729,6 +757,7 @@ where
             (t[5], dim),
             (t[6], kv),
             (t[7], kv),
+            (t[11], dim),
             (t[9], ff),
             (t[8], dim),
         ]

@@ -33,8 +33,38 @@ use crate::Error;
 
 /// Few-token passes (decoding) are captured as graphs; larger ones are launched op by op.
 const GRAPH_MAX_TOKENS: usize = GEMV_MAX_TOKENS;
-/// Positions per attention split, at least.
-const ATTENTION_SPLIT: usize = 256;
+/// Positions per attention split, at least (and a multiple of: one group of 32 positions
+/// for each of the split kernels' four warps).
+const ATTENTION_SPLIT: usize = 128;
+/// Head dimensions of `attention_group_*` (a block per KV head and up to `GROUP_HEADS` of its
+/// query heads); others take `attention_part_*` (a block per query head).
+const GROUP_HEAD_DIMS: [usize; 4] = [64, 96, 128, 256];
+const GROUP_HEADS: usize = 4;
+/// Bytes of the device slot of a Q6_K block (`Q6K_SLOT` in quant.cuh).
+const Q6K_SLOT: usize = 224;
+
+fn kv_kind(dtype: KvType) -> &'static str {
+    match dtype {
+        KvType::F16 => "f16",
+        KvType::F32 => "f32",
+    }
+}
+
+fn rope_style_code(style: RopeStyle) -> u32 {
+    match style {
+        RopeStyle::Interleaved => 0,
+        RopeStyle::NeoX => 1,
+    }
+}
+
+/// `data`'s blocks of `block` bytes, each at the start of a zero-filled slot of `slot` bytes.
+fn pad_blocks(data: &[u8], block: usize, slot: usize) -> Vec<u8> {
+    let mut out = vec![0u8; data.len() / block * slot];
+    for (src, dst) in data.chunks_exact(block).zip(out.chunks_exact_mut(slot)) {
+        dst[..block].copy_from_slice(src);
+    }
+    out
+}
 /// Most splits of a prefill's attention (bounds its scratch).
 const PREFILL_SPLITS: usize = 8;
 /// Query tokens per block of `flash_attention_*`, and the head dimensions it is built for.
@@ -206,6 +236,16 @@ enum Fused {
         rows: usize,
         cols: usize,
     },
+    /// RoPE of q and of k, then attention over them: one launch turns both and stores k and
+    /// v in the cache (`rope_store_*`), then attention as the op runs it.
+    RopeAttention {
+        layer: usize,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        out: Tensor,
+        heads: usize,
+    },
     /// Two or three one-token products (int8 or BitLinear) of one format and width over the
     /// same activations.
     Products {
@@ -230,6 +270,7 @@ impl Fused {
         match self {
             Fused::Norm { y, .. } => 1 + usize::from(y.is_some()),
             Fused::ElementwiseQ8 { .. } => 1,
+            Fused::RopeAttention { .. } => 3,
             Fused::Products { products, .. } => products.len(),
         }
     }
@@ -458,11 +499,12 @@ impl CudaBackend {
     }
 
     /// Positions per attention split, and splits, of a captured (few-token) pass: enough
-    /// splits for the whole context, at most 64.
+    /// splits for the whole context, at most 128 (the splits past a token's position return
+    /// at once).
     fn graph_splits(kv: &KvShape) -> (usize, usize) {
         let split = kv
             .max_ctx
-            .div_ceil(64)
+            .div_ceil(128)
             .next_multiple_of(ATTENTION_SPLIT)
             .max(ATTENTION_SPLIT);
         (split, kv.max_ctx.div_ceil(split))
@@ -692,7 +734,7 @@ impl CudaBackend {
             match self.fusion_at(&ops[i..]) {
                 Some(f) => {
                     i += f.ops();
-                    self.run_fused(f)?;
+                    self.run_fused(f, n, max_len)?;
                 }
                 None => {
                     self.run(&ops[i], n, max_len)?;
@@ -856,6 +898,39 @@ impl CudaBackend {
                     products,
                 })
             }
+            Op::Rope { x: qx, heads } => {
+                let (
+                    Some(&Op::Rope { x: kx, heads: kh }),
+                    Some(&Op::Attention {
+                        layer,
+                        q,
+                        k,
+                        v,
+                        out,
+                        heads: ah,
+                    }),
+                ) = (ops.get(1), ops.get(2))
+                else {
+                    return None;
+                };
+                let kv = self.kv().ok()?;
+                let head_dim = self.rope.as_ref()?.1.head_dim;
+                (qx == q
+                    && kx == k
+                    && q != k
+                    && heads == ah
+                    && kh == kv.n_kv_heads
+                    && head_dim == kv.head_dim
+                    && layer < kv.n_layers)
+                    .then_some(Fused::RopeAttention {
+                        layer,
+                        q,
+                        k,
+                        v,
+                        out,
+                        heads,
+                    })
+            }
             _ => None,
         }
     }
@@ -883,7 +958,7 @@ impl CudaBackend {
     }
 
     /// Queue a fusion.
-    fn run_fused(&mut self, f: Fused) -> Result<(), Error> {
+    fn run_fused(&mut self, f: Fused, n: usize, max_len: usize) -> Result<(), Error> {
         let (xq, xd) = (
             Self::scratch_ptr(&self.scratch.xq),
             Self::scratch_ptr(&self.scratch.xd),
@@ -953,6 +1028,42 @@ impl CudaBackend {
                 });
                 Ok(())
             }
+            Fused::RopeAttention {
+                layer,
+                q,
+                k,
+                v,
+                out,
+                heads,
+            } => {
+                let kv = self.kv()?;
+                let (freqs, cfg) = self.rope.as_ref().ok_or(BackendError::NoCache("RoPE"))?;
+                let (kc, vc) = {
+                    let (k, v) = &self.cache[layer];
+                    (k.ptr(), v.ptr())
+                };
+                let args = [
+                    Arg::Ptr(self.ptr(q)),
+                    Arg::Ptr(self.ptr(k)),
+                    Arg::Ptr(self.ptr(v)),
+                    Arg::Ptr(kc),
+                    Arg::Ptr(vc),
+                    Arg::Ptr(self.tokens.pos.ptr()),
+                    Arg::Ptr(self.tokens.seq.ptr()),
+                    Arg::Ptr(freqs.ptr()),
+                    Arg::U32(heads as u32),
+                    Arg::U32(kv.n_kv_heads as u32),
+                    Arg::U32(kv.head_dim as u32),
+                    Arg::U32(cfg.rot_dim as u32),
+                    Arg::U32(rope_style_code(cfg.style)),
+                    Arg::U32(kv.max_ctx as u32),
+                ];
+                let name = format!("rope_store_{}", kv_kind(kv.dtype));
+                self.launch(&name, (n, 1), 256, &args)?;
+                self.attend(layer, q, out, heads, n, max_len)?;
+                self.quantized = self.quantized.filter(|t| ![q, k, out].contains(&t.x));
+                Ok(())
+            }
             Fused::Products {
                 bitlinear,
                 x,
@@ -1010,6 +1121,105 @@ impl CudaBackend {
         }
     }
 
+    /// Attention of the pass's `n` tokens (`q`, `heads` heads) over layer `layer`'s cache, the
+    /// tokens' keys and values already stored, into `out`.
+    fn attend(
+        &mut self,
+        layer: usize,
+        q: Tensor,
+        out: Tensor,
+        heads: usize,
+        n: usize,
+        max_len: usize,
+    ) -> Result<(), Error> {
+        let kv = self.kv()?;
+        let kind = kv_kind(kv.dtype);
+        let (pos, seq) = (self.tokens.pos.ptr(), self.tokens.seq.ptr());
+        let (kc, vc) = {
+            let (k, v) = &self.cache[layer];
+            (k.ptr(), v.ptr())
+        };
+        if Self::flash(&kv, n) {
+            let args = [
+                Arg::Ptr(self.ptr(q)),
+                Arg::Ptr(kc),
+                Arg::Ptr(vc),
+                Arg::Ptr(self.ptr(out)),
+                Arg::Ptr(self.tokens.tiles.ptr()),
+                Arg::Ptr(pos),
+                Arg::Ptr(seq),
+                Arg::U32(heads as u32),
+                Arg::U32(kv.n_kv_heads as u32),
+                Arg::U32(kv.max_ctx as u32),
+            ];
+            let name = format!("flash_attention_{}", kv.head_dim);
+            return self.launch(&name, (self.tiles, heads), 128, &args);
+        }
+        let (split, nsplit) = if n <= GRAPH_MAX_TOKENS {
+            Self::graph_splits(&kv)
+        } else {
+            let split = max_len
+                .div_ceil(PREFILL_SPLITS)
+                .next_multiple_of(ATTENTION_SPLIT)
+                .max(ATTENTION_SPLIT);
+            (split, max_len.div_ceil(split))
+        };
+        let part = Self::scratch_ptr(&self.scratch.part);
+        if GROUP_HEAD_DIMS.contains(&kv.head_dim) {
+            let args = [
+                Arg::Ptr(self.ptr(q)),
+                Arg::Ptr(kc),
+                Arg::Ptr(vc),
+                Arg::Ptr(part),
+                Arg::Ptr(pos),
+                Arg::Ptr(seq),
+                Arg::U32(heads as u32),
+                Arg::U32(kv.n_kv_heads as u32),
+                Arg::U32(kv.max_ctx as u32),
+                Arg::U32(split as u32),
+                Arg::U32(nsplit as u32),
+            ];
+            let per_kv = (heads / kv.n_kv_heads).div_ceil(GROUP_HEADS);
+            self.launch(
+                &format!("attention_group_{kind}_{}", kv.head_dim),
+                (n * kv.n_kv_heads * per_kv, nsplit),
+                128,
+                &args,
+            )?;
+        } else {
+            let args = [
+                Arg::Ptr(self.ptr(q)),
+                Arg::Ptr(kc),
+                Arg::Ptr(vc),
+                Arg::Ptr(part),
+                Arg::Ptr(pos),
+                Arg::Ptr(seq),
+                Arg::U32(heads as u32),
+                Arg::U32(kv.n_kv_heads as u32),
+                Arg::U32(kv.head_dim as u32),
+                Arg::U32(kv.max_ctx as u32),
+                Arg::U32(split as u32),
+                Arg::U32(nsplit as u32),
+            ];
+            self.launch(
+                &format!("attention_part_{kind}"),
+                (n * heads, nsplit),
+                128,
+                &args,
+            )?;
+        }
+        let args = [
+            Arg::Ptr(part),
+            Arg::Ptr(self.ptr(out)),
+            Arg::Ptr(pos),
+            Arg::U32(heads as u32),
+            Arg::U32(kv.head_dim as u32),
+            Arg::U32(split as u32),
+            Arg::U32(nsplit as u32),
+        ];
+        self.launch("attention_merge", (n * heads, 1), 128, &args)
+    }
+
     fn run_op(&mut self, op: &Op, n: usize, max_len: usize) -> Result<(), Error> {
         let (ids, pos, seq) = (
             self.tokens.ids.ptr(),
@@ -1040,16 +1250,20 @@ impl CudaBackend {
                 rows,
                 dim,
                 eps,
-            } => self.run_fused(Fused::Norm {
-                x,
-                y: None,
-                weight,
-                out,
-                rows,
-                dim,
-                eps,
-                quant: Quant::None,
-            }),
+            } => self.run_fused(
+                Fused::Norm {
+                    x,
+                    y: None,
+                    weight,
+                    out,
+                    rows,
+                    dim,
+                    eps,
+                    quant: Quant::None,
+                },
+                n,
+                max_len,
+            ),
             Op::MatMul {
                 w,
                 x,
@@ -1143,10 +1357,7 @@ impl CudaBackend {
                     Arg::U32(heads as u32),
                     Arg::U32(cfg.head_dim as u32),
                     Arg::U32(cfg.rot_dim as u32),
-                    Arg::U32(match cfg.style {
-                        RopeStyle::Interleaved => 0,
-                        RopeStyle::NeoX => 1,
-                    }),
+                    Arg::U32(rope_style_code(cfg.style)),
                 ];
                 self.launch("rope", (n, 1), 256, &args)
             }
@@ -1160,10 +1371,6 @@ impl CudaBackend {
             } => {
                 let kv = self.kv()?;
                 let kv_row = kv.n_kv_heads * kv.head_dim;
-                let kind = match kv.dtype {
-                    KvType::F16 => "f16",
-                    KvType::F32 => "f32",
-                };
                 let (kc, vc) = {
                     let (k, v) = &self.cache[layer];
                     (k.ptr(), v.ptr())
@@ -1178,60 +1385,13 @@ impl CudaBackend {
                     Arg::U32(kv_row as u32),
                     Arg::U32(kv.max_ctx as u32),
                 ];
-                self.launch(&format!("kv_store_{kind}"), (n, 1), 256, &store)?;
-                if Self::flash(&kv, n) {
-                    let args = [
-                        Arg::Ptr(self.ptr(q)),
-                        Arg::Ptr(kc),
-                        Arg::Ptr(vc),
-                        Arg::Ptr(self.ptr(out)),
-                        Arg::Ptr(self.tokens.tiles.ptr()),
-                        Arg::Ptr(pos),
-                        Arg::Ptr(seq),
-                        Arg::U32(heads as u32),
-                        Arg::U32(kv.n_kv_heads as u32),
-                        Arg::U32(kv.max_ctx as u32),
-                    ];
-                    let name = format!("flash_attention_{}", kv.head_dim);
-                    return self.launch(&name, (self.tiles, heads), 128, &args);
-                }
-                let (split, nsplit) = if n <= GRAPH_MAX_TOKENS {
-                    Self::graph_splits(&kv)
-                } else {
-                    let split = max_len
-                        .div_ceil(PREFILL_SPLITS)
-                        .next_multiple_of(ATTENTION_SPLIT)
-                        .max(ATTENTION_SPLIT);
-                    (split, max_len.div_ceil(split))
-                };
-                let part = Self::scratch_ptr(&self.scratch.part);
-                let args = [
-                    Arg::Ptr(self.ptr(q)),
-                    Arg::Ptr(kc),
-                    Arg::Ptr(vc),
-                    Arg::Ptr(part),
-                    Arg::Ptr(pos),
-                    Arg::Ptr(seq),
-                    Arg::U32(heads as u32),
-                    Arg::U32(kv.n_kv_heads as u32),
-                    Arg::U32(kv.head_dim as u32),
-                    Arg::U32(kv.max_ctx as u32),
-                    Arg::U32(split as u32),
-                    Arg::U32(nsplit as u32),
-                ];
                 self.launch(
-                    &format!("attention_part_{kind}"),
-                    (n * heads, nsplit),
-                    128,
-                    &args,
+                    &format!("kv_store_{}", kv_kind(kv.dtype)),
+                    (n, 1),
+                    256,
+                    &store,
                 )?;
-                let args = [
-                    Arg::Ptr(part),
-                    Arg::Ptr(self.ptr(out)),
-                    Arg::U32(kv.head_dim as u32),
-                    Arg::U32(nsplit as u32),
-                ];
-                self.launch("attention_merge", (n * heads, 1), 128, &args)
+                self.attend(layer, q, out, heads, n, max_len)
             }
             Op::Elementwise {
                 f,
@@ -1647,9 +1807,18 @@ impl Backend for CudaBackend {
                 .into());
             }
         }
-        let buf = self.dev.alloc(data_len).map_err(gds)?;
+        // Q6_K's 210-byte blocks go to 224-byte slots (quant.cuh's Q6K_SLOT: 16-byte aligned
+        // fields).
+        let padded;
+        let (data, row_bytes) = if w.dtype == GgmlType::Q6_K {
+            padded = pad_blocks(data, 210, Q6K_SLOT);
+            (&padded[..], row_bytes / 210 * Q6K_SLOT)
+        } else {
+            (data, row_bytes)
+        };
+        let buf = self.dev.alloc(data.len()).map_err(gds)?;
         self.dev.upload(buf.ptr(), data).map_err(gds)?;
-        self.bytes += data_len as u64;
+        self.bytes += data.len() as u64;
         self.weights.push(CudaWeight {
             name: w.name.to_string(),
             dtype: w.dtype,
@@ -1732,6 +1901,7 @@ impl Backend for CudaBackend {
                     let what = match f {
                         Fused::Norm { .. } => "norm_fused",
                         Fused::ElementwiseQ8 { .. } => "elementwise_q8",
+                        Fused::RopeAttention { .. } => "rope_store, attention",
                         Fused::Products { .. } => "products in one launch",
                     };
                     lines.push(format!("fused ({what}):"));

@@ -29,14 +29,15 @@ template <typename T>
 DEV void rope_store(float* q, float* k, const float* v, T* kc, T* vc, const u32* pos,
                     const u32* seq, const double* freqs, u32 heads, u32 kv_heads, u32 head_dim,
                     u32 rot_dim, u32 style, u32 max_ctx) {
+    __shared__ double2 cs[ROPE_MAX_HALF];
     u32 t = blockIdx.x;
     u32 half = rot_dim / 2;
-    double p = (double)pos[t];
+    rope_angles(cs, (double)pos[t], freqs, half);
     for (u32 j = threadIdx.x; j < half * (heads + kv_heads); j += blockDim.x) {
         u32 h = j / half;
         float* x = h < heads ? q + ((u64)t * heads + h) * head_dim
                              : k + ((u64)t * kv_heads + h - heads) * head_dim;
-        rope_pair(x, j % half, p, freqs, half, style);
+        rope_pair(x, j % half, cs[j % half], half, style);
     }
     // The block's writes to k are visible to all its threads past the barrier.
     __syncthreads();
@@ -194,15 +195,18 @@ extern "C" __global__ void attention_part_f16(const float* q, const u16* kc, con
 
 // The same split attention for the head dimensions a warp's lanes divide evenly (HD = 32 *
 // DPL), a block per (token, KV head, up to ATT_HEADS of the group's query heads, split): the
-// query heads that share a KV head read its keys and values once. Each of the four warps takes
-// every fourth group of 32 positions of the split: lane j scores position j against the
-// block's query heads (the key row's loads all issued before the sums), the scores join each
-// head's online softmax, and lane l, holding dimensions DPL l .. DPL l + DPL - 1, adds the 32
-// value rows (positions past the split's end read its last row, weighted 0: no load waits on
-// a branch). Splits that begin past the token's position write nothing (the merge reads only
-// splits that hold positions). grid (ntok * kv_heads * ceil(group / ATT_HEADS), nsplit),
-// block 128.
+// query heads that share a KV head read its keys and values once. The block's four warps take
+// ATT_PPW positions at a time each (a split's positions in rounds of 4 ATT_PPW): the four
+// lanes 4j .. 4j + 3 score position j of the warp's ATT_PPW against the block's query heads,
+// each over a quarter of the key row (its loads all issued before the sums), the scores join
+// each head's online softmax, and lane l, holding dimensions DPL l .. DPL l + DPL - 1, adds
+// the ATT_PPW value rows (positions past the split's end read its last row, weighted 0: no
+// load waits on a branch). Splits that begin past the token's position write nothing (the
+// merge reads only splits that hold positions). grid (ntok * kv_heads * ceil(group /
+// ATT_HEADS), nsplit), block 128.
 #define ATT_HEADS 4
+#define ATT_LPP 4
+#define ATT_PPW (WARP / ATT_LPP)
 
 // N consecutive cache values as f32 (p aligned to N elements where N is 2, 4 or 8).
 template <int N>
@@ -243,7 +247,10 @@ DEV void attention_group(const float* q, const T* kc, const T* vc, float* part, 
                          const u32* seq, u32 heads, u32 kv_heads, u32 max_ctx, u32 split,
                          u32 nsplit) {
     constexpr int DPL = HD / WARP;
-    __shared__ __align__(16) float qs[ATT_HEADS][HD];
+    // A lane's quarter of a key row, and q's quarters in shared memory 16 bytes apart (the
+    // quarter-warp phases of its 16-byte reads fall in distinct banks).
+    constexpr int KPL = HD / ATT_LPP, QS = ATT_LPP * (KPL + 4);
+    __shared__ __align__(16) float qs[ATT_HEADS][QS];
     __shared__ float sm[4][ATT_HEADS], sl[4][ATT_HEADS];
     __shared__ float sacc[4][ATT_HEADS][HD];
     u32 group = heads / kv_heads;
@@ -257,11 +264,13 @@ DEV void attention_group(const float* q, const T* kc, const T* vc, float* part, 
     u32 start = s * split, end = min(len, start + split);
     if (start >= len) return;
     u32 warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    u32 j = lane / ATT_LPP, u = lane % ATT_LPP;
     u32 kv_row = kv_heads * HD;
     const u64 base = (u64)seq[t] * max_ctx * kv_row + (u64)kvh * HD;
     for (u32 i = threadIdx.x; i < ATT_HEADS * HD; i += blockDim.x) {
-        u32 g = i / HD;
-        qs[g][i % HD] = g < gb ? q[((u64)t * heads + h0 + g) * HD + i % HD] : 0.0f;
+        u32 g = i / HD, d = i % HD;
+        qs[g][d / KPL * (KPL + 4) + d % KPL] =
+            g < gb ? q[((u64)t * heads + h0 + g) * HD + d] : 0.0f;
     }
     __syncthreads();
     const float scale = 1.0f / sqrtf((float)HD);
@@ -271,48 +280,48 @@ DEV void attention_group(const float* q, const T* kc, const T* vc, float* part, 
         l[g] = 0.0f;
         UNROLL for (int i = 0; i < DPL; i++) acc[g][i] = 0.0f;
     }
-    for (u32 c0 = start + warp * WARP; c0 < end; c0 += 4 * WARP) {
-        u32 p = c0 + lane;
+    for (u32 c0 = start + warp * ATT_PPW; c0 < end; c0 += 4 * ATT_PPW) {
+        u32 p = c0 + j;
         bool ok = p < end;
-        const T* kr = kc + base + (u64)(ok ? p : end - 1) * kv_row;
+        const T* kr = kc + base + (u64)(ok ? p : end - 1) * kv_row + u * KPL;
         float dot[ATT_HEADS];
         UNROLL for (int g = 0; g < ATT_HEADS; g++) dot[g] = 0.0f;
-        UNROLL for (int d = 0; d < HD; d += 8) {
+        UNROLL for (int d = 0; d < KPL; d += 8) {
             float kv[8];
             kv_load8(kr + d, kv);
             UNROLL for (int g = 0; g < ATT_HEADS; g++) {
                 if (g < (int)gb) {
-                    float4 a = *(const float4*)&qs[g][d], b = *(const float4*)&qs[g][d + 4];
+                    const float* qq = &qs[g][u * (KPL + 4) + d];
+                    float4 a = *(const float4*)qq, b = *(const float4*)(qq + 4);
                     dot[g] += a.x * kv[0] + a.y * kv[1] + a.z * kv[2] + a.w * kv[3] +
                               b.x * kv[4] + b.y * kv[5] + b.z * kv[6] + b.w * kv[7];
                 }
             }
         }
-        // Lane 0's position is inside the split: each group maximum is a number.
+        // Position c0 (lanes 0..3) is inside the split: each group maximum is a number.
         float e[ATT_HEADS];
         UNROLL for (int g = 0; g < ATT_HEADS; g++) {
             e[g] = 0.0f;
             if (g < (int)gb) {
-                float sc = ok ? dot[g] * scale : -INFINITY;
+                float dq = dot[g] + __shfl_xor_sync(FULL, dot[g], 1);
+                dq += __shfl_xor_sync(FULL, dq, 2);
+                float sc = ok ? dq * scale : -INFINITY;
                 float mn = fmaxf(m[g], warp_max(sc));
                 float corr = expf(m[g] - mn);
                 e[g] = ok ? expf(sc - mn) : 0.0f;
-                l[g] = l[g] * corr + warp_sum(e[g]);
+                l[g] = l[g] * corr + warp_sum(u == 0 ? e[g] : 0.0f);
                 UNROLL for (int i = 0; i < DPL; i++) acc[g][i] *= corr;
                 m[g] = mn;
             }
         }
         const T* vb = vc + base + lane * DPL;
-        // Eight rows' loads in flight before their sums.
-        UNROLL for (int k0 = 0; k0 < WARP; k0 += 8) {
-            float v[8][DPL];
-            UNROLL for (int k = 0; k < 8; k++)
-                kv_loadn<DPL>(vb + (u64)min(c0 + k0 + k, end - 1) * kv_row, v[k]);
-            UNROLL for (int k = 0; k < 8; k++) {
-                UNROLL for (int g = 0; g < ATT_HEADS; g++) {
-                    float ek = __shfl_sync(FULL, e[g], k0 + k);
-                    UNROLL for (int i = 0; i < DPL; i++) acc[g][i] += ek * v[k][i];
-                }
+        float v[ATT_PPW][DPL];
+        UNROLL for (int k = 0; k < ATT_PPW; k++)
+            kv_loadn<DPL>(vb + (u64)min(c0 + k, end - 1) * kv_row, v[k]);
+        UNROLL for (int k = 0; k < ATT_PPW; k++) {
+            UNROLL for (int g = 0; g < ATT_HEADS; g++) {
+                float ek = __shfl_sync(FULL, e[g], k * ATT_LPP);
+                UNROLL for (int i = 0; i < DPL; i++) acc[g][i] += ek * v[k][i];
             }
         }
     }
@@ -361,26 +370,41 @@ ATTENTION_GROUP(f16, u16, 128)
 ATTENTION_GROUP(f16, u16, 256)
 
 // out[t, h, :] from the splits that hold positions of token t (the first ceil((pos[t] + 1) /
-// split)). grid (ntok * heads), block 128.
+// split)); with xq given, also quantized in blocks of 32 as quantize_q8 does for the product
+// that takes it (head_dim a multiple of 32: a block is one warp's values). grid (ntok * heads),
+// block 128.
 extern "C" __global__ void attention_merge(const float* part, float* out, const u32* pos,
-                                           u32 heads, u32 head_dim, u32 split, u32 nsplit) {
+                                           u32 heads, u32 head_dim, u32 split, u32 nsplit,
+                                           i8* xq, float* xd) {
+    // Thread s takes split s (nsplit <= blockDim.x): the splits' maxima, weights and sums are
+    // one step each, and the outputs' sums read the weights from shared memory.
+    __shared__ float f[128], red[4];
     u32 qh = blockIdx.x;
     u32 used = min(nsplit, (pos[qh / heads] + split) / split);
     const float* p = part + (u64)qh * nsplit * (head_dim + 2);
-    float M = -INFINITY;
-    for (u32 s = 0; s < used; s++) M = fmaxf(M, p[s * (head_dim + 2)]);
-    float L = 0.0f;
-    for (u32 s = 0; s < used; s++) {
-        float m = p[s * (head_dim + 2)];
-        if (m != -INFINITY) L += p[s * (head_dim + 2) + 1] * expf(m - M);
-    }
-    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    u32 s = threadIdx.x, warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    float m = s < used ? p[s * (head_dim + 2)] : -INFINITY;
+    float M = warp_max(m);
+    if (lane == 0) red[warp] = M;
+    __syncthreads();
+    M = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    float w = m == -INFINITY ? 0.0f : expf(m - M);
+    f[s] = w;
+    float L = warp_sum(s < used ? p[s * (head_dim + 2) + 1] * w : 0.0f);
+    __syncthreads();
+    if (lane == 0) red[warp] = L;
+    __syncthreads();
+    L = (red[0] + red[1]) + (red[2] + red[3]);
+    for (u32 d0 = 0; d0 < head_dim; d0 += blockDim.x) {
+        u32 d = d0 + threadIdx.x;
+        if (d0 + warp * WARP >= head_dim) break;
+        if (d >= head_dim) continue;  // head_dim not a multiple of 32 (and no xq)
         float a = 0.0f;
-        for (u32 s = 0; s < used; s++) {
-            float m = p[s * (head_dim + 2)];
-            if (m != -INFINITY) a += p[s * (head_dim + 2) + 2 + d] * expf(m - M);
-        }
-        out[(u64)qh * head_dim + d] = a / L;
+#pragma unroll 8
+        for (u32 k = 0; k < used; k++) a += p[k * (head_dim + 2) + 2 + d] * f[k];
+        u64 at = (u64)qh * head_dim + d;
+        out[at] = a / L;
+        if (xq) q8_block(a / L, xq + at, xd + at / 32, lane);
     }
 }
 

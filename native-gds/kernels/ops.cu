@@ -14,21 +14,33 @@
 // follow, in one kernel, each step computed as its own kernel computes it: x = x + y where y is
 // given (written back to x), out = RMSNorm(x) = x / sqrt(mean(x^2) + eps) * weight in f64 as the
 // CPU reference computes it, then per `mode`: 0 nothing (the RmsNorm op alone), 1 int8 blocks of
-// 32 (quantize_q8), 2 BitLinear's per-row absmax (bitlinear_quantize). grid (rows), block 1024.
+// 32 (quantize_q8), 2 BitLinear's per-row absmax (bitlinear_quantize). grid (rows), block
+// norm_threads(dim) (the host's).
+// Each thread keeps its values (i = threadIdx.x + k * blockDim.x, at most NORM_PER of them) in
+// registers from the add to the quantization, so the row is read once; a warp's lanes hold 32
+// consecutive values, one int8 block. The host picks blockDim.x (a multiple of 32, at most
+// 1024) so that a row takes at most NORM_PER steps.
+#define NORM_PER 16
 extern "C" __global__ void norm_fused(float* x, const float* y, const float* w, float* out,
                                       u32 dim, float eps, u32 mode, i8* xq, float* xd) {
     __shared__ double part[32];
     float* row = x + (u64)blockIdx.x * dim;
     const float* add = y ? y + (u64)blockIdx.x * dim : 0;
     float* o = out + (u64)blockIdx.x * dim;
+    float v[NORM_PER];
     double ss = 0.0;
-    for (u32 i = threadIdx.x; i < dim; i += blockDim.x) {
-        float v = row[i];
-        if (add) {
-            v = v + add[i];
-            row[i] = v;
+    UNROLL for (int k = 0; k < NORM_PER; k++) {
+        if (k * blockDim.x >= dim) break;
+        u32 i = threadIdx.x + k * blockDim.x;
+        v[k] = 0.0f;
+        if (i < dim) {
+            v[k] = row[i];
+            if (add) {
+                v[k] = v[k] + add[i];
+                row[i] = v[k];
+            }
+            ss += (double)v[k] * (double)v[k];
         }
-        ss += (double)v * (double)v;
     }
     ss = warp_sum_d(ss);
     if (threadIdx.x % WARP == 0) part[threadIdx.x / WARP] = ss;
@@ -36,55 +48,75 @@ extern "C" __global__ void norm_fused(float* x, const float* y, const float* w, 
     ss = 0.0;
     for (int i = 0; i < (int)(blockDim.x / WARP); i++) ss += part[i];
     double inv = 1.0 / sqrt(ss / (double)dim + (double)eps);
-    // Each thread normalizes the values it added (so it reads its own writes).
     float m = 0.0f;
-    for (u32 i = threadIdx.x; i < dim; i += blockDim.x) {
-        float v = (float)((double)row[i] * inv * (double)w[i]);
-        o[i] = v;
-        m = fmaxf(m, fabsf(v));
-    }
-    if (mode == 0) return;
-    __syncthreads();
-    if (mode == 1) {
-        u32 lane = threadIdx.x % WARP;
-        for (u32 b = threadIdx.x / WARP; b < dim / 32; b += blockDim.x / WARP) {
-            u32 i = b * 32 + lane;
-            q8_block(o[i], xq + (u64)blockIdx.x * dim + i,
-                     xd + (u64)blockIdx.x * (dim / 32) + b, lane);
+    UNROLL for (int k = 0; k < NORM_PER; k++) {
+        if (k * blockDim.x >= dim) break;
+        u32 i = threadIdx.x + k * blockDim.x;
+        if (i < dim) {
+            v[k] = (float)((double)v[k] * inv * (double)w[i]);
+            o[i] = v[k];
+            m = fmaxf(m, fabsf(v[k]));
         }
-        return;
     }
-    m = block_max(m);
-    float sc = 127.0f / fmaxf(m, 1e-5f);
-    for (u32 i = threadIdx.x; i < dim; i += blockDim.x)
-        xq[(u64)blockIdx.x * dim + i] = bit_code(o[i], sc);
-    if (threadIdx.x == 0) xd[blockIdx.x] = sc;
+    if (mode == 1) {
+        // blockDim.x and dim are multiples of 32: a warp's values at step k are one block.
+        u32 lane = threadIdx.x % WARP;
+        UNROLL for (int k = 0; k < NORM_PER; k++) {
+            if (k * blockDim.x >= dim) break;
+            u32 i = threadIdx.x + k * blockDim.x;
+            if (i - lane < dim)
+                q8_block(v[k], xq + (u64)blockIdx.x * dim + i,
+                         xd + (u64)blockIdx.x * (dim / 32) + i / 32, lane);
+        }
+    } else if (mode == 2) {
+        m = block_max(m);
+        float sc = 127.0f / fmaxf(m, 1e-5f);
+        UNROLL for (int k = 0; k < NORM_PER; k++) {
+            if (k * blockDim.x >= dim) break;
+            u32 i = threadIdx.x + k * blockDim.x;
+            if (i < dim) xq[(u64)blockIdx.x * dim + i] = bit_code(v[k], sc);
+        }
+        if (threadIdx.x == 0) xd[blockIdx.x] = sc;
+    }
 }
 
 // ---------------------------------------------------------------------------------------
 // RoPE in place on x: (ntok, heads, head_dim); token t at position pos[t]. Pair i turns by
 // pos * freqs[i] (f64), (a, b) -> (a cos - b sin, a sin + b cos) in f64, as the CPU does.
+// rot_dim <= 2 ROPE_MAX_HALF (the host checks).
 // style 0: pairs (2i, 2i + 1); 1: (i, i + rot_dim / 2). grid (ntok), block 256.
-// Pair i of the head at v turned by position p.
-DEV void rope_pair(float* v, u32 i, double p, const double* freqs, u32 half, u32 style) {
-    double s, c;
-    sincos(p * freqs[i], &s, &c);
+// The token's angles: cs[i] = (cos, sin) of pos * freqs[i] for the head's `half` pairs, in f64,
+// each evaluated once by the block (every head turns its pair i by the same angle). Ends with
+// the block's barrier.
+#define ROPE_MAX_HALF 128
+DEV void rope_angles(double2* cs, double p, const double* freqs, u32 half) {
+    for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
+        double s, c;
+        sincos(p * freqs[i], &s, &c);
+        cs[i] = make_double2(c, s);
+    }
+    __syncthreads();
+}
+
+// Pair i of the head at v turned by its angle.
+DEV void rope_pair(float* v, u32 i, double2 cs, u32 half, u32 style) {
     u32 ia = style == 0 ? 2 * i : i;
     u32 ib = style == 0 ? 2 * i + 1 : i + half;
     double a = v[ia], b = v[ib];
     // Rounded products, then the sum: no fused multiply-add, as the CPU computes it.
-    v[ia] = (float)(__dmul_rn(a, c) - __dmul_rn(b, s));
-    v[ib] = (float)(__dmul_rn(a, s) + __dmul_rn(b, c));
+    v[ia] = (float)(__dmul_rn(a, cs.x) - __dmul_rn(b, cs.y));
+    v[ib] = (float)(__dmul_rn(a, cs.y) + __dmul_rn(b, cs.x));
 }
 
 extern "C" __global__ void rope(float* x, const u32* pos, const double* freqs, u32 heads,
                                 u32 head_dim, u32 rot_dim, u32 style) {
+    __shared__ double2 cs[ROPE_MAX_HALF];
     u32 t = blockIdx.x;
     u32 half = rot_dim / 2;
-    double p = (double)pos[t];
-    // A thread per (pair, head): each evaluates its pair's angle itself.
+    rope_angles(cs, (double)pos[t], freqs, half);
+    // A thread per (pair, head).
     for (u32 k = threadIdx.x; k < half * heads; k += blockDim.x)
-        rope_pair(x + ((u64)t * heads + k / half) * head_dim, k % half, p, freqs, half, style);
+        rope_pair(x + ((u64)t * heads + k / half) * head_dim, k % half, cs[k % half], half, style);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -607,8 +607,8 @@ where
 }
 
 /// A layer's worth of ops in the order a model writes them (residual add, norm, Q/K/V
-/// products, RoPE of q and k, attention, norm, gate and up, the activation, down), run with
-/// the backend's fusions and
+/// products, RoPE of q and k, attention and its output's product, norm, gate and up, the
+/// activation, down), run with the backend's fusions and
 /// without: every output must be equal bit for bit (a fusion computes each step as the op's
 /// own kernel does; the unfused ops are checked against the CPU by the other checks).
 async fn fusions<B, F, Fut>(
@@ -634,14 +634,15 @@ where
         (ff, dim),
         (ff, dim),
         (dim, ff),
+        (dim, dim),
     ];
     let setup = Setup {
         weights: shapes
             .iter()
             .map(|&(r, c)| WeightSpec::random(&mut rng, wt, r, c))
             .collect(),
-        // x, y, two norm weights, outputs xb, q, k, v, xb2, hb, hb2, attention's, then
-        // BitNet's sub-norm weight and output.
+        // x, y, two norm weights, outputs xb, q, k, v, xb2, hb, hb2, attention's, BitNet's
+        // sub-norm weight and output, then the attention output's product.
         vectors: vec![
             rng.vec(tokens * dim, 2.0),
             rng.vec(tokens * dim, 1.0),
@@ -657,6 +658,7 @@ where
             vec![POISON; tokens * dim],
             rng.vec(ff, 1.5),
             vec![POISON; tokens * ff],
+            vec![POISON; tokens * dim],
         ],
         cache: cache(
             1,
@@ -719,6 +721,7 @@ where
                 out: t[11],
                 heads: dim / 64,
             },
+            product(6, t[11], t[14], tokens),
             norm(t[3]),
             product(3, t[4], t[9], tokens),
             product(4, t[4], t[10], tokens),
@@ -758,6 +761,7 @@ where
             (t[6], kv),
             (t[7], kv),
             (t[11], dim),
+            (t[14], dim),
             (t[9], ff),
             (t[8], dim),
         ]

@@ -33,9 +33,9 @@ use crate::Error;
 
 /// Few-token passes (decoding) are captured as graphs; larger ones are launched op by op.
 const GRAPH_MAX_TOKENS: usize = GEMV_MAX_TOKENS;
-/// Positions per attention split, at least (and a multiple of: one group of 32 positions
-/// for each of the split kernels' four warps).
-const ATTENTION_SPLIT: usize = 128;
+/// Positions per attention split, at least (and a multiple of: one round of
+/// `attention_group_*`'s four warps, 8 positions each).
+const ATTENTION_SPLIT: usize = 32;
 /// Head dimensions of `attention_group_*` (a block per KV head and up to `GROUP_HEADS` of its
 /// query heads); others take `attention_part_*` (a block per query head).
 const GROUP_HEAD_DIMS: [usize; 4] = [64, 96, 128, 256];
@@ -66,7 +66,7 @@ fn pad_blocks(data: &[u8], block: usize, slot: usize) -> Vec<u8> {
     out
 }
 /// Most splits of a prefill's attention (bounds its scratch).
-const PREFILL_SPLITS: usize = 8;
+const PREFILL_SPLITS: usize = 2;
 /// Query tokens per block of `flash_attention_*`, and the head dimensions it is built for.
 const FLASH_TILE: usize = 64;
 const FLASH_HEAD_DIMS: [usize; 3] = [64, 96, 128];
@@ -237,7 +237,8 @@ enum Fused {
         cols: usize,
     },
     /// RoPE of q and of k, then attention over them: one launch turns both and stores k and
-    /// v in the cache (`rope_store_*`), then attention as the op runs it.
+    /// v in the cache (`rope_store_*`), then attention as the op runs it; `quant`: its output
+    /// quantized for the int8 product after it by the splits' merge.
     RopeAttention {
         layer: usize,
         q: Tensor,
@@ -245,6 +246,7 @@ enum Fused {
         v: Tensor,
         out: Tensor,
         heads: usize,
+        quant: bool,
     },
     /// Two or three one-token products (int8 or BitLinear) of one format and width over the
     /// same activations.
@@ -533,6 +535,15 @@ impl CudaBackend {
                     self.need(x, rows * dim, "rms_norm x")?;
                     self.need(out, rows * dim, "rms_norm out")?;
                     self.need(weight, dim, "rms_norm weight")?;
+                    if dim > NORM_MAX_DIM {
+                        return Err(BackendError::UnsupportedWeight {
+                            name: "rms_norm".into(),
+                            why: format!(
+                                "rows of {dim} values (CUDA's norm takes at most {NORM_MAX_DIM})"
+                            ),
+                        }
+                        .into());
+                    }
                 }
                 Op::MatMul {
                     w,
@@ -590,6 +601,16 @@ impl CudaBackend {
                 Op::Rope { x, heads } => {
                     let cfg = &self.rope.as_ref().ok_or(BackendError::NoCache("RoPE"))?.1;
                     self.need(x, n * heads * cfg.head_dim, "rope x")?;
+                    if cfg.rot_dim > MAX_HEAD_DIM {
+                        return Err(BackendError::UnsupportedWeight {
+                            name: "rope".into(),
+                            why: format!(
+                                "{} rotated dimensions (CUDA turns at most {MAX_HEAD_DIM})",
+                                cfg.rot_dim
+                            ),
+                        }
+                        .into());
+                    }
                 }
                 Op::Attention {
                     layer,
@@ -929,6 +950,13 @@ impl CudaBackend {
                         v,
                         out,
                         heads,
+                        quant: kv.head_dim % 32 == 0
+                            && matches!(ops.get(3), Some(&Op::MatMul {
+                                w,
+                                x,
+                                act: Activations::Q8,
+                                ..
+                            }) if x == out && self.weight(w).is_ok_and(|cw| cw.cols == heads * kv.head_dim)),
                     })
             }
             _ => None,
@@ -989,7 +1017,7 @@ impl CudaBackend {
                     Arg::Ptr(xq),
                     Arg::Ptr(xd),
                 ];
-                self.launch("norm_fused", (rows, 1), NORM_BLOCK, &args)?;
+                self.launch("norm_fused", (rows, 1), norm_threads(dim), &args)?;
                 self.quantized = match quant {
                     Quant::None => self.quantized.filter(|q| q.x != x && q.x != out),
                     q => Some(Quantized {
@@ -1035,6 +1063,7 @@ impl CudaBackend {
                 v,
                 out,
                 heads,
+                quant,
             } => {
                 let kv = self.kv()?;
                 let (freqs, cfg) = self.rope.as_ref().ok_or(BackendError::NoCache("RoPE"))?;
@@ -1060,8 +1089,16 @@ impl CudaBackend {
                 ];
                 let name = format!("rope_store_{}", kv_kind(kv.dtype));
                 self.launch(&name, (n, 1), 256, &args)?;
-                self.attend(layer, q, out, heads, n, max_len)?;
-                self.quantized = self.quantized.filter(|t| ![q, k, out].contains(&t.x));
+                let quantized = self.attend(layer, q, out, heads, n, max_len, quant)?;
+                self.quantized = match quantized {
+                    true => Some(Quantized {
+                        x: out,
+                        rows: n,
+                        cols: heads * kv.head_dim,
+                        bitlinear: false,
+                    }),
+                    false => self.quantized.filter(|t| ![q, k, out].contains(&t.x)),
+                };
                 Ok(())
             }
             Fused::Products {
@@ -1122,7 +1159,9 @@ impl CudaBackend {
     }
 
     /// Attention of the pass's `n` tokens (`q`, `heads` heads) over layer `layer`'s cache, the
-    /// tokens' keys and values already stored, into `out`.
+    /// tokens' keys and values already stored, into `out`; with `quant`, `out` is also left
+    /// in the int8 scratch where the kernels that run can do it (the returned flag says so).
+    #[allow(clippy::too_many_arguments)]
     fn attend(
         &mut self,
         layer: usize,
@@ -1131,7 +1170,8 @@ impl CudaBackend {
         heads: usize,
         n: usize,
         max_len: usize,
-    ) -> Result<(), Error> {
+        quant: bool,
+    ) -> Result<bool, Error> {
         let kv = self.kv()?;
         let kind = kv_kind(kv.dtype);
         let (pos, seq) = (self.tokens.pos.ptr(), self.tokens.seq.ptr());
@@ -1153,7 +1193,9 @@ impl CudaBackend {
                 Arg::U32(kv.max_ctx as u32),
             ];
             let name = format!("flash_attention_{}", kv.head_dim);
-            return self.launch(&name, (self.tiles, heads), 128, &args);
+            return self
+                .launch(&name, (self.tiles, heads), 128, &args)
+                .map(|_| false);
         }
         let (split, nsplit) = if n <= GRAPH_MAX_TOKENS {
             Self::graph_splits(&kv)
@@ -1208,6 +1250,13 @@ impl CudaBackend {
                 &args,
             )?;
         }
+        let (xq, xd) = match quant {
+            true => (
+                Self::scratch_ptr(&self.scratch.xq),
+                Self::scratch_ptr(&self.scratch.xd),
+            ),
+            false => (0, 0),
+        };
         let args = [
             Arg::Ptr(part),
             Arg::Ptr(self.ptr(out)),
@@ -1216,8 +1265,11 @@ impl CudaBackend {
             Arg::U32(kv.head_dim as u32),
             Arg::U32(split as u32),
             Arg::U32(nsplit as u32),
+            Arg::Ptr(xq),
+            Arg::Ptr(xd),
         ];
-        self.launch("attention_merge", (n * heads, 1), 128, &args)
+        self.launch("attention_merge", (n * heads, 1), 128, &args)?;
+        Ok(quant)
     }
 
     fn run_op(&mut self, op: &Op, n: usize, max_len: usize) -> Result<(), Error> {
@@ -1391,7 +1443,8 @@ impl CudaBackend {
                     256,
                     &store,
                 )?;
-                self.attend(layer, q, out, heads, n, max_len)
+                self.attend(layer, q, out, heads, n, max_len, false)
+                    .map(|_| ())
             }
             Op::Elementwise {
                 f,
@@ -2072,7 +2125,14 @@ fn warps_per_row(cols: usize) -> usize {
 }
 
 /// Threads of a block of `norm_fused` (every RMSNorm, alone or fused).
-const NORM_BLOCK: u32 = 1024;
+/// The longest row `norm_fused` takes: NORM_PER (ops.cu) values for each of 1024 threads.
+const NORM_MAX_DIM: usize = 16 * 1024;
+
+/// `norm_fused`'s threads for rows of `dim`: about 8 values each (a multiple of 32, 128 to
+/// 1024).
+fn norm_threads(dim: usize) -> u32 {
+    dim.div_ceil(8).next_multiple_of(32).clamp(128, 1024) as u32
+}
 
 /// The `elementwise` kernels' code of a function.
 fn elementwise_code(f: Elementwise) -> u32 {

@@ -3,7 +3,9 @@
 # llama.cpp's llama-bench with CUDA in the background while the untimed steps run (cuda.sh's
 # selftest and same tokens, then the per-kernel profile of `bench generate --profile`); with the
 # build done, the timed steps: bench-llama-cpp.sh for both tritium backends on the synthetic
-# Llama-1B, BitNet 2B4T on both backends, and decode without the CUDA fusions. Everything is
+# Llama-1B, BitNet 2B4T on both backends, and decode without the CUDA fusions (env knobs:
+# NO_LLAMA, VS_BACKENDS, ROUNDS, PRE_STEPS, SAME_MODELS, PROFILE_MODELS, NOFUSE_MODELS,
+# BITNET_PROMPTS). Everything is
 # kept in $OUT/cuda-full.tgz (written at each stage, so a run cut short still returns it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,7 +35,7 @@ if [ -x target/devgpu/tests/bitnet_reference ]; then
   echo "bitnet reference on cuda: rc $?"; grep -E "test result|panicked|max abs|FAILED" $W/bitnet-reference.txt | head -8 | cut -c1-200
 fi
 pack
-for m in l b; do
+for m in ${PROFILE_MODELS:-l b}; do
   tritium bench generate /tmp/$m.gguf --backend cuda --prompt 512 --decode 64 --profile > $W/profile-$m.txt 2>&1
   echo "== $m"; grep -A12 "prompt token of the prefill" $W/profile-$m.txt | cut -c3-92
   grep -A18 "per decoded token" $W/profile-$m.txt | cut -c3-92
@@ -55,13 +57,13 @@ for be in cuda gpu; do
     tritium bench generate /tmp/b.gguf --backend $be --prompt $p --decode 128 --json > $W/b-$be-$p.json 2> $W/b-$be-$p.err
   done
 done
-if [ -n "${NO_LLAMA:-}" ]; then
+if [ -n "${NO_LLAMA:-}" ] || [ "${VS_BACKENDS:-cuda gpu}" = cuda ]; then
   for be in cuda gpu; do
     tritium bench generate /tmp/l.gguf --backend $be --prompt 512 --decode 128 --json > $W/l-$be-512.json 2> $W/l-$be-512.err
   done
-  tritium bench generate /tmp/l.gguf --backend cuda --prompt 4096 --batch 512 --decode 128 --json > $W/l-cuda-4096.json 2> $W/l-cuda-4096.err
+  [ -n "${NO_LLAMA:-}" ] && tritium bench generate /tmp/l.gguf --backend cuda --prompt 4096 --batch 512 --decode 128 --json > $W/l-cuda-4096.json 2> $W/l-cuda-4096.err
 fi
-for m in l b; do
+for m in ${NOFUSE_MODELS-l b}; do
   TRITIUM_CUDA_NO_FUSIONS=1 tritium bench generate /tmp/$m.gguf --backend cuda --prompt 512 --decode 128 --json > $W/nofuse-$m.json 2>&1
 done
 python3 - $W <<'PY'

@@ -34,6 +34,26 @@ pub enum GdsError {
     /// A kernel that the loaded module does not have.
     #[error("kernel {0} is not in the compiled module")]
     NoKernel(String),
+    /// A weight file could not be opened or read.
+    #[error("{path}: {what}: {message}")]
+    Io {
+        path: String,
+        what: &'static str,
+        message: String,
+    },
+    /// A read past the end of a weight file (a truncated file or a wrong offset).
+    #[error(
+        "{path} is truncated: {len} bytes at offset {offset} asked for, the file has {file_len}"
+    )]
+    Truncated {
+        path: String,
+        offset: u64,
+        len: u64,
+        file_len: u64,
+    },
+    /// Host memory for staging could not be had.
+    #[error("host memory for {bytes} bytes: {why}")]
+    HostMemory { bytes: usize, why: String },
 }
 
 impl GdsError {

@@ -10,9 +10,11 @@
 //! ([`GdsError::NoDriver`], [`GdsError::Library`]).
 
 mod blas;
+pub mod cache;
 mod compile;
 mod device;
 mod error;
+pub mod io;
 pub mod kernels;
 mod libs;
 

@@ -14,33 +14,21 @@
 // follow, in one kernel, each step computed as its own kernel computes it: x = x + y where y is
 // given (written back to x), out = RMSNorm(x) = x / sqrt(mean(x^2) + eps) * weight in f64 as the
 // CPU reference computes it, then per `mode`: 0 nothing (the RmsNorm op alone), 1 int8 blocks of
-// 32 (quantize_q8), 2 BitLinear's per-row absmax (bitlinear_quantize). grid (rows), block
-// norm_threads(dim) (the host's).
-// Each thread keeps its values (i = threadIdx.x + k * blockDim.x, at most NORM_PER of them) in
-// registers from the add to the quantization, so the row is read once; a warp's lanes hold 32
-// consecutive values, one int8 block. The host picks blockDim.x (a multiple of 32, at most
-// 1024) so that a row takes at most NORM_PER steps.
-#define NORM_PER 16
+// 32 (quantize_q8), 2 BitLinear's per-row absmax (bitlinear_quantize). grid (rows), block 1024.
 extern "C" __global__ void norm_fused(float* x, const float* y, const float* w, float* out,
                                       u32 dim, float eps, u32 mode, i8* xq, float* xd) {
     __shared__ double part[32];
     float* row = x + (u64)blockIdx.x * dim;
     const float* add = y ? y + (u64)blockIdx.x * dim : 0;
     float* o = out + (u64)blockIdx.x * dim;
-    float v[NORM_PER];
     double ss = 0.0;
-    UNROLL for (int k = 0; k < NORM_PER; k++) {
-        if (k * blockDim.x >= dim) break;
-        u32 i = threadIdx.x + k * blockDim.x;
-        v[k] = 0.0f;
-        if (i < dim) {
-            v[k] = row[i];
-            if (add) {
-                v[k] = v[k] + add[i];
-                row[i] = v[k];
-            }
-            ss += (double)v[k] * (double)v[k];
+    for (u32 i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = row[i];
+        if (add) {
+            v = v + add[i];
+            row[i] = v;
         }
+        ss += (double)v * (double)v;
     }
     ss = warp_sum_d(ss);
     if (threadIdx.x % WARP == 0) part[threadIdx.x / WARP] = ss;
@@ -48,36 +36,29 @@ extern "C" __global__ void norm_fused(float* x, const float* y, const float* w, 
     ss = 0.0;
     for (int i = 0; i < (int)(blockDim.x / WARP); i++) ss += part[i];
     double inv = 1.0 / sqrt(ss / (double)dim + (double)eps);
+    // Each thread normalizes the values it added (so it reads its own writes).
     float m = 0.0f;
-    UNROLL for (int k = 0; k < NORM_PER; k++) {
-        if (k * blockDim.x >= dim) break;
-        u32 i = threadIdx.x + k * blockDim.x;
-        if (i < dim) {
-            v[k] = (float)((double)v[k] * inv * (double)w[i]);
-            o[i] = v[k];
-            m = fmaxf(m, fabsf(v[k]));
-        }
+    for (u32 i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = (float)((double)row[i] * inv * (double)w[i]);
+        o[i] = v;
+        m = fmaxf(m, fabsf(v));
     }
+    if (mode == 0) return;
+    __syncthreads();
     if (mode == 1) {
-        // blockDim.x and dim are multiples of 32: a warp's values at step k are one block.
         u32 lane = threadIdx.x % WARP;
-        UNROLL for (int k = 0; k < NORM_PER; k++) {
-            if (k * blockDim.x >= dim) break;
-            u32 i = threadIdx.x + k * blockDim.x;
-            if (i - lane < dim)
-                q8_block(v[k], xq + (u64)blockIdx.x * dim + i,
-                         xd + (u64)blockIdx.x * (dim / 32) + i / 32, lane);
+        for (u32 b = threadIdx.x / WARP; b < dim / 32; b += blockDim.x / WARP) {
+            u32 i = b * 32 + lane;
+            q8_block(o[i], xq + (u64)blockIdx.x * dim + i,
+                     xd + (u64)blockIdx.x * (dim / 32) + b, lane);
         }
-    } else if (mode == 2) {
-        m = block_max(m);
-        float sc = 127.0f / fmaxf(m, 1e-5f);
-        UNROLL for (int k = 0; k < NORM_PER; k++) {
-            if (k * blockDim.x >= dim) break;
-            u32 i = threadIdx.x + k * blockDim.x;
-            if (i < dim) xq[(u64)blockIdx.x * dim + i] = bit_code(v[k], sc);
-        }
-        if (threadIdx.x == 0) xd[blockIdx.x] = sc;
+        return;
     }
+    m = block_max(m);
+    float sc = 127.0f / fmaxf(m, 1e-5f);
+    for (u32 i = threadIdx.x; i < dim; i += blockDim.x)
+        xq[(u64)blockIdx.x * dim + i] = bit_code(o[i], sc);
+    if (threadIdx.x == 0) xd[blockIdx.x] = sc;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -535,15 +535,6 @@ impl CudaBackend {
                     self.need(x, rows * dim, "rms_norm x")?;
                     self.need(out, rows * dim, "rms_norm out")?;
                     self.need(weight, dim, "rms_norm weight")?;
-                    if dim > NORM_MAX_DIM {
-                        return Err(BackendError::UnsupportedWeight {
-                            name: "rms_norm".into(),
-                            why: format!(
-                                "rows of {dim} values (CUDA's norm takes at most {NORM_MAX_DIM})"
-                            ),
-                        }
-                        .into());
-                    }
                 }
                 Op::MatMul {
                     w,
@@ -1017,7 +1008,7 @@ impl CudaBackend {
                     Arg::Ptr(xq),
                     Arg::Ptr(xd),
                 ];
-                self.launch("norm_fused", (rows, 1), norm_threads(dim), &args)?;
+                self.launch("norm_fused", (rows, 1), NORM_BLOCK, &args)?;
                 self.quantized = match quant {
                     Quant::None => self.quantized.filter(|q| q.x != x && q.x != out),
                     q => Some(Quantized {
@@ -2125,14 +2116,7 @@ fn warps_per_row(cols: usize) -> usize {
 }
 
 /// Threads of a block of `norm_fused` (every RMSNorm, alone or fused).
-/// The longest row `norm_fused` takes: NORM_PER (ops.cu) values for each of 1024 threads.
-const NORM_MAX_DIM: usize = 16 * 1024;
-
-/// `norm_fused`'s threads for rows of `dim`: about 8 values each (a multiple of 32, 128 to
-/// 1024).
-fn norm_threads(dim: usize) -> u32 {
-    dim.div_ceil(8).next_multiple_of(32).clamp(128, 1024) as u32
-}
+const NORM_BLOCK: u32 = 1024;
 
 /// The `elementwise` kernels' code of a function.
 fn elementwise_code(f: Elementwise) -> u32 {

@@ -366,3 +366,23 @@ fn cuda_backend_without_cuda_fails_clearly_and_auto_falls_back() {
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// `bench gds` names a missing file, and without CUDA says so in one sentence.
+#[test]
+fn gds_bench_without_cuda_or_file_fails_clearly() {
+    let o = tritium(&["bench", "gds", "/nonexistent/model.gguf"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("/nonexistent/model.gguf: open"), "{err}");
+    if Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1").exists() {
+        return;
+    }
+    let o = tritium(&["bench", "gds", "tests/fixtures/bitnet/tiny-i2s.gguf"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no CUDA driver: libcuda.so.1 was not found"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

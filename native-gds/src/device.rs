@@ -169,6 +169,29 @@ impl Device {
         .map_err(GdsError::driver("download"))
     }
 
+    /// Queue a copy of `bytes` of `src` (page-locked) from `offset` to device address `dst`;
+    /// `src` must not be written until the copy is done (an [`Event`] recorded after it).
+    pub fn upload_pinned(
+        &self,
+        dst: u64,
+        src: &HostBuffer,
+        offset: usize,
+        bytes: usize,
+    ) -> Result<(), GdsError> {
+        assert!(offset + bytes <= src.bytes, "upload past the host buffer");
+        // SAFETY: `src` holds the range; the caller's `dst` addresses as many device bytes.
+        unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
+                dst,
+                src.ptr.add(offset) as *const c_void,
+                bytes,
+                self.stream,
+            )
+            .result()
+        }
+        .map_err(GdsError::driver("upload"))
+    }
+
     /// Queue a device-to-device copy.
     pub fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<(), GdsError> {
         // SAFETY: the caller's addresses each cover `bytes` of live buffers.
@@ -386,6 +409,13 @@ impl HostBuffer {
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: `bytes` of host memory owned by the buffer.
         unsafe { std::slice::from_raw_parts(self.ptr, self.bytes) }
+    }
+
+    /// The contents to write (no copy from or into it may be in flight: wait for its
+    /// [`Event`]). Page-aligned, so direct reads may fill it.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and &mut self is the only borrow.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.bytes) }
     }
 }
 

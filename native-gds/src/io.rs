@@ -178,18 +178,23 @@ impl WeightFile {
         }
     }
 
-    /// Read `span` into the start of `buf` (aligned, at least `span.len` bytes): the whole
-    /// span, or up to the end of the file where the span passes it. Returns the bytes read.
-    pub fn read_span(&self, span: AlignedSpan, buf: &mut AlignedBuf) -> Result<usize, GdsError> {
+    /// Read `span` into the start of `buf` (at least `span.len` bytes, starting at a multiple
+    /// of [`IO_ALIGN`]): the whole span, or up to the end of the file where the span passes it.
+    /// Returns the bytes read.
+    pub fn read_span(&self, span: AlignedSpan, buf: &mut [u8]) -> Result<usize, GdsError> {
         let want = usize::try_from(span.len).unwrap_or(usize::MAX);
-        if buf.len() < want {
+        if buf.len() < want || buf.as_ptr() as u64 % IO_ALIGN != 0 {
             return Err(GdsError::HostMemory {
                 bytes: want,
-                why: format!("a staging buffer of {} bytes is too small", buf.len()),
+                why: format!(
+                    "a staging buffer of {} bytes at {:p} is too small or not {IO_ALIGN}-byte aligned",
+                    buf.len(),
+                    buf.as_ptr()
+                ),
             });
         }
         let avail = self.len.saturating_sub(span.start).min(span.len) as usize;
-        let dst = &mut buf.as_mut_slice()[..want];
+        let dst = &mut buf[..want];
         let mut done = 0;
         while done < avail {
             // Direct reads keep the length aligned; the file's last page comes back short.
@@ -237,7 +242,7 @@ impl WeightFile {
             let room = staging.len() as u64 - skip;
             let take = room.min((dst.len() - done) as u64);
             let span = AlignedSpan::covering(at, take).expect("inside the file");
-            self.read_span(span, staging)?;
+            self.read_span(span, staging.as_mut_slice())?;
             let take = take as usize;
             dst[done..done + take]
                 .copy_from_slice(&staging.as_slice()[skip as usize..skip as usize + take]);

@@ -14,6 +14,7 @@ pub mod cache;
 mod compile;
 mod device;
 mod error;
+pub mod gds;
 pub mod io;
 pub mod kernels;
 mod libs;

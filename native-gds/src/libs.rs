@@ -150,3 +150,21 @@ pub fn driver_present() -> bool {
     // SAFETY: probing for the library only opens it.
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
+
+/// Make sure libcufile (GPUDirect Storage) loads (from the loader's path, or from
+/// [`library_dirs`]).
+pub fn load_cufile() -> Result<(), GdsError> {
+    // SAFETY: probing for the library only opens it.
+    if unsafe { cudarc::cufile::sys::is_culib_present() } {
+        return Ok(());
+    }
+    load_from_dirs("libcufile (GPUDirect Storage)", "libcufile.so")?;
+    // SAFETY: as above.
+    match unsafe { cudarc::cufile::sys::is_culib_present() } {
+        true => Ok(()),
+        false => Err(GdsError::Library {
+            name: "libcufile (GPUDirect Storage)",
+            searched: "the loader's path after loading it by path".into(),
+        }),
+    }
+}

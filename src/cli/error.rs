@@ -12,6 +12,9 @@ pub enum Error {
     Usage(String),
     #[error("{path}: {message}")]
     Io { path: String, message: String },
+    /// The GPU (or its libraries) could not do what was asked.
+    #[error("{0}")]
+    Device(String),
 }
 
 impl Error {
@@ -20,7 +23,7 @@ impl Error {
         match self {
             Error::Lib(e) => Error::Lib(e.at(path)),
             Error::Usage(m) => Error::Usage(format!("{}: {m}", path.display())),
-            e @ Error::Io { .. } => e,
+            e @ (Error::Io { .. } | Error::Device(_)) => e,
         }
     }
 }

@@ -7,6 +7,8 @@ mod convert;
 mod convert_hf;
 mod dump;
 pub mod error;
+#[cfg(feature = "gds")]
+mod gds_bench;
 mod generate;
 mod inspect;
 mod migrate;
@@ -268,6 +270,28 @@ enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// A file read into GPU memory by the streaming reader (cuFile, or direct reads staged
+    /// through page-locked memory) against a direct read of it into host memory, the disk's
+    /// own speed, in the same run (GB/s and the ratio).
+    #[cfg(feature = "gds")]
+    Gds {
+        /// A large file on the disk to measure (a GGUF, an RDRR shard).
+        file: PathBuf,
+        /// The CUDA device.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// Staged reads even where cuFile is available.
+        #[arg(long)]
+        staged: bool,
+        /// MiB per read.
+        #[arg(long, default_value_t = 64)]
+        chunk_mib: u64,
+        /// Rounds of each (alternating); the median is reported.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// SHA-256 and BLAKE3 throughput over a buffer in memory, one thread (MB/s).
     Hash {
         /// MiB hashed.
@@ -432,6 +456,25 @@ pub fn main() -> ExitCode {
         Command::Bench {
             what: BenchCommand::Hash { mib, json },
         } => store_bench::hash(mib, json),
+        #[cfg(feature = "gds")]
+        Command::Bench {
+            what:
+                BenchCommand::Gds {
+                    file,
+                    device,
+                    staged,
+                    chunk_mib,
+                    rounds,
+                    json,
+                },
+        } => gds_bench::gds(&gds_bench::GdsBenchArgs {
+            file,
+            device,
+            staged,
+            chunk_mib,
+            rounds,
+            json,
+        }),
         #[cfg(feature = "gpu")]
         Command::Bench {
             what:

@@ -115,6 +115,10 @@ impl ModelFiles for DirFiles {
         Ok(Box::new(FileSource::open(&full)?))
     }
 
+    fn local_path(&self, path: &str) -> Option<PathBuf> {
+        self.resolve(path).ok()
+    }
+
     fn list(&self, dir: &str) -> Result<Vec<String>, SourceError> {
         let full = self.resolve(dir)?;
         let mut names = Vec::new();

@@ -149,6 +149,13 @@ pub trait ModelFiles {
         self.open(path).is_ok()
     }
 
+    /// Where `path` is on the local file system, for readers that open files themselves
+    /// (direct and GPU-direct reads); `None` for folders that are not local files (the
+    /// browser's OPFS, memory).
+    fn local_path(&self, _path: &str) -> Option<std::path::PathBuf> {
+        None
+    }
+
     /// Read a whole (small) file, such as a JSON index, refusing files over `max_len` bytes.
     fn read_small(&self, path: &str, max_len: u64) -> Result<Vec<u8>, SourceError> {
         let src = self.open(path)?;

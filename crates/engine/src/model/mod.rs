@@ -10,7 +10,7 @@ pub mod weights;
 
 pub use config::{Arch, ModelConfig};
 pub use rdrr::RdrrModel;
-pub use weights::{AsyncTensorSource, GgufTensors, ReadySource, TensorSource, Weights};
+pub use weights::{AsyncTensorSource, FileSpan, GgufTensors, ReadySource, TensorSource, Weights};
 
 use crate::backend::{Arithmetic, Backend, KvShape, KvType};
 use crate::error::{BatchError, ModelError};

@@ -14,6 +14,22 @@ pub trait TensorSource {
     fn meta(&self, name: &str) -> Option<(GgmlType, Vec<u64>)>;
     /// A tensor's bytes.
     fn read(&self, name: &str) -> Result<Vec<u8>, Error>;
+    /// Where a tensor's bytes lie, unchanged, in local files: pieces that joined in order are
+    /// [`TensorSource::read`]'s bytes (several where an RDRR tensor spans shards). `None` where
+    /// they are not in local files as they are (OPFS, memory, converted checkpoints), or the
+    /// tensor is absent. The ranges are as the model's index states them; readers check them
+    /// against the files.
+    fn location(&self, _name: &str) -> Option<Vec<FileSpan>> {
+        None
+    }
+}
+
+/// A range of a local file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileSpan {
+    pub path: std::path::PathBuf,
+    pub offset: u64,
+    pub len: u64,
 }
 
 /// A [`TensorSource`] whose reads are asynchronous (the browser's main thread reads OPFS

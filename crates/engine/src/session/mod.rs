@@ -198,6 +198,10 @@ impl<S: TensorSource> TensorSource for WithTokenizer<'_, S> {
     fn read(&self, name: &str) -> Result<Vec<u8>, Error> {
         self.model.read(name)
     }
+
+    fn location(&self, name: &str) -> Option<Vec<crate::model::FileSpan>> {
+        self.model.location(name)
+    }
 }
 
 /// A model whose reads are always ready, seen as an asynchronous one.

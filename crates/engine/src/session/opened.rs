@@ -10,7 +10,7 @@ use crate::formats::gguf::GgufFile;
 use crate::formats::rdrr::{self, Manifest};
 use crate::formats::source::ModelFiles;
 use crate::formats::{trellis, ModelDescription};
-use crate::model::{GgufTensors, TensorSource};
+use crate::model::{FileSpan, GgufTensors, TensorSource};
 use crate::quant::GgmlType;
 use crate::text::{ChatTemplate, Tokenizer};
 use crate::Error;
@@ -256,5 +256,103 @@ impl<F: ModelFiles> TensorSource for OpenedModel<F> {
             } => crate::model::rdrr::read(manifest, files, name),
             OpenedModel::Trellis(_) => Err(ModelError::NotRunnable { format: "Trellis" }.into()),
         }
+    }
+
+    fn location(&self, name: &str) -> Option<Vec<FileSpan>> {
+        match self {
+            OpenedModel::Gguf {
+                files,
+                file,
+                header,
+            } => {
+                let (offset, len) = header.tensor_range(header.tensor(name)?);
+                Some(vec![FileSpan {
+                    path: files.local_path(file)?,
+                    offset,
+                    len,
+                }])
+            }
+            OpenedModel::Rdrr {
+                files, manifest, ..
+            } => manifest
+                .tensors
+                .get(name)?
+                .spans
+                .iter()
+                .map(|span| {
+                    Some(FileSpan {
+                        path: files.local_path(manifest.shard_file(span.shard).ok()?)?,
+                        offset: span.offset,
+                        len: span.size,
+                    })
+                })
+                .collect(),
+            OpenedModel::Trellis(_) => None,
+        }
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use std::os::unix::fs::FileExt;
+
+    use super::*;
+    use crate::formats::rdrr::ConvertOptions;
+    use crate::storage::DirFiles;
+
+    const FIXTURE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/bitnet");
+
+    /// The bytes a location names, read with plain file reads.
+    fn read_location(spans: &[FileSpan]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for s in spans {
+            let f = std::fs::File::open(&s.path).unwrap();
+            let mut b = vec![0u8; s.len as usize];
+            f.read_exact_at(&mut b, s.offset).unwrap();
+            out.extend(b);
+        }
+        out
+    }
+
+    /// Every tensor's location in a GGUF file and in an RDRR folder of small shards (tensors
+    /// across shards) holds exactly the bytes `read` gives.
+    #[test]
+    fn locations_hold_the_tensors_bytes() {
+        let gguf = OpenedModel::gguf(DirFiles::new(FIXTURE_DIR), "tiny-i2s.gguf").unwrap();
+        let names: Vec<String> = gguf
+            .header()
+            .unwrap()
+            .tensors
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
+        assert!(names.len() > 5);
+        for n in &names {
+            let spans = gguf.location(n).unwrap();
+            assert_eq!(spans.len(), 1);
+            assert_eq!(read_location(&spans), gguf.read(n).unwrap(), "{n}");
+        }
+        assert_eq!(gguf.location("no.such.tensor"), None);
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = DirFiles::new(dir.path());
+        let src = crate::storage::FileSource::open(
+            &std::path::Path::new(FIXTURE_DIR).join("tiny-i2s.gguf"),
+        )
+        .unwrap();
+        let mut opts = ConvertOptions::new("tiny");
+        opts.shard_size = 64 << 10;
+        let OpenedModel::Gguf { header, .. } = &gguf else {
+            unreachable!()
+        };
+        rdrr::convert_gguf(&src, header, &mut files, &opts, &[]).unwrap();
+        let rdrr = OpenedModel::folder(DirFiles::new(dir.path())).unwrap();
+        let mut spanning = 0;
+        for n in &names {
+            let spans = rdrr.location(n).unwrap();
+            spanning += usize::from(spans.len() > 1);
+            assert_eq!(read_location(&spans), gguf.read(n).unwrap(), "{n}");
+        }
+        assert!(spanning > 0, "no tensor spans two shards at 64 KiB shards");
     }
 }

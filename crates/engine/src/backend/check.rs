@@ -155,6 +155,8 @@ async fn execute<B: Backend>(
             cols: w.cols,
             bytes: &w.bytes,
             scale: w.scale,
+            layer: None,
+            location: None,
         })?);
     }
     for (i, v) in setup.vectors.iter().enumerate() {

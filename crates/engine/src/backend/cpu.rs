@@ -792,6 +792,8 @@ mod tests {
                     cols,
                     bytes: &bytes,
                     scale: None,
+                    layer: None,
+                    location: None,
                 })
                 .unwrap();
             let xs: Vec<f32> = (0..cols)
@@ -844,6 +846,8 @@ mod tests {
                 cols,
                 bytes: &bytes,
                 scale: None,
+                layer: None,
+                location: None,
             })
             .unwrap();
         let xs: Vec<f32> = (0..2 * cols)

@@ -38,6 +38,12 @@ pub struct WeightData<'a> {
     /// A separate per-tensor scale the weight is multiplied by (upstream llama.cpp's
     /// `blk.N.<name>.scale` for TQ1_0/TQ2_0 BitNet files); I2_S carries its own.
     pub scale: Option<f32>,
+    /// The transformer block the weight belongs to (`blk.N.`), for backends that keep only
+    /// some blocks resident.
+    pub layer: Option<usize>,
+    /// Where `bytes` lie unchanged in local files ([`crate::model::TensorSource::location`]),
+    /// for backends that read weights again from storage.
+    pub location: Option<&'a [crate::model::FileSpan]>,
 }
 
 /// The KV cache: `n_seqs` sequences of `max_ctx` positions, each layer's keys and values

@@ -41,6 +41,10 @@ pub trait AsyncTensorSource {
     fn meta(&self, name: &str) -> Option<(GgmlType, Vec<u64>)>;
     /// As [`TensorSource::read`].
     async fn read(&self, name: &str) -> Result<Vec<u8>, Error>;
+    /// As [`TensorSource::location`].
+    fn location(&self, _name: &str) -> Option<Vec<FileSpan>> {
+        None
+    }
 }
 
 /// A [`TensorSource`] seen as an [`AsyncTensorSource`] whose reads are always ready.
@@ -53,6 +57,10 @@ impl AsyncTensorSource for ReadySource<'_> {
 
     async fn read(&self, name: &str) -> Result<Vec<u8>, Error> {
         self.0.read(name)
+    }
+
+    fn location(&self, name: &str) -> Option<Vec<FileSpan>> {
+        self.0.location(name)
     }
 }
 
@@ -148,6 +156,7 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
             }
             None => None,
         };
+        let location = self.src.location(name);
         let w = self.b.load_weight(WeightData {
             name,
             dtype,
@@ -155,6 +164,8 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
             cols,
             bytes: &bytes,
             scale,
+            layer: layer_of(name),
+            location: location.as_deref(),
         })?;
         self.names.weight_named(w, name, dtype, rows, cols);
         Ok(w)
@@ -288,6 +299,11 @@ fn element_count(name: &str, shape: &[u64]) -> Result<u64, Error> {
 
 /// A tensor's bytes, which must be exactly what `n` elements of `dtype` occupy (the same
 /// check for every backend and every source: a tensor one byte short or long is refused).
+/// The block a tensor belongs to (`blk.N.`), if any.
+fn layer_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
 async fn read_exact<S: AsyncTensorSource>(
     src: &S,
     name: &str,
@@ -327,4 +343,16 @@ async fn vector_values<S: AsyncTensorSource>(
         name: name.to_string(),
     })?;
     Ok(Some(quant::dequantize(dtype, &bytes, n)?))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn layers_come_from_block_names() {
+        assert_eq!(super::layer_of("blk.12.attn_q.weight"), Some(12));
+        assert_eq!(super::layer_of("blk.0.ffn_down.weight"), Some(0));
+        assert_eq!(super::layer_of("token_embd.weight"), None);
+        assert_eq!(super::layer_of("blk.x.attn_q.weight"), None);
+        assert_eq!(super::layer_of("output.weight"), None);
+    }
 }

@@ -229,6 +229,10 @@ impl<S: TensorSource> AsyncTensorSource for Ready<'_, S> {
     async fn read(&self, name: &str) -> Result<Vec<u8>, Error> {
         self.0.read(name)
     }
+
+    fn location(&self, name: &str) -> Option<Vec<crate::model::FileSpan>> {
+        self.0.location(name)
+    }
 }
 
 #[cfg(not(target_arch = "wasm32"))]

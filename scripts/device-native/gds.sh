@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# On the GPU machine (carry target/devgpu): the streaming reader against the disk. Writes a
+# file of GDS_GB gigabytes (default 4; random bytes, so nothing compresses) on the machine's
+# disk (GDS_DIR, default /tmp), drops it from the page cache where the kernel allows, then in
+# one run: `dd iflag=direct` of the file (the disk's own speed), `tritium bench gds` with cuFile
+# where libcufile loads, and `--staged`; everything in $OUT/gds/.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/device-native/env.sh
+O=${OUT:-/tmp}/gds
+mkdir -p "$O"
+F=${GDS_DIR:-/tmp}/tritium-gds.bin
+GB=${GDS_GB:-4}
+df -h "$(dirname "$F")" | tail -1 | tee "$O/disk.txt"
+ls -d /usr/local/cuda*/lib64/libcufile* /usr/lib/x86_64-linux-gnu/libcufile* 2>/dev/null | tee "$O/libcufile.txt"
+lsmod 2>/dev/null | grep -i nvidia_fs | tee "$O/nvidia-fs.txt"
+[ -s "$F" ] || head -c $((GB << 30)) /dev/urandom > "$F"
+sync
+echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "(page cache not dropped)"
+dd if="$F" of=/dev/null bs=64M iflag=direct 2>&1 | tail -1 | tee "$O/dd-direct.txt"
+tritium bench gds "$F" --rounds 3 --json > "$O/bench-gds.json" 2> "$O/bench-gds.err"
+tritium bench gds "$F" --rounds 3 --staged --json > "$O/bench-gds-staged.json" 2> "$O/bench-gds-staged.err"
+for f in "$O"/bench-gds*.json; do echo "$(basename "$f"): $(cat "$f") $(cat "${f%.json}.err")"; done

@@ -367,6 +367,34 @@ fn cuda_backend_without_cuda_fails_clearly_and_auto_falls_back() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
+/// A GPU memory budget is for the CUDA backend: elsewhere it is refused in one sentence, not
+/// ignored.
+#[test]
+fn vram_budget_needs_the_cuda_backend() {
+    let o = tritium(&[
+        "run",
+        "tests/fixtures/bitnet/tiny-i2s.gguf",
+        "--ids",
+        "1,2,3",
+        "--max-tokens",
+        "2",
+        "--backend",
+        "cpu",
+        "--vram-budget",
+        "1GB",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--vram-budget) needs the CUDA backend"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let o = tritium(&["run", "x.gguf", "--vram-budget", "lots"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not a size"));
+}
+
 /// `bench gds` names a missing file, and without CUDA says so in one sentence.
 #[test]
 fn gds_bench_without_cuda_or_file_fails_clearly() {

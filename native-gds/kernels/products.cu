@@ -359,3 +359,14 @@ extern "C" __global__ void scale_rows(float* y, const float* back, u32 rows, u32
     if (back) v = v * back[i / rows];
     y[i] = v * scale;
 }
+
+// ---------------------------------------------------------------------------------------
+// Blocks of `block` bytes at src into the first bytes of slots of `slot` bytes at dst: Q6_K's
+// device layout (224-byte slots) from its file bytes, for weights read again from storage.
+// grid (ceil(nblocks / 4)), block 128: a warp per block.
+extern "C" __global__ void pad_blocks(const u8* src, u8* dst, u32 nblocks, u32 block, u32 slot) {
+    u32 b = blockIdx.x * 4 + threadIdx.x / WARP;
+    if (b >= nblocks) return;
+    for (u32 i = threadIdx.x % WARP; i < block; i += WARP)
+        dst[(u64)b * slot + i] = src[(u64)b * block + i];
+}

@@ -43,9 +43,8 @@ fn cufile_driver() -> Result<(), String> {
     .clone()
 }
 
-/// Reads file ranges into device memory on `dev`.
-pub struct DeviceReader<'d> {
-    dev: &'d Device,
+/// Reads file ranges into device memory (of the device it was made for, passed to each call).
+pub struct DeviceReader {
     method: ReadMethod,
     staged_because: Option<String>,
     staging: Vec<HostBuffer>,
@@ -54,14 +53,10 @@ pub struct DeviceReader<'d> {
     handles: HashMap<i32, cufile_sys::CUfileHandle_t>,
 }
 
-impl<'d> DeviceReader<'d> {
+impl DeviceReader {
     /// A reader that uses cuFile where `cufile` is asked for and available, else staged reads
     /// through two page-locked buffers of `staging_bytes` each (rounded up to [`IO_ALIGN`]).
-    pub fn new(
-        dev: &'d Device,
-        cufile: bool,
-        staging_bytes: usize,
-    ) -> Result<DeviceReader<'d>, GdsError> {
+    pub fn new(dev: &Device, cufile: bool, staging_bytes: usize) -> Result<DeviceReader, GdsError> {
         let (method, staged_because) = match cufile {
             false => (
                 ReadMethod::Staged,
@@ -78,7 +73,6 @@ impl<'d> DeviceReader<'d> {
             ReadMethod::Staged => vec![dev.host_buffer(bytes)?, dev.host_buffer(bytes)?],
         };
         Ok(DeviceReader {
-            dev,
             method,
             staged_because,
             pending: staging.iter().map(|_| None).collect(),
@@ -101,6 +95,7 @@ impl<'d> DeviceReader<'d> {
     /// device's stream, so the stream's later work sees the bytes.
     pub fn read(
         &mut self,
+        dev: &Device,
         file: &WeightFile,
         offset: u64,
         len: u64,
@@ -111,19 +106,20 @@ impl<'d> DeviceReader<'d> {
             return Ok(());
         }
         if self.method == ReadMethod::CuFile && file.read_path() == ReadPath::Direct {
-            return self.read_cufile(file, offset, len, dst);
+            return self.read_cufile(dev, file, offset, len, dst);
         }
         if self.staging.is_empty() {
             // cuFile takes only O_DIRECT files; this one was opened through the page cache.
             let bytes = 64 << 20;
-            self.staging = vec![self.dev.host_buffer(bytes)?, self.dev.host_buffer(bytes)?];
+            self.staging = vec![dev.host_buffer(bytes)?, dev.host_buffer(bytes)?];
             self.pending = vec![None, None];
         }
-        self.read_staged(file, offset, len, dst)
+        self.read_staged(dev, file, offset, len, dst)
     }
 
     fn read_cufile(
         &mut self,
+        dev: &Device,
         file: &WeightFile,
         offset: u64,
         len: u64,
@@ -149,7 +145,7 @@ impl<'d> DeviceReader<'d> {
                 h
             }
         };
-        self.dev.bind()?;
+        dev.bind()?;
         let mut done = 0u64;
         while done < len {
             // SAFETY: a registered handle; the caller's `dst` covers `len` device bytes.
@@ -178,6 +174,7 @@ impl<'d> DeviceReader<'d> {
 
     fn read_staged(
         &mut self,
+        dev: &Device,
         file: &WeightFile,
         offset: u64,
         len: u64,
@@ -194,9 +191,8 @@ impl<'d> DeviceReader<'d> {
                 ev.synchronize()?;
             }
             file.read_span(span, self.staging[b].as_mut_slice())?;
-            self.dev
-                .upload_pinned(dst + done, &self.staging[b], skip as usize, take as usize)?;
-            self.pending[b] = Some(self.dev.record()?);
+            dev.upload_pinned(dst + done, &self.staging[b], skip as usize, take as usize)?;
+            self.pending[b] = Some(dev.record()?);
             done += take;
             b = (b + 1) % self.staging.len();
         }
@@ -212,7 +208,7 @@ impl<'d> DeviceReader<'d> {
     }
 }
 
-impl Drop for DeviceReader<'_> {
+impl Drop for DeviceReader {
     fn drop(&mut self) {
         let _ = self.finish();
         for (_, h) in self.handles.drain() {

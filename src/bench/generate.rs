@@ -31,6 +31,8 @@ pub struct GenerateBenchOptions {
     /// [`crate::session::Arithmetic::Exact`] (the f32-matvec, unfused and sampled variants
     /// then differ from the main figure only by their fusions and sampling).
     pub exact: bool,
+    /// CUDA: a GPU memory budget (blocks beyond it read from storage when used).
+    pub vram_budget: Option<u64>,
 }
 
 /// The figures (`--json` prints this).
@@ -347,6 +349,17 @@ pub struct CudaGenerateReport {
     pub profile: Option<Vec<ProfileRow>>,
     /// GPU time per kernel of the prefill (`--profile`), per prompt token, largest first.
     pub prefill_profile: Option<Vec<ProfileRow>>,
+    /// Under `--vram-budget`: the schedule, the GPU bytes it holds for the blocks, and the
+    /// bytes read from storage per decoded token.
+    pub streaming: Option<StreamingReport>,
+}
+
+/// What streaming blocks from storage did in `bench generate --vram-budget`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StreamingReport {
+    pub schedule: String,
+    pub block_bytes_on_device: u64,
+    pub bytes_read_per_decoded_token: f64,
 }
 
 /// `bench generate --backend cuda`: prefill and decode on the CUDA backend, after a warm-up.
@@ -359,7 +372,8 @@ pub fn run_cuda<S: ModelMeta + TensorSource>(
     let file = source.header()?;
     let config = ModelConfig::from_gguf(file)?;
     let bytes_per_token = bytes_per_token(file);
-    let backend = CudaBackend::new(0, opts.batch.max(1))?;
+    let mut backend = CudaBackend::new(0, opts.batch.max(1))?;
+    backend.set_vram_budget(opts.vram_budget);
     let info = backend.device().clone();
     let total = opts.prompt_tokens + opts.decode_tokens;
     let context = opts.context.unwrap_or(total);
@@ -401,8 +415,22 @@ pub fn run_cuda<S: ModelMeta + TensorSource>(
             SamplerConfig::greedy(),
         )?;
     }
+    let read_before = engine.model.backend.streaming().map_or(0, |s| s.2);
     let g = run(&mut engine, opts.decode_tokens + 1, SamplerConfig::greedy())?;
     let u = g.usage.clone();
+    let streaming = engine
+        .model
+        .backend
+        .streaming()
+        .map(|(schedule, held, read)| {
+            // The run's prompt pass reads every streamed block once too.
+            let passes = u.generated_tokens.max(1) as f64;
+            StreamingReport {
+                schedule,
+                block_bytes_on_device: held,
+                bytes_read_per_decoded_token: (read - read_before) as f64 / passes,
+            }
+        });
     engine.model.backend.set_graphs(false);
     let no_graphs = run(&mut engine, opts.decode_tokens + 1, SamplerConfig::greedy())?
         .usage
@@ -466,5 +494,6 @@ pub fn run_cuda<S: ModelMeta + TensorSource>(
         limit_tokens_per_s: 0.0,
         profile,
         prefill_profile,
+        streaming,
     })
 }

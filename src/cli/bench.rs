@@ -54,6 +54,11 @@ pub fn generate(
     if backend == super::selftest::SelftestBackend::Cuda {
         return generate_cuda(model, &opened, opts, json);
     }
+    if opts.vram_budget.is_some() {
+        return Err(Error::Usage(
+            "--vram-budget applies to --backend cuda".into(),
+        ));
+    }
     let ctx = pollster::block_on(GpuContext::new(&DeviceOptions::default()))?;
     let r = crate::bench::generate::run(ctx, &opened, opts).map_err(|e| e.at(model))?;
     if json {
@@ -189,6 +194,14 @@ fn generate_cuda(
             r.backend_bytes as f64 / 1048576.0,
             r.device_bytes_used as f64 / 1048576.0
         );
+        if let Some(s) = &r.streaming {
+            println!(
+                "blocks from storage: {}; {:.1} MiB on the device for blocks, {:.1} MiB read per decoded token",
+                s.schedule,
+                s.block_bytes_on_device as f64 / 1048576.0,
+                s.bytes_read_per_decoded_token / 1048576.0
+            );
+        }
         print_profiles(&r.prefill_profile, &r.profile, "CUDA events");
     }
     Ok(ExitCode::SUCCESS)

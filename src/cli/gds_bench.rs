@@ -66,7 +66,7 @@ pub fn gds(args: &GdsBenchArgs) -> Result<ExitCode, Error> {
         let mut at = 0u64;
         while at < f.len() {
             let n = (dst_len as u64).min(f.len() - at);
-            reader.read(&f, at, n, dst.ptr()).map_err(gds_err)?;
+            reader.read(&dev, &f, at, n, dst.ptr()).map_err(gds_err)?;
             at += n;
         }
         reader.finish().map_err(gds_err)?;

@@ -59,6 +59,11 @@ pub struct EngineArgs {
     /// CPU and every GPU then compute the same tokens (slower on GPUs).
     #[arg(long)]
     pub exact: bool,
+    /// CUDA: keep the weights and the KV cache within this much GPU memory (6GB, 512MB; the
+    /// activations come on top): the transformer blocks that do not fit beside the rest are
+    /// read from storage (cuFile, or direct reads) when used.
+    #[arg(long, value_name = "SIZE", value_parser = super::migrate::parse_shard_size)]
+    pub vram_budget: Option<u64>,
 }
 
 impl EngineArgs {
@@ -85,6 +90,7 @@ impl EngineArgs {
             sequences: 1,
             store,
             require_tokenizer: false,
+            vram_budget: self.vram_budget,
         }
     }
 }

@@ -240,6 +240,10 @@ enum BenchCommand {
         /// `gpu` (wgpu) or `cuda`.
         #[arg(long, value_enum, default_value = "gpu")]
         backend: selftest::SelftestBackend,
+        /// CUDA: a GPU memory budget (6GB); blocks beyond it are read from storage when used
+        /// (the report says how, and the bytes read per token).
+        #[arg(long, value_name = "SIZE", value_parser = migrate::parse_shard_size)]
+        vram_budget: Option<u64>,
         #[arg(long)]
         json: bool,
     },
@@ -411,6 +415,7 @@ pub fn main() -> ExitCode {
                     profile,
                     exact,
                     backend,
+                    vram_budget,
                     json,
                 },
         } => store.resolve_path(&model).and_then(|model| {
@@ -425,6 +430,7 @@ pub fn main() -> ExitCode {
                     warmup: true,
                     profile,
                     exact,
+                    vram_budget,
                 },
                 json,
             )

@@ -68,6 +68,9 @@ pub struct OpenOptions {
     /// Fail before loading any weight when the model's tokenizer does not load (otherwise
     /// the session has none and runs from token ids).
     pub require_tokenizer: bool,
+    /// CUDA only: keep the model within this many bytes of GPU memory, reading the
+    /// transformer blocks that do not fit from storage when they are used.
+    pub vram_budget: Option<u64>,
 }
 
 impl Default for OpenOptions {
@@ -81,6 +84,7 @@ impl Default for OpenOptions {
             sequences: 1,
             store: None,
             require_tokenizer: false,
+            vram_budget: None,
         }
     }
 }

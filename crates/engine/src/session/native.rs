@@ -81,8 +81,14 @@ pub fn backend(options: &OpenOptions) -> Result<AnyBackend, Error> {
         };
         if let Some(mut b) = cuda {
             b.set_kv_type(kv);
+            b.set_vram_budget(options.vram_budget);
             return Ok(AnyBackend::Cuda(Box::new(b)));
         }
+    }
+    if options.vram_budget.is_some() {
+        return Err(Error::Options(
+            "a GPU memory budget (--vram-budget) needs the CUDA backend, and none opened",
+        ));
     }
     #[cfg(not(feature = "cuda"))]
     if options.backend == BackendChoice::Cuda {

@@ -98,10 +98,17 @@ impl CudaBackend {
         while i < ops.len() {
             match self.fusion_at(&ops[i..]) {
                 Some(f) => {
+                    if let Fused::Products { products, .. } = &f {
+                        let ws: Vec<Weight> = products.iter().map(|&(w, _)| w).collect();
+                        self.ensure_weights(&ws)?;
+                    }
                     i += f.ops();
                     self.run_fused(f, n, max_len)?;
                 }
                 None => {
+                    if let Some(w) = stream::op_weights(&ops[i]) {
+                        self.ensure_weights(&[w])?;
+                    }
                     self.run(&ops[i], n, max_len)?;
                     i += 1;
                 }
@@ -473,7 +480,7 @@ impl CudaBackend {
                             let cw = self.weight(w)?;
                             total += cw.rows;
                             args.extend([
-                                Arg::Ptr(cw.buf.ptr()),
+                                Arg::Ptr(cw.ptr),
                                 Arg::Ptr(cw.row_bytes as u64),
                                 Arg::Ptr(self.ptr(out)),
                                 Arg::U32(cw.rows as u32),

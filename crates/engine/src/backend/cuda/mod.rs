@@ -39,6 +39,7 @@ mod fusion;
 mod ops;
 mod passes;
 mod plan;
+mod stream;
 
 use fusion::{Fused, Quant, Quantized};
 
@@ -88,7 +89,13 @@ struct CudaWeight {
     rows: usize,
     cols: usize,
     row_bytes: usize,
-    buf: DeviceBuffer,
+    /// Its own buffer (held for its memory; kernels use `ptr`); `None` for a weight of a block
+    /// read from storage when used ([`stream::Streamer`]), which lives at `ptr` in a slot or a
+    /// resident block's buffer.
+    #[allow(dead_code)]
+    buf: Option<DeviceBuffer>,
+    /// Where the weight is on the device (0 until a deferred weight has its place).
+    ptr: u64,
     scale: f32,
     suffix: &'static str,
 }
@@ -220,6 +227,12 @@ pub struct CudaBackend {
     profile: Option<Profile>,
     /// Run consecutive ops as one kernel where [`CudaBackend::fusion_at`] finds a fusion.
     fusions: bool,
+    /// GPU memory for the model, KV cache and scratch ([`CudaBackend::set_vram_budget`]).
+    vram_budget: Option<u64>,
+    /// Block weights registered by location, placed when the model is loaded.
+    deferred: Vec<stream::Deferred>,
+    /// Blocks read from storage when used.
+    streamer: Option<stream::Streamer>,
 }
 
 #[derive(Default)]
@@ -272,7 +285,25 @@ impl CudaBackend {
             tiles: 0,
             profile: None,
             fusions: std::env::var_os("TRITIUM_CUDA_NO_FUSIONS").is_none(),
+            vram_budget: None,
+            deferred: Vec::new(),
+            streamer: None,
         })
+    }
+
+    /// Keep the model within `bytes` of GPU memory (before the model loads): the weights of
+    /// transformer blocks that lie unchanged in local files stay there, and the blocks that do
+    /// not fit beside the rest are read from storage when used (`stream.rs`). The budget covers
+    /// the weights, the KV cache and the read staging; the passes' activations and scratch
+    /// (sized by the batch) come on top.
+    pub fn set_vram_budget(&mut self, bytes: Option<u64>) {
+        self.vram_budget = bytes;
+    }
+
+    /// What streaming does (`None` where every block is on the device): the schedule, GPU
+    /// bytes held for the blocks, and bytes read from storage so far.
+    pub fn streaming(&self) -> Option<(String, u64, u64)> {
+        self.streamer.as_ref().map(|s| s.describe())
     }
 
     /// Choose the KV cache's element type (before the model loads; `None`: the default).
@@ -281,8 +312,9 @@ impl CudaBackend {
     }
 
     /// Capture few-token passes as CUDA graphs (the default) or launch every op each time.
+    /// While blocks are read from storage between launches, passes always run op by op.
     pub fn set_graphs(&mut self, on: bool) {
-        self.use_graphs = on;
+        self.use_graphs = on && !self.streamer.as_ref().is_some_and(|s| s.streams());
         self.graphs.clear();
     }
 

@@ -129,7 +129,7 @@ impl CudaBackend {
                 let (name, args) = (
                     format!("embed_{}", w.suffix),
                     [
-                        Arg::Ptr(w.buf.ptr()),
+                        Arg::Ptr(w.ptr),
                         Arg::Ptr(w.row_bytes as u64),
                         Arg::Ptr(ids),
                         Arg::Ptr(self.ptr(out)),
@@ -170,14 +170,8 @@ impl CudaBackend {
             } => self.matmul(w, x, self.ptr(out), rows, act),
             Op::BitLinear { w, x, out, rows } => {
                 let cw = self.weight(w)?;
-                let (cols, wrows, suffix, wptr, rb, scale) = (
-                    cw.cols,
-                    cw.rows,
-                    cw.suffix,
-                    cw.buf.ptr(),
-                    cw.row_bytes,
-                    cw.scale,
-                );
+                let (cols, wrows, suffix, wptr, rb, scale) =
+                    (cw.cols, cw.rows, cw.suffix, cw.ptr, cw.row_bytes, cw.scale);
                 let (xq, s) = (
                     Self::scratch_ptr(&self.scratch.xq),
                     Self::scratch_ptr(&self.scratch.xd),
@@ -389,14 +383,8 @@ impl CudaBackend {
         act: Activations,
     ) -> Result<(), Error> {
         let cw = self.weight(w)?;
-        let (cols, wrows, suffix, wptr, rb, scale) = (
-            cw.cols,
-            cw.rows,
-            cw.suffix,
-            cw.buf.ptr(),
-            cw.row_bytes,
-            cw.scale,
-        );
+        let (cols, wrows, suffix, wptr, rb, scale) =
+            (cw.cols, cw.rows, cw.suffix, cw.ptr, cw.row_bytes, cw.scale);
         let wpr = warps_per_row(cols);
         let grid = (wrows.div_ceil(4 / wpr), 1);
         let x = self.ptr(xt);

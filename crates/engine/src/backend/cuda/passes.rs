@@ -194,6 +194,33 @@ impl Backend for CudaBackend {
                 .into());
             }
         }
+        let scale = own_scale * w.scale.unwrap_or(1.0);
+        let dev_len = match w.dtype {
+            GgmlType::Q6_K => data_len / 210 * Q6K_SLOT,
+            _ => data_len,
+        };
+        if let (Some(_), Some(layer), Some(spans)) = (self.vram_budget, w.layer, w.location) {
+            self.deferred.push(stream::Deferred {
+                weight: self.weights.len(),
+                layer,
+                spans: spans.to_vec(),
+                raw_len: data_len,
+                dev_len,
+                q6k: w.dtype == GgmlType::Q6_K,
+            });
+            self.weights.push(CudaWeight {
+                name: w.name.to_string(),
+                dtype: w.dtype,
+                rows: w.rows,
+                cols: w.cols,
+                row_bytes: dev_len / w.rows,
+                buf: None,
+                ptr: 0,
+                scale,
+                suffix,
+            });
+            return Ok(Weight(self.weights.len() as u32 - 1));
+        }
         // Q6_K's 210-byte blocks go to 224-byte slots (quant.cuh's Q6K_SLOT: 16-byte aligned
         // fields).
         let padded;
@@ -212,8 +239,9 @@ impl Backend for CudaBackend {
             rows: w.rows,
             cols: w.cols,
             row_bytes,
-            buf,
-            scale: own_scale * w.scale.unwrap_or(1.0),
+            ptr: buf.ptr(),
+            buf: Some(buf),
+            scale,
             suffix,
         });
         Ok(Weight(self.weights.len() as u32 - 1))
@@ -260,6 +288,9 @@ impl Backend for CudaBackend {
         self.rope = Some((fbuf, rope.clone()));
         self.kv = Some(kv);
         self.graphs.clear();
+        if !self.deferred.is_empty() {
+            self.start_streaming()?;
+        }
         Ok(())
     }
 

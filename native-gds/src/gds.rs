@@ -47,6 +47,9 @@ fn cufile_driver() -> Result<(), String> {
 pub struct DeviceReader {
     method: ReadMethod,
     staged_because: Option<String>,
+    /// Bytes of each staging buffer (allocated at once for the staged path, on the first
+    /// page-cache file for the cuFile path).
+    staging_bytes: usize,
     staging: Vec<HostBuffer>,
     pending: Vec<Option<Event>>,
     /// cuFile handles by file descriptor.
@@ -73,6 +76,7 @@ impl DeviceReader {
             ReadMethod::Staged => vec![dev.host_buffer(bytes)?, dev.host_buffer(bytes)?],
         };
         Ok(DeviceReader {
+            staging_bytes: bytes,
             method,
             staged_because,
             pending: staging.iter().map(|_| None).collect(),
@@ -110,7 +114,7 @@ impl DeviceReader {
         }
         if self.staging.is_empty() {
             // cuFile takes only O_DIRECT files; this one was opened through the page cache.
-            let bytes = 64 << 20;
+            let bytes = self.staging_bytes;
             self.staging = vec![dev.host_buffer(bytes)?, dev.host_buffer(bytes)?];
             self.pending = vec![None, None];
         }

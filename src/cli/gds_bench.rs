@@ -52,10 +52,7 @@ pub fn gds(args: &GdsBenchArgs) -> Result<ExitCode, Error> {
     let (free, _) = dev.memory().map_err(gds_err)?;
     // The file, or as much of it as half the free memory holds, read again from the start
     // into the same buffer.
-    let dst_len = (f.len() as usize)
-        .min(free / 2)
-        .max(chunk)
-        .min(f.len() as usize);
+    let dst_len = (f.len() as usize).min((free / 2).max(chunk));
     let dst = dev.alloc(dst_len).map_err(gds_err)?;
     let mut reader = DeviceReader::new(&dev, !args.staged, chunk).map_err(gds_err)?;
     let mut host = AlignedBuf::new(chunk).map_err(gds_err)?;

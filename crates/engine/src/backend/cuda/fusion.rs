@@ -99,16 +99,13 @@ impl CudaBackend {
             match self.fusion_at(&ops[i..]) {
                 Some(f) => {
                     if let Fused::Products { products, .. } = &f {
-                        let ws: Vec<Weight> = products.iter().map(|&(w, _)| w).collect();
-                        self.ensure_weights(&ws)?;
+                        self.ensure_weights(products.iter().map(|&(w, _)| w))?;
                     }
                     i += f.ops();
                     self.run_fused(f, n, max_len)?;
                 }
                 None => {
-                    if let Some(w) = stream::op_weights(&ops[i]) {
-                        self.ensure_weights(&[w])?;
-                    }
+                    self.ensure_weights(stream::op_weights(&ops[i]))?;
                     self.run(&ops[i], n, max_len)?;
                     i += 1;
                 }

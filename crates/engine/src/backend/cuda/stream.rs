@@ -262,8 +262,11 @@ impl CudaBackend {
     }
 
     /// Before ops that use `weights`: the streamed blocks among them in their slots.
-    pub(super) fn ensure_weights(&mut self, weights: &[Weight]) -> Result<(), Error> {
-        let Some(mut st) = self.streamer.take() else {
+    pub(super) fn ensure_weights(
+        &mut self,
+        weights: impl IntoIterator<Item = Weight>,
+    ) -> Result<(), Error> {
+        let Some(mut st) = self.streamer.take_if(|s| s.streams()) else {
             return Ok(());
         };
         let mut result = Ok(());

@@ -390,9 +390,23 @@ fn vram_budget_needs_the_cuda_backend() {
         "{err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let o = tritium(&[
+        "run",
+        "tests/fixtures/bitnet/tiny-i2s.gguf",
+        "--ids",
+        "1,2,3",
+        "--backend",
+        "cpu",
+        "--vram-budget",
+        "auto",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("needs the CUDA backend"), "{err}");
     let o = tritium(&["run", "x.gguf", "--vram-budget", "lots"]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("is not a size"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("is not a budget: give auto, bytes"), "{err}");
 }
 
 /// `bench gds` names a missing file, and without CUDA says so in one sentence.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, one call (carry target/devgpu and target/llama-src.tar.xz): builds
-# llama.cpp's llama-bench with CUDA in the background while the untimed steps run (cuda.sh's
+# llama.cpp's llama-bench with CUDA in the background (llama-build.sh, unless already started) while the untimed steps run (cuda.sh's
 # selftest and same tokens, then the per-kernel profile of `bench generate --profile`); with the
 # build done, the timed steps: bench-llama-cpp.sh for both tritium backends on the synthetic
 # Llama-1B, BitNet 2B4T on both backends, and decode without the CUDA fusions (env knobs:
@@ -16,13 +16,7 @@ L=/tmp/llama
 mkdir -p $W $L/src
 pack() { tar czf "$O/cuda-full.tgz" -C $W . 2>/dev/null; }
 if [ -z "${NO_LLAMA:-}" ]; then
-tar xJf target/llama-src.tar.xz -C $L/src
-SRC=$(dirname "$(find $L/src -maxdepth 4 -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' | head -1)")
-arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
-setsid bash -c "cmake -S '$SRC' -B $L/build -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=$arch -DGGML_CUDA_NCCL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
-  -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-  > $L/cmake.log 2>&1 && cmake --build $L/build -j16 --target llama-bench > $L/build.log 2>&1; echo \$? > $L/rc" &
+  bash scripts/device-native/llama-build.sh
 else
   echo skipped > $L/rc
 fi

@@ -3,7 +3,9 @@
 # (--vram-budget). On the synthetic Llama-1B Q4_K (written to STREAM_DIR, default /tmp): the
 # same greedy tokens with no budget, and with budgets from "everything fits" down to "two
 # blocks' worth" (BUDGETS; each run prints its schedule), then `bench generate` under each
-# budget (decode tokens/s and bytes read per token). Output in $OUT/stream/.
+# budget (decode tokens/s, bytes read per token, per-block read and slot-wait times), each
+# beside `dd iflag=direct` of the model file (the disk's own rate: decode's limit is that rate
+# over the bytes read per token). Output in $OUT/stream/.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/device-native/env.sh
@@ -17,10 +19,36 @@ ids() {
 }
 base=$(ids)
 echo "no budget: $base" | tee "$O/tokens.txt"
-for b in ${BUDGETS:-2GB 1GB 700MB 600MB 560MB 520MB}; do
+for b in ${BUDGETS:-auto 2GB 1GB 700MB 600MB 560MB 520MB}; do
   t=$(ids --vram-budget "$b")
   if [ "$t" = "$base" ]; then r=same; else r="DIFFERENT ($(tail -1 "$O/err.txt" | cut -c1-200))"; fi
   echo "$b: $r" | tee -a "$O/tokens.txt"
-  tritium bench generate "$M" --backend cuda --vram-budget "$b" --prompt 128 --decode 64 > "$O/bench-$b.txt" 2>&1
-  grep -E "decode|blocks from storage|error" "$O/bench-$b.txt" | cut -c1-200
+  tritium bench generate "$M" --backend cuda --vram-budget "$b" --prompt 128 --decode 64 --json > "$O/bench-$b.json" 2> "$O/bench-$b.err"
 done
+dd if="$M" of=/dev/null bs=64M iflag=direct 2>&1 | tail -1 | tee "$O/dd-direct.txt"
+python3 - "$O" "$M" ${BUDGETS:-auto 2GB 1GB 700MB 600MB 560MB 520MB} <<'PY2'
+import json, os, re, sys
+o, m, budgets = sys.argv[1], sys.argv[2], sys.argv[3:]
+dd = open(os.path.join(o, "dd-direct.txt")).read()
+size = os.path.getsize(m)
+secs = float(re.search(r"([0-9.]+) s,", dd).group(1))
+disk = size / secs
+print("disk (dd iflag=direct of the model): %.0f MB/s" % (disk / 1e6))
+for b in budgets:
+    try:
+        r = json.load(open(os.path.join(o, "bench-%s.json" % b)))
+    except Exception:
+        print(b, "failed:", open(os.path.join(o, "bench-%s.err" % b)).read()[-300:]); continue
+    s = r.get("streaming")
+    line = "%s: decode %.1f tok/s" % (b, r["decode_tokens_per_s"])
+    if s and s["bytes_read_per_decoded_token"] > 0:
+        limit = disk / s["bytes_read_per_decoded_token"]
+        line += (", %s; %.1f MiB read/token, disk limit %.1f tok/s (%.0f%%), "
+                 "reads %.0f MB/s, %.2f ms read + %.2f ms slot wait per pass; %s") % (
+            s["schedule"], s["bytes_read_per_decoded_token"] / 2**20, limit,
+            100 * r["decode_tokens_per_s"] / limit, s["read_bytes_per_s"] / 1e6,
+            s["read_s_per_pass"] * 1e3, s["slot_wait_s_per_pass"] * 1e3, s["reader"][:60])
+    elif s:
+        line += ", " + s["schedule"]
+    print(line)
+PY2

@@ -32,7 +32,7 @@ pub struct GenerateBenchOptions {
     /// then differ from the main figure only by their fusions and sampling).
     pub exact: bool,
     /// CUDA: a GPU memory budget (blocks beyond it read from storage when used).
-    pub vram_budget: Option<u64>,
+    pub vram_budget: Option<crate::session::VramBudget>,
 }
 
 /// The figures (`--json` prints this).
@@ -358,8 +358,23 @@ pub struct CudaGenerateReport {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct StreamingReport {
     pub schedule: String,
+    /// cuFile, or staged through page-locked memory (and why).
+    pub reader: String,
     pub block_bytes_on_device: u64,
     pub bytes_read_per_decoded_token: f64,
+    /// Seconds per pass the host spent reading streamed blocks, and waiting for the GPU to
+    /// release a slot before a read (the measured greedy run: its prompt pass and decode
+    /// passes together, per pass).
+    pub read_s_per_pass: f64,
+    pub slot_wait_s_per_pass: f64,
+    /// Bytes per second while reading (bytes read over read time).
+    pub read_bytes_per_s: f64,
+    /// Decode tokens/s if the reads were the only cost: `read_bytes_per_s` over the bytes read
+    /// per token.
+    pub read_limit_tokens_per_s: f64,
+    /// Per streamed block over the measured run: its index, reads, mean read and slot-wait
+    /// milliseconds.
+    pub blocks: Vec<(usize, u64, f64, f64)>,
 }
 
 /// `bench generate --backend cuda`: prefill and decode on the CUDA backend, after a warm-up.
@@ -415,22 +430,47 @@ pub fn run_cuda<S: ModelMeta + TensorSource>(
             SamplerConfig::greedy(),
         )?;
     }
-    let read_before = engine.model.backend.streaming().map_or(0, |s| s.2);
+    let read_before = engine.model.backend.streaming().map_or(0, |s| s.bytes_read);
+    engine.model.backend.reset_stream_timing();
     let g = run(&mut engine, opts.decode_tokens + 1, SamplerConfig::greedy())?;
     let u = g.usage.clone();
-    let streaming = engine
-        .model
-        .backend
-        .streaming()
-        .map(|(schedule, held, read)| {
-            // The run's prompt pass reads every streamed block once too.
-            let passes = u.generated_tokens.max(1) as f64;
-            StreamingReport {
-                schedule,
-                block_bytes_on_device: held,
-                bytes_read_per_decoded_token: (read - read_before) as f64 / passes,
-            }
-        });
+    let streaming = engine.model.backend.streaming().map(|s| {
+        // The run's prompt pass reads every streamed block once too.
+        let passes = u.generated_tokens.max(1) as f64;
+        let read_s: f64 = s.blocks.iter().map(|b| b.1.read_s).sum();
+        let wait_s: f64 = s.blocks.iter().map(|b| b.1.slot_wait_s).sum();
+        let per_token = (s.bytes_read - read_before) as f64 / passes;
+        let rate = match read_s > 0.0 {
+            true => (s.bytes_read - read_before) as f64 / read_s,
+            false => 0.0,
+        };
+        let ms = |x: f64, n: u64| 1e3 * x / n.max(1) as f64;
+        StreamingReport {
+            schedule: s.schedule,
+            reader: s.reader,
+            block_bytes_on_device: s.block_bytes_on_device,
+            bytes_read_per_decoded_token: per_token,
+            read_s_per_pass: read_s / passes,
+            slot_wait_s_per_pass: wait_s / passes,
+            read_bytes_per_s: rate,
+            read_limit_tokens_per_s: match per_token > 0.0 {
+                true => rate / per_token,
+                false => 0.0,
+            },
+            blocks: s
+                .blocks
+                .iter()
+                .map(|&(l, t)| {
+                    (
+                        l,
+                        t.reads,
+                        ms(t.read_s, t.reads),
+                        ms(t.slot_wait_s, t.reads),
+                    )
+                })
+                .collect(),
+        }
+    });
     engine.model.backend.set_graphs(false);
     let no_graphs = run(&mut engine, opts.decode_tokens + 1, SamplerConfig::greedy())?
         .usage

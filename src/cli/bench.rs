@@ -201,6 +201,19 @@ fn generate_cuda(
                 s.block_bytes_on_device as f64 / 1048576.0,
                 s.bytes_read_per_decoded_token / 1048576.0
             );
+            println!(
+                "reads: {}; {:.2} ms reading and {:.2} ms waiting for slots per pass, {:.0} MB/s while reading (decode limit {:.1} tokens/s)",
+                s.reader,
+                s.read_s_per_pass * 1e3,
+                s.slot_wait_s_per_pass * 1e3,
+                s.read_bytes_per_s / 1e6,
+                s.read_limit_tokens_per_s
+            );
+            for (l, n, read_ms, wait_ms) in &s.blocks {
+                println!(
+                    "  block {l:>3}: {n} reads, {read_ms:.2} ms each, {wait_ms:.3} ms slot wait"
+                );
+            }
         }
         print_profiles(&r.prefill_profile, &r.profile, "CUDA events");
     }

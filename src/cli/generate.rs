@@ -12,7 +12,7 @@ use crate::backend::{Backend, Batch};
 use crate::cli::Error;
 use crate::engine::{Engine, FinishReason, GenerateOptions, TokenControl};
 use crate::sampling::SamplerConfig;
-use crate::session::{self, AnyBackend, KvCacheType, OpenOptions, Session};
+use crate::session::{self, AnyBackend, KvCacheType, OpenOptions, Session, VramBudget};
 use crate::text::{encode_chat, ChatMessage, StopStream, Tokenizer};
 
 /// Which backend runs the model.
@@ -62,8 +62,17 @@ pub struct EngineArgs {
     /// CUDA: keep the weights and the KV cache within this much GPU memory (6GB, 512MB; the
     /// activations come on top): the transformer blocks that do not fit beside the rest are
     /// read from storage (cuFile, or direct reads) when used.
-    #[arg(long, value_name = "SIZE", value_parser = super::migrate::parse_shard_size)]
-    pub vram_budget: Option<u64>,
+    #[arg(long, value_name = "SIZE", value_parser = parse_vram_budget)]
+    pub vram_budget: Option<VramBudget>,
+}
+
+/// `--vram-budget`: `auto` or a size.
+pub fn parse_vram_budget(text: &str) -> Result<VramBudget, String> {
+    VramBudget::parse(text).ok_or_else(|| {
+        format!(
+            "{text:?} is not a budget: give auto, bytes or a number with KB, MB, GB or TB (6GB)"
+        )
+    })
 }
 
 impl EngineArgs {

@@ -242,8 +242,8 @@ enum BenchCommand {
         backend: selftest::SelftestBackend,
         /// CUDA: a GPU memory budget (6GB); blocks beyond it are read from storage when used
         /// (the report says how, and the bytes read per token).
-        #[arg(long, value_name = "SIZE", value_parser = migrate::parse_shard_size)]
-        vram_budget: Option<u64>,
+        #[arg(long, value_name = "SIZE", value_parser = generate::parse_vram_budget)]
+        vram_budget: Option<crate::session::VramBudget>,
         #[arg(long)]
         json: bool,
     },

@@ -104,6 +104,28 @@ impl KvType {
 /// KV cache stores keys and values. The pass states it op by op
 /// ([`crate::pass::Activations`], [`KvShape::dtype`]), and every backend computes what the
 /// pass states, so the choice is the same on the CPU and on any GPU.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+/// GPU memory for the CUDA backend's weights and KV cache; the transformer blocks that do not
+/// fit beside the rest are read from storage when used.
+pub enum VramBudget {
+    Bytes(u64),
+    /// The device's free memory once the embeddings, output and KV cache are allocated, less
+    /// [`VramBudget::AUTO_RESERVE`] for the activations, scratch and cuBLAS's workspace.
+    Auto,
+}
+
+impl VramBudget {
+    pub const AUTO_RESERVE: u64 = 1 << 30;
+
+    /// `auto`, or a size (bytes, or a number with KB, MB, GB or TB).
+    pub fn parse(text: &str) -> Option<VramBudget> {
+        match text.trim() {
+            "auto" => Some(VramBudget::Auto),
+            t => tritium_core::formats::trellis::parse_shard_size(t).map(VramBudget::Bytes),
+        }
+    }
+}
+
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Arithmetic {
     /// The backend's fastest arithmetic: one-token products take int8 activations where the
@@ -247,4 +269,22 @@ pub trait Backend {
     /// Wait for a submitted pass and return what it read back. Passes are waited for in
     /// submission order.
     async fn wait(&mut self, pending: Self::Pending) -> Result<Logits, crate::Error>;
+}
+
+#[cfg(test)]
+mod vram_budget_tests {
+    use super::VramBudget;
+
+    #[test]
+    fn parses_auto_and_sizes() {
+        assert_eq!(VramBudget::parse("auto"), Some(VramBudget::Auto));
+        assert_eq!(VramBudget::parse("6GB"), Some(VramBudget::Bytes(6 << 30)));
+        assert_eq!(
+            VramBudget::parse("512MB"),
+            Some(VramBudget::Bytes(512 << 20))
+        );
+        assert_eq!(VramBudget::parse("4096"), Some(VramBudget::Bytes(4096)));
+        assert_eq!(VramBudget::parse("lots"), None);
+        assert_eq!(VramBudget::parse(""), None);
+    }
 }

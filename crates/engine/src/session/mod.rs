@@ -12,8 +12,8 @@ mod opened;
 pub use any::{AnyBackend, Either};
 pub use opened::{Format, ModelMeta, OpenedModel};
 
-pub use crate::backend::Arithmetic;
 use crate::backend::Backend;
+pub use crate::backend::{Arithmetic, VramBudget};
 use crate::engine::Engine;
 use crate::model::{AsyncTensorSource, Model, ModelConfig, TensorSource};
 use crate::text::{ChatTemplate, Tokenizer};
@@ -70,7 +70,7 @@ pub struct OpenOptions {
     pub require_tokenizer: bool,
     /// CUDA only: keep the model within this many bytes of GPU memory, reading the
     /// transformer blocks that do not fit from storage when they are used.
-    pub vram_budget: Option<u64>,
+    pub vram_budget: Option<VramBudget>,
 }
 
 impl Default for OpenOptions {

@@ -27,7 +27,7 @@ use tritium_native_gds::{Event, Kernel, Module};
 
 use super::{
     check_batch, Arithmetic, Backend, Batch, Elementwise, KvShape, KvType, Limits, Logits, Names,
-    Op, Pass, Readback, Tensor, Tokens, Weight, WeightData,
+    Op, Pass, Readback, Tensor, Tokens, VramBudget, Weight, WeightData,
 };
 use crate::error::{BackendError, BatchError};
 use crate::ops::{RopeConfig, RopeStyle};
@@ -40,6 +40,7 @@ mod ops;
 mod passes;
 mod plan;
 mod stream;
+pub use stream::{BlockTiming, StreamStats};
 
 use fusion::{Fused, Quant, Quantized};
 
@@ -228,7 +229,7 @@ pub struct CudaBackend {
     /// Run consecutive ops as one kernel where [`CudaBackend::fusion_at`] finds a fusion.
     fusions: bool,
     /// GPU memory for the model, KV cache and scratch ([`CudaBackend::set_vram_budget`]).
-    vram_budget: Option<u64>,
+    vram_budget: Option<VramBudget>,
     /// Block weights registered by location, placed when the model is loaded.
     deferred: Vec<stream::Deferred>,
     /// Blocks read from storage when used.
@@ -296,14 +297,22 @@ impl CudaBackend {
     /// not fit beside the rest are read from storage when used (`stream.rs`). The budget covers
     /// the weights, the KV cache and the read staging; the passes' activations and scratch
     /// (sized by the batch) come on top.
-    pub fn set_vram_budget(&mut self, bytes: Option<u64>) {
-        self.vram_budget = bytes;
+    pub fn set_vram_budget(&mut self, budget: Option<VramBudget>) {
+        self.vram_budget = budget;
     }
 
-    /// What streaming does (`None` where every block is on the device): the schedule, GPU
-    /// bytes held for the blocks, and bytes read from storage so far.
-    pub fn streaming(&self) -> Option<(String, u64, u64)> {
-        self.streamer.as_ref().map(|s| s.describe())
+    /// What streaming does (`None` where every block is on the device): the schedule, the
+    /// reader, GPU bytes held for the blocks, bytes read, and each streamed block's read and
+    /// wait times.
+    pub fn streaming(&self) -> Option<stream::StreamStats> {
+        self.streamer.as_ref().map(|s| s.stats())
+    }
+
+    /// Start the streamed blocks' read and wait times from zero.
+    pub fn reset_stream_timing(&mut self) {
+        if let Some(s) = self.streamer.as_mut() {
+            s.reset_timing();
+        }
     }
 
     /// Choose the KV cache's element type (before the model loads; `None`: the default).

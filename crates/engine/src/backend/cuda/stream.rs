@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::time::Instant;
 
 use tritium_native_gds::cache::{Place, Schedule};
 use tritium_native_gds::gds::DeviceReader;
@@ -61,6 +62,36 @@ pub(super) struct Streamer {
     /// Bytes of GPU memory held (resident blocks, slots, staging), and bytes read so far.
     pub(super) bytes: u64,
     pub(super) bytes_read: u64,
+    /// Per block: what reading it into its slot cost, since the last [`StreamStats`] reset.
+    timing: Vec<BlockTiming>,
+}
+
+/// What the reads of one streamed block cost the host thread that queues the passes.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct BlockTiming {
+    /// Times the block was read into its slot.
+    pub reads: u64,
+    pub bytes: u64,
+    /// Seconds spent waiting for the GPU to finish with the slot's previous block.
+    pub slot_wait_s: f64,
+    /// Seconds spent reading (cuFile reads complete; staged reads: the file reads, with the
+    /// last copy still queued).
+    pub read_s: f64,
+}
+
+/// What streaming blocks from storage does ([`CudaBackend::streaming`]).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StreamStats {
+    pub schedule: String,
+    /// How bytes reach the device: cuFile, or staged through page-locked memory (and why).
+    pub reader: String,
+    /// GPU bytes held for the blocks (resident blocks, slots, staging).
+    pub block_bytes_on_device: u64,
+    /// Bytes read from storage since the model loaded (the resident blocks' first read
+    /// included).
+    pub bytes_read: u64,
+    /// Per streamed block, since the last [`CudaBackend::reset_stream_timing`].
+    pub blocks: Vec<(usize, BlockTiming)>,
 }
 
 impl Streamer {
@@ -69,7 +100,7 @@ impl Streamer {
         !self.slots.is_empty()
     }
 
-    pub(super) fn describe(&self) -> (String, u64, u64) {
+    pub(super) fn stats(&self) -> StreamStats {
         let what = match self.schedule {
             Schedule::AllResident => "every block resident".to_string(),
             Schedule::Cached { resident, slots } => format!(
@@ -83,7 +114,26 @@ impl Streamer {
                 )
             }
         };
-        (what, self.bytes, self.bytes_read)
+        let reader = match self.reader.staged_because() {
+            Some(why) => format!("{} ({why})", self.reader.method()),
+            None => self.reader.method().to_string(),
+        };
+        StreamStats {
+            schedule: what,
+            reader,
+            block_bytes_on_device: self.bytes,
+            bytes_read: self.bytes_read,
+            blocks: (0..self.layers.len())
+                .filter(|&l| self.schedule.place(l) != Place::Resident)
+                .map(|l| (l, self.timing[l]))
+                .collect(),
+        }
+    }
+
+    pub(super) fn reset_timing(&mut self) {
+        self.timing
+            .iter_mut()
+            .for_each(|t| *t = BlockTiming::default());
     }
 }
 
@@ -93,7 +143,15 @@ impl CudaBackend {
     /// read now, the slots allocated. Every file range is checked first: a missing or short
     /// file fails the load before anything is read.
     pub(super) fn start_streaming(&mut self) -> Result<(), Error> {
-        let budget = self.vram_budget.unwrap_or(u64::MAX);
+        let budget = match self.vram_budget {
+            Some(VramBudget::Bytes(b)) => b,
+            // What this process holds now, and what the device has free, less the reserve.
+            Some(VramBudget::Auto) => {
+                let (free, _) = self.dev.memory().map_err(gds)?;
+                (self.bytes + free as u64).saturating_sub(VramBudget::AUTO_RESERVE)
+            }
+            None => u64::MAX,
+        };
         let deferred = std::mem::take(&mut self.deferred);
         let n_layers = deferred.iter().map(|d| d.layer + 1).max().unwrap_or(0);
         let mut layers = vec![Vec::new(); n_layers];
@@ -196,6 +254,7 @@ impl CudaBackend {
             raw_free: None,
             bytes,
             bytes_read: 0,
+            timing: vec![BlockTiming::default(); n_layers],
         };
         for (l, &b) in base.iter().enumerate() {
             if st.schedule.place(l) == Place::Resident {
@@ -297,13 +356,21 @@ impl CudaBackend {
         if st.holds[k] == Some(l) {
             return Ok(());
         }
+        let t0 = Instant::now();
         if let Some(ev) = st.released[k].take() {
             ev.synchronize().map_err(gds)?;
         }
+        let t1 = Instant::now();
         st.holds[k] = None;
         let base = st.slots[k].ptr();
+        let before = st.bytes_read;
         self.read_layer(st, l, base)?;
         st.holds[k] = Some(l);
+        let t = &mut st.timing[l];
+        t.reads += 1;
+        t.bytes += st.bytes_read - before;
+        t.slot_wait_s += (t1 - t0).as_secs_f64();
+        t.read_s += t1.elapsed().as_secs_f64();
         Ok(())
     }
 }

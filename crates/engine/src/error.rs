@@ -104,7 +104,7 @@ pub enum ModelError {
     NoGgufMetadata { file: &'static str },
     #[error("the file has no general.architecture")]
     NoArchitecture,
-    #[error("architecture `{name}` is not supported (supported: llama, bitnet-b1.58, bitnet-25, bitnet)")]
+    #[error("architecture `{name}` is not supported (supported: llama, qwen2, qwen3, bitnet-b1.58, bitnet-25, bitnet)")]
     UnsupportedArchitecture { name: String },
     #[error("{key}: {value} is not a usable value")]
     BadMetadata { key: String, value: u64 },

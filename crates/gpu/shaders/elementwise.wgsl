@@ -6,13 +6,14 @@
 //   0  uniform ElementwiseParams
 //   1  a: (n) f32   first operand (unused when in_place; then any other read buffer)
 //   2  out: (n) f32
-//   3  b: (n) f32   second operand (unused by plain ReLU²; then any other read buffer)
+//   3  b: (n) f32   second operand (unused by plain ReLU²; then any other read buffer); with
+//                   cols set, (cols) f32 repeated over rows of cols (a bias)
 
 struct ElementwiseParams {
     n: u32,
     in_place: u32, // 1: the first operand is `out` itself
     gated: u32,    // ReLU² only: 1 multiplies by b
-    pad0: u32,
+    cols: u32,     // 0: b has n values; else b[i % cols]
 }
 
 @group(0) @binding(0) var<uniform> p: ElementwiseParams;
@@ -36,5 +37,9 @@ fn main(
     } else {
         first = a[i];
     }
-    out[i] = apply(first, b[i]);
+    var bi = i;
+    if (p.cols != 0u) {
+        bi = i % p.cols;
+    }
+    out[i] = apply(first, b[bi]);
 }

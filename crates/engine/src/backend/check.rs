@@ -383,6 +383,9 @@ where
             record(name, elementwise(&mut make, f).await);
         }
     }
+    if want("add_bias") {
+        record("add_bias".into(), add_bias(&mut make).await);
+    }
     if want("copy_row") {
         record("copy_row".into(), copy_row(&mut make).await);
     }
@@ -979,6 +982,36 @@ where
         }
     })
     .await
+}
+
+/// A bias added to every row (rows of an odd length): one f32 addition per value, exact.
+async fn add_bias<B, F, Fut>(make: &mut F) -> Result<(usize, f64), String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<B, Error>>,
+    B: Backend,
+{
+    let mut rng = Rng(11);
+    let (rows, cols) = (5, 100);
+    let setup = Setup {
+        weights: vec![],
+        vectors: vec![rng.vec(rows * cols, 1.0), rng.vec(cols, 1.0)],
+        cache: None,
+    };
+    let passes = move |h: &Handles| {
+        vec![reading(
+            vec![Op::AddBias {
+                out: h.t[0],
+                bias: h.t[1],
+                rows,
+                cols,
+            }],
+            1,
+            h.t[0],
+            rows * cols,
+        )]
+    };
+    against_cpu(make, &setup, &passes, &|w, _| vec![0.0; w.len()]).await
 }
 
 async fn copy_row<B, F, Fut>(make: &mut F) -> Result<(usize, f64), String>

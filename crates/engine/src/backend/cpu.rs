@@ -269,6 +269,20 @@ impl CpuBackend {
                 second,
                 len,
             } => self.elementwise(f, out, first, second, len)?,
+            Op::AddBias {
+                out,
+                bias,
+                rows,
+                cols,
+            } => {
+                self.need(out, rows * cols, "add_bias out")?;
+                self.need(bias, cols, "add_bias bias")?;
+                let b = self.tensor(bias)[..cols].to_vec();
+                let y = &mut self.tensors[out.0 as usize][..rows * cols];
+                for row in y.chunks_exact_mut(cols) {
+                    row.iter_mut().zip(&b).for_each(|(y, b)| *y += b);
+                }
+            }
             Op::CopyRow {
                 src,
                 row,

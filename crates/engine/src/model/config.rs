@@ -14,6 +14,12 @@ pub enum Arch {
     /// `bitnet-b1.58`, `bitnet-25`, `bitnet`: BitLinear layers, attention and FFN sub-norms,
     /// ReLU², NeoX RoPE, tied embeddings.
     BitNet,
+    /// `qwen2` (Qwen2, Qwen2.5): the Llama block with biases on q, k and v, NeoX RoPE (the
+    /// converters keep transformers' Q/K row order).
+    Qwen2,
+    /// `qwen3`: the Llama block with an RMSNorm over each head of q and k before RoPE (NeoX),
+    /// no biases, and a head size of its own (`attention.key_length`).
+    Qwen3,
 }
 
 impl Arch {
@@ -22,8 +28,15 @@ impl Arch {
         match name {
             "llama" => Some(Arch::Llama),
             "bitnet-b1.58" | "bitnet-25" | "bitnet" => Some(Arch::BitNet),
+            "qwen2" => Some(Arch::Qwen2),
+            "qwen3" => Some(Arch::Qwen3),
             _ => None,
         }
+    }
+
+    /// Whether each head of q and k is RMS-normed before RoPE (`attn_q_norm`, `attn_k_norm`).
+    pub fn has_qk_norm(self) -> bool {
+        self == Arch::Qwen3
     }
 }
 
@@ -123,6 +136,16 @@ impl ModelConfig {
             Some(v) => v,
             None => dim / n_heads,
         };
+        // Values as wide as keys: the attention and its cache take one head size.
+        if let Some(v) = int("attention.value_length", MAX_WIDTH)? {
+            if v != head_dim {
+                return Err(bad(
+                    "attention.value_length",
+                    v.to_string(),
+                    &format!("equal to attention.key_length ({head_dim})"),
+                ));
+            }
+        }
         if head_dim == 0 || n_heads % n_kv_heads != 0 || n_heads * head_dim > MAX_WIDTH {
             return Err(ModelError::BadHeads {
                 n_heads,
@@ -147,7 +170,7 @@ impl ModelConfig {
         }
         let style = match arch {
             Arch::Llama => RopeStyle::Interleaved,
-            Arch::BitNet => RopeStyle::NeoX,
+            Arch::BitNet | Arch::Qwen2 | Arch::Qwen3 => RopeStyle::NeoX,
         };
         let mut rope = RopeConfig::new(head_dim, theta, style);
         rope.rot_dim = rot_dim;

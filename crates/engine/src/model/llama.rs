@@ -1,13 +1,25 @@
-//! The Llama family's pass (SmolLM2, Llama 2/3.x): pre-norm attention with grouped KV heads
-//! and interleaved-pair RoPE, then a SiLU-gated FFN, each added to the residual stream.
+//! The Llama family's pass (SmolLM2, Llama 2/3.x, Qwen2/2.5, Qwen3): pre-norm attention with
+//! grouped KV heads and RoPE, then a SiLU-gated FFN, each added to the residual stream. Qwen2
+//! adds biases to q, k and v; Qwen3 RMS-norms each head of q and k before RoPE. The RoPE
+//! order is the config's (interleaved pairs for `llama`, whose converters permute Q/K; NeoX
+//! halves for Qwen).
 
 use super::{ModelConfig, RunState, Weights};
+use crate::error::ModelError;
 use crate::pass::Pass;
+use crate::Error;
 
 /// The embedding and every block for a pass of `n` tokens; leaves the residual stream in
 /// `s.x`.
-pub fn forward(c: &ModelConfig, w: &Weights, s: &RunState, n: usize, p: &mut Pass) {
+pub fn forward(
+    c: &ModelConfig,
+    w: &Weights,
+    s: &RunState,
+    n: usize,
+    p: &mut Pass,
+) -> Result<(), Error> {
     let dim = c.dim;
+    let (q_dim, kv_dim) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
     p.embed(w.token_embd, s.x); // x: (n, dim)
     for (i, l) in w.layers.iter().enumerate() {
         // Attention: x += wo . attention(rope(wq . xn), rope(wk . xn), wv . xn), xn = norm(x).
@@ -15,9 +27,29 @@ pub fn forward(c: &ModelConfig, w: &Weights, s: &RunState, n: usize, p: &mut Pas
         p.matmul(l.wq, s.xb, s.q, n); // q: (n, n_heads, head_dim)
         p.matmul(l.wk, s.xb, s.k, n); // k: (n, n_kv_heads, head_dim)
         p.matmul(l.wv, s.xb, s.v, n); // v: (n, n_kv_heads, head_dim)
-        p.rope(s.q, c.n_heads);
-        p.rope(s.k, c.n_kv_heads);
-        p.attention(i, [s.q, s.k, s.v], s.att, c.n_heads); // att: (n, n_heads, head_dim)
+        for (t, b, width) in [(s.q, l.bq, q_dim), (s.k, l.bk, kv_dim), (s.v, l.bv, kv_dim)] {
+            if let Some(b) = b {
+                p.add_bias(t, b, n, width); // Qwen2: q, k, v += bias
+            }
+        }
+        let (q, k) = match (l.q_norm, l.k_norm, s.q_normed, s.k_normed) {
+            (None, None, ..) => (s.q, s.k),
+            (Some(qn), Some(kn), Some(q), Some(k)) => {
+                // Qwen3: each head of q and k RMS-normed over head_dim.
+                p.rms_norm(s.q, qn, q, n * c.n_heads, c.head_dim, c.eps);
+                p.rms_norm(s.k, kn, k, n * c.n_kv_heads, c.head_dim, c.eps);
+                (q, k)
+            }
+            _ => {
+                return Err(ModelError::MissingTensor {
+                    name: format!("blk.{i}.attn_q_norm.weight and attn_k_norm.weight"),
+                }
+                .into())
+            }
+        };
+        p.rope(q, c.n_heads);
+        p.rope(k, c.n_kv_heads);
+        p.attention(i, [q, k, s.v], s.att, c.n_heads); // att: (n, n_heads, head_dim)
         p.matmul(l.wo, s.att, s.xb2, n); // xb2: (n, dim)
         p.add(s.x, s.xb2, n * dim);
         // FFN: x += down(silu(gate . xn) * (up . xn)), xn = norm(x).
@@ -28,4 +60,5 @@ pub fn forward(c: &ModelConfig, w: &Weights, s: &RunState, n: usize, p: &mut Pas
         p.matmul(l.w_down, s.hb, s.xb2, n); // xb2: (n, dim)
         p.add(s.x, s.xb2, n * dim);
     }
+    Ok(())
 }

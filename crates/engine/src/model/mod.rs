@@ -30,6 +30,10 @@ pub struct RunState {
     /// `(n, n_kv_heads, head_dim)`.
     pub k: Tensor,
     pub v: Tensor,
+    /// q and k with each head RMS-normed (Qwen3), `None` where the architecture has no such
+    /// norm.
+    pub q_normed: Option<Tensor>,
+    pub k_normed: Option<Tensor>,
     /// Attention output `(n, n_heads, head_dim)`, and its sub-normed form (BitNet).
     pub att: Tensor,
     pub att_normed: Tensor,
@@ -75,6 +79,14 @@ impl RunState {
             q: alloc("q", n * q_dim)?,
             k: alloc("k", n * kv_dim)?,
             v: alloc("v", n * kv_dim)?,
+            q_normed: match c.arch.has_qk_norm() {
+                true => Some(alloc("q_normed", n * q_dim)?),
+                false => None,
+            },
+            k_normed: match c.arch.has_qk_norm() {
+                true => Some(alloc("k_normed", n * kv_dim)?),
+                false => None,
+            },
             att: alloc("att", n * q_dim)?,
             att_normed: alloc("att_normed", n * q_dim)?,
             hb: alloc("hb", n * c.ffn_dim)?,
@@ -204,7 +216,9 @@ impl<B: Backend> Model<B> {
         };
         let (c, w, s) = (&self.config, &self.weights, &self.state);
         match c.arch {
-            config::Arch::Llama => llama::forward(c, w, s, n, &mut p),
+            config::Arch::Llama | config::Arch::Qwen2 | config::Arch::Qwen3 => {
+                llama::forward(c, w, s, n, &mut p)?
+            }
             config::Arch::BitNet => bitnet::forward(c, w, s, n, &mut p)?,
         }
         self.head(&batch.last_rows(), n, readback, &mut p)?;

@@ -102,6 +102,13 @@ pub struct LayerWeights {
     pub wk: Weight,
     pub wv: Weight,
     pub wo: Weight,
+    /// Biases of q, k and v (`attn_q.bias`, ...: Qwen2), where the file has them.
+    pub bq: Option<Tensor>,
+    pub bk: Option<Tensor>,
+    pub bv: Option<Tensor>,
+    /// Qwen3: RMSNorm weights over each head of q and of k (`head_dim` values).
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
     /// BitNet: norm of the attention output before `wo`.
     pub attn_sub_norm: Option<Tensor>,
     pub ffn_norm: Tensor,
@@ -178,6 +185,14 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
             .ok_or_else(|| Self::missing(name))
     }
 
+    /// A vector of `len` values if the file has it (a bias), else `None`.
+    async fn optional(&mut self, name: &str, len: usize) -> Result<Option<Tensor>, Error> {
+        match self.src.meta(name) {
+            Some(_) => self.norm(name, len).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// A norm weight of `dim` values.
     async fn norm(&mut self, name: &str, dim: usize) -> Result<Tensor, Error> {
         let v = self.vector_values(name).await?;
@@ -223,15 +238,33 @@ impl Weights {
         };
         let (q_dim, kv_dim) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
         let bitnet = c.arch == Arch::BitNet;
+        let qk_norm = c.arch.has_qk_norm();
         // Grown one loaded layer at a time: never sized by the count the metadata claims.
         let mut layers = Vec::new();
         for i in 0..c.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
+            let bias = |s: &str| format!("blk.{i}.{s}.bias");
+            let attn_norm = l.norm(&n("attn_norm"), c.dim).await?;
+            let wq = l.matrix(&n("attn_q"), q_dim, c.dim).await?;
+            let wk = l.matrix(&n("attn_k"), kv_dim, c.dim).await?;
+            let wv = l.matrix(&n("attn_v"), kv_dim, c.dim).await?;
+            let (q_norm, k_norm) = match qk_norm {
+                true => (
+                    Some(l.norm(&n("attn_q_norm"), c.head_dim).await?),
+                    Some(l.norm(&n("attn_k_norm"), c.head_dim).await?),
+                ),
+                false => (None, None),
+            };
             layers.push(LayerWeights {
-                attn_norm: l.norm(&n("attn_norm"), c.dim).await?,
-                wq: l.matrix(&n("attn_q"), q_dim, c.dim).await?,
-                wk: l.matrix(&n("attn_k"), kv_dim, c.dim).await?,
-                wv: l.matrix(&n("attn_v"), kv_dim, c.dim).await?,
+                attn_norm,
+                wq,
+                wk,
+                wv,
+                bq: l.optional(&bias("attn_q"), q_dim).await?,
+                bk: l.optional(&bias("attn_k"), kv_dim).await?,
+                bv: l.optional(&bias("attn_v"), kv_dim).await?,
+                q_norm,
+                k_norm,
                 wo: l.matrix(&n("attn_output"), c.dim, q_dim).await?,
                 attn_sub_norm: if bitnet {
                     Some(l.norm(&n("attn_sub_norm"), q_dim).await?)

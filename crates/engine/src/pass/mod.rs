@@ -122,6 +122,14 @@ pub enum Op {
         second: Option<Tensor>,
         len: usize,
     },
+    /// `out[r, c] += bias[c]` for `rows` rows of `cols` (a linear layer's bias: Qwen2's q, k
+    /// and v).
+    AddBias {
+        out: Tensor,
+        bias: Tensor,
+        rows: usize,
+        cols: usize,
+    },
     /// `dst[dst_row, ..cols] = src[row, ..cols]`.
     CopyRow {
         src: Tensor,
@@ -154,6 +162,7 @@ impl Op {
                 .into_iter()
                 .flatten()
                 .collect(),
+            Op::AddBias { out, bias, .. } => vec![out, bias],
             Op::CopyRow { src, .. } => vec![src],
             Op::Read { logits, .. } => vec![logits],
         }
@@ -167,7 +176,8 @@ impl Op {
             | Op::MatMul { out, .. }
             | Op::BitLinear { out, .. }
             | Op::Attention { out, .. }
-            | Op::Elementwise { out, .. } => Some(out),
+            | Op::Elementwise { out, .. }
+            | Op::AddBias { out, .. } => Some(out),
             Op::Rope { x, .. } => Some(x),
             Op::CopyRow { dst, .. } => Some(dst),
             Op::Read { .. } => None,
@@ -270,6 +280,16 @@ impl Pass {
             first: None,
             second: Some(second),
             len,
+        });
+    }
+
+    /// `out[r, :] += bias` for `rows` rows of `cols`.
+    pub fn add_bias(&mut self, out: Tensor, bias: Tensor, rows: usize, cols: usize) {
+        self.ops.push(Op::AddBias {
+            out,
+            bias,
+            rows,
+            cols,
         });
     }
 

@@ -129,6 +129,12 @@ impl Op {
                     None => write!(s, "{} {} -> {} ({len})", f.name(), a, t(out)),
                 }
             }
+            Op::AddBias {
+                out,
+                bias,
+                rows,
+                cols,
+            } => write!(s, "add bias {} to {} ({rows}x{cols})", t(bias), t(out)),
             Op::CopyRow {
                 src,
                 row,

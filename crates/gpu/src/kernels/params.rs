@@ -85,7 +85,8 @@ gpu_uniform! {
         pub in_place: u32,
         /// ReLU² only: 1 multiplies by the second operand.
         pub gated: u32,
-        pub pad0: u32,
+        /// 0: the second operand has `n` values; else it has `cols`, repeated over rows.
+        pub cols: u32,
     }
 }
 

@@ -58,7 +58,7 @@ impl ElementwiseOp {
                 n,
                 in_place: u32::from(first.is_none()),
                 gated: u32::from(f == Elementwise::ReluSquaredMul),
-                pad0: 0,
+                cols: 0,
             },
         );
         // Unused bindings still need a buffer, one that is not `out`.
@@ -82,6 +82,46 @@ impl ElementwiseOp {
             },
             _params: params,
             _placeholder: placeholder,
+        })
+    }
+
+    /// `out[r, c] += bias[c]` over `rows` rows of `cols` (the add kernel with its second
+    /// operand repeated per row). `out` must differ from `bias`.
+    pub fn add_bias(
+        ctx: &GpuContext,
+        out: &wgpu::Buffer,
+        bias: &wgpu::Buffer,
+        rows: u32,
+        cols: u32,
+    ) -> Result<Self, GpuError> {
+        let n = rows
+            .checked_mul(cols)
+            .ok_or_else(|| GpuError::Unsupported(format!("a bias over {rows}x{cols} values")))?;
+        need("add_bias out", out, u64::from(n) * 4)?;
+        need("add_bias bias", bias, u64::from(cols) * 4)?;
+        check(n > 0, || "a bias over zero elements".to_string())?;
+        let (pipeline, wg) = pipeline(ctx, Kernel::Add)?;
+        let params = ctx.uniform(
+            "elementwise.params",
+            &ElementwiseParams {
+                n,
+                in_place: 1,
+                gated: 0,
+                cols,
+            },
+        );
+        let bind_group = ctx.bind(&pipeline, &[&params, bias, out, bias]);
+        Ok(ElementwiseOp {
+            dispatch: Dispatch {
+                pipeline,
+                bind_group,
+                workgroups: grid(
+                    n.div_ceil(wg),
+                    ctx.limits.max_compute_workgroups_per_dimension,
+                ),
+            },
+            _params: params,
+            _placeholder: None,
         })
     }
 

@@ -304,6 +304,21 @@ impl CudaBackend {
                 ];
                 self.launch("elementwise", (len.div_ceil(256), 1), 256, &args)
             }
+            Op::AddBias {
+                out,
+                bias,
+                rows,
+                cols,
+            } => {
+                let len = rows * cols;
+                let args = [
+                    Arg::Ptr(self.ptr(out)),
+                    Arg::Ptr(self.ptr(bias)),
+                    Arg::U32(rows as u32),
+                    Arg::U32(cols as u32),
+                ];
+                self.launch("add_bias", (len.div_ceil(256), 1), 256, &args)
+            }
             Op::CopyRow {
                 src,
                 row,

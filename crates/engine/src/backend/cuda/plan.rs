@@ -150,6 +150,15 @@ impl CudaBackend {
                         (false, _) => {}
                     }
                 }
+                Op::AddBias {
+                    out,
+                    bias,
+                    rows,
+                    cols,
+                } => {
+                    self.need(out, rows * cols, "add_bias out")?;
+                    self.need(bias, cols, "add_bias bias")?;
+                }
                 Op::CopyRow {
                     src,
                     row,

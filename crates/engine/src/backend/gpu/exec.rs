@@ -415,6 +415,15 @@ impl GpuBackend {
                             *len as u32,
                         )?)
                     }
+                    GpuOp::AddBias(out, bias, rows, cols) => {
+                        Step::Elementwise(ElementwiseOp::add_bias(
+                            &s.ctx,
+                            s.buf(*out),
+                            s.buf(*bias),
+                            *rows as u32,
+                            *cols as u32,
+                        )?)
+                    }
                     GpuOp::CopyRow(src, row, cols, dst, dst_row) => {
                         let bytes = *cols as u64 * 4;
                         let (src_offset, dst_offset) =

@@ -71,6 +71,8 @@ pub enum GpuOp {
     /// q/k/v products of a norm record whose factor the attention applies.
     Attention(usize, [Tensor; 4], usize, bool, bool, bool),
     Elementwise(Elementwise, Tensor, Option<Tensor>, Option<Tensor>, usize),
+    /// out, bias, rows, cols: `out[r, :] += bias`.
+    AddBias(Tensor, Tensor, usize, usize),
     /// src, row, cols, dst, dst row.
     CopyRow(Tensor, usize, usize, Tensor, usize),
     /// logits, rows, vocab, k.
@@ -123,6 +125,7 @@ impl GpuOp {
                 .into_iter()
                 .flatten()
                 .collect(),
+            AddBias(out, bias, ..) => vec![*out, *bias],
             CopyRow(src, ..) => vec![*src],
         }
     }
@@ -142,6 +145,7 @@ impl GpuOp {
             | MatvecQ8(_, _, out, ..)
             | Rope(out, _)
             | Elementwise(_, out, ..)
+            | AddBias(out, ..)
             | CopyRow(_, _, _, out, _) => vec![*out],
             SiluMulQuantizeQ8(g, ..) => vec![*g],
             NormBitLinear(.., written, _) => written.clone(),
@@ -417,6 +421,12 @@ impl GpuBackend {
                 second,
                 len,
             } => out.push(GpuOp::Elementwise(f, o, first, second, len)),
+            Op::AddBias {
+                out: o,
+                bias,
+                rows,
+                cols,
+            } => out.push(GpuOp::AddBias(o, bias, rows, cols)),
             Op::CopyRow {
                 src,
                 row,
@@ -484,6 +494,7 @@ impl GpuBackend {
                 if *q8 { "+quantize_q8" } else { "" }
             ),
             K::Elementwise(f, _, _, _, len) => format!("{f:?} {len}"),
+            K::AddBias(_, _, rows, cols) => format!("add bias {rows}x{cols}"),
             K::CopyRow(..) => "copy".into(),
             K::TopK(_, rows, vocab, k) => format!("top-{k} {rows}x{vocab}"),
         }

@@ -1,0 +1,357 @@
+#!/usr/bin/env python3
+"""Tiny Qwen2 and Qwen3 models and their reference logits (tests/qwen_reference.rs).
+
+Pinned versions (the same set-up as gen_llama_goldens.py; about 9 minutes to build on two
+cores):
+    python3 -m venv target/llama-venv
+    CMAKE_BUILD_PARALLEL_LEVEL=2 target/llama-venv/bin/pip install llama-cpp-python==0.3.36 \
+        gguf==0.19.0 numpy
+Run from the repository root:
+    target/llama-venv/bin/python tests/goldens/gen_qwen_goldens.py
+
+What it does, deterministically:
+1. Writes tests/fixtures/qwen/tiny-qwen2.gguf and tiny-qwen3.gguf with gguf-py's writer, as
+   llama.cpp's convert_hf_to_gguf.py lays these architectures out (the `qwen2` / `qwen3`
+   metadata keys, q/k/v biases for qwen2, attn_q_norm / attn_k_norm for qwen3, NeoX RoPE as
+   llama.cpp runs both): seeded random weights, matrices in F16, norms and biases in F32, a
+   320-token byte-level BPE vocabulary (the 256 byte symbols, 61 merges learnt from CORPUS,
+   three ChatML special tokens, pre-tokenizer `qwen2`) and Qwen's ChatML template. Qwen2's
+   shape: 64 wide, 2 blocks, 2 query heads sharing 1 KV head of 32, FFN 192, tied output.
+   Qwen3's: 64 wide, 2 blocks, 4 query heads over 2 KV heads of 32 (so q is 128 wide, twice
+   the embedding: `attention.key_length`), FFN 160, its own output matrix.
+2. For each model, llama.cpp (llama-cpp-python, CPU, F32 KV cache): the prompt ids of PROMPTS,
+   greedy continuations (GREEDY_TOKENS, one decode per token) with each step's top-1/top-2
+   margin, and the teacher-forced logits of prompt + continuation in one batch: at every
+   position the argmax, the top-1/top-2 margin and the logits of PROBE_IDS (every tenth id
+   and the special tokens).
+3. An exact reference for the same sequences: a float64 numpy forward pass written from the
+   architecture (`f64_forward`) over the weights as stored (F16 values are exact in f64).
+
+llama.cpp's F16 products round the activations to f16 first, so its logits differ from the
+exact ones; the goldens record by how much (`llama_vs_f64`).
+
+Output: the two fixtures and tests/goldens/qwen/<arch>.json.
+"""
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import llama_cpp
+from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType, TokenType
+from gguf.quants import dequantize
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "qwen"
+OUT = ROOT / "tests" / "goldens" / "qwen"
+
+CORPUS = (
+    "the quick brown fox jumps over the lazy dog. the capital of france is paris. "
+    "once upon a time there was a little model that ran in the browser and on the server. "
+    "def fibonacci(n): return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)"
+)
+PROMPTS = [
+    "the capital of france is",
+    "once upon a time",
+    "def fibonacci(n):",
+    "Zebra 42, naïve café!",
+]
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+N_MERGES = 61
+GREEDY_TOKENS = 16
+PROBE_IDS = list(range(0, 320, 10)) + [317, 318, 319]
+N_CTX = 128
+GGML_TYPE_F32 = 0
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+MODELS = {
+    "qwen2": dict(dim=64, layers=2, heads=2, kv_heads=1, head_dim=32, ffn=192, theta=1e6,
+                  eps=1e-6, tied=True, out_gain=6.0, seed=2),
+    "qwen3": dict(dim=64, layers=2, heads=4, kv_heads=2, head_dim=32, ffn=160, theta=1e6,
+                  eps=1e-6, tied=False, out_gain=1.0, seed=3),
+}
+
+
+def bytes_to_unicode():
+    """GPT-2's byte -> printable character map (the byte-level BPE's symbols)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+def vocabulary():
+    """256 byte symbols, N_MERGES merges learnt greedily from CORPUS (most frequent pair, ties
+    by first occurrence), then the special tokens."""
+    b2u = bytes_to_unicode()
+    tokens = [b2u[b] for b in range(256)]
+    words = []
+    for i, w in enumerate(CORPUS.split(" ")):
+        text = (" " if i else "") + w
+        words.append([b2u[b] for b in text.encode("utf-8")])
+    merges = []
+    for _ in range(N_MERGES):
+        counts, first = {}, {}
+        for w in words:
+            for a, b in zip(w, w[1:]):
+                counts[(a, b)] = counts.get((a, b), 0) + 1
+                first.setdefault((a, b), len(first))
+        if not counts:
+            break
+        pair = max(counts, key=lambda p: (counts[p], -first[p]))
+        merges.append(pair)
+        tokens.append(pair[0] + pair[1])
+        for w in words:
+            i = 0
+            while i < len(w) - 1:
+                if (w[i], w[i + 1]) == pair:
+                    w[i:i + 2] = [pair[0] + pair[1]]
+                else:
+                    i += 1
+    assert len(merges) == N_MERGES
+    types = [TokenType.NORMAL] * len(tokens) + [TokenType.CONTROL] * len(SPECIAL)
+    return tokens + SPECIAL, types, [f"{a} {b}" for a, b in merges]
+
+
+def weights(arch, c, n_vocab):
+    rng = np.random.default_rng(c["seed"])
+    dim, hd = c["dim"], c["head_dim"]
+    q_dim, kv_dim = c["heads"] * hd, c["kv_heads"] * hd
+    mat = lambda rows, cols, gain=1.0: (rng.standard_normal((rows, cols)) * gain /
+                                         np.sqrt(cols)).astype(np.float16)
+    vec = lambda n, mean, sd: (mean + sd * rng.standard_normal(n)).astype(np.float32)
+    w = {"token_embd.weight": mat(n_vocab, dim, 8.0)}
+    for i in range(c["layers"]):
+        p = f"blk.{i}."
+        w[p + "attn_norm.weight"] = vec(dim, 1.0, 0.2)
+        w[p + "attn_q.weight"] = mat(q_dim, dim, 2.0)
+        w[p + "attn_k.weight"] = mat(kv_dim, dim, 2.0)
+        w[p + "attn_v.weight"] = mat(kv_dim, dim)
+        if arch == "qwen2":
+            w[p + "attn_q.bias"] = vec(q_dim, 0.0, 0.5)
+            w[p + "attn_k.bias"] = vec(kv_dim, 0.0, 1.0)
+            w[p + "attn_v.bias"] = vec(kv_dim, 0.0, 0.2)
+        else:
+            w[p + "attn_q_norm.weight"] = vec(hd, 1.0, 0.3)
+            w[p + "attn_k_norm.weight"] = vec(hd, 1.0, 0.3)
+        w[p + "attn_output.weight"] = mat(dim, q_dim, c["out_gain"])
+        w[p + "ffn_norm.weight"] = vec(dim, 1.0, 0.2)
+        w[p + "ffn_gate.weight"] = mat(c["ffn"], dim, 2.0)
+        w[p + "ffn_up.weight"] = mat(c["ffn"], dim)
+        w[p + "ffn_down.weight"] = mat(dim, c["ffn"], c["out_gain"])
+    w["output_norm.weight"] = vec(dim, 1.0, 0.2)
+    if not c["tied"]:
+        w["output.weight"] = mat(n_vocab, dim, 4.0)
+    return w
+
+
+def write_model(arch, c, path):
+    tokens, types, merges = vocabulary()
+    n_vocab = len(tokens)
+    w = GGUFWriter(str(path), arch)
+    w.add_name(f"tiny-{arch}")
+    w.add_context_length(4096)
+    w.add_embedding_length(c["dim"])
+    w.add_block_count(c["layers"])
+    w.add_feed_forward_length(c["ffn"])
+    w.add_head_count(c["heads"])
+    w.add_head_count_kv(c["kv_heads"])
+    if c["head_dim"] * c["heads"] != c["dim"]:
+        w.add_key_length(c["head_dim"])
+        w.add_value_length(c["head_dim"])
+    w.add_rope_freq_base(c["theta"])
+    w.add_layer_norm_rms_eps(c["eps"])
+    w.add_file_type(1)  # MOSTLY_F16
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(tokens.index("<|endoftext|>"))
+    w.add_eos_token_id(tokens.index("<|im_end|>"))
+    w.add_pad_token_id(tokens.index("<|endoftext|>"))
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHAT_TEMPLATE)
+    for name, t in weights(arch, c, n_vocab).items():
+        w.add_tensor(name, t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def f64_forward(path, seqs):
+    """Exact (float64) Qwen2/Qwen3 forward pass over the stored weights: logits [T, vocab]."""
+    reader = GGUFReader(str(path))
+    meta = lambda k: reader.fields[k].parts[reader.fields[k].data[0]][0]
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    n_layer = int(meta(f"{arch}.block_count"))
+    n_head = int(meta(f"{arch}.attention.head_count"))
+    n_kv = int(meta(f"{arch}.attention.head_count_kv"))
+    n_embd = int(meta(f"{arch}.embedding_length"))
+    eps = float(meta(f"{arch}.attention.layer_norm_rms_epsilon"))
+    base = float(meta(f"{arch}.rope.freq_base"))
+    key = f"{arch}.attention.key_length"
+    hd = int(meta(key)) if key in reader.fields else n_embd // n_head
+    W = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64) for t in reader.tensors}
+    out_w = W.get("output.weight", W["token_embd.weight"])
+
+    def norm(v, w):
+        return v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * w
+
+    results = []
+    for ids in seqs:
+        T = len(ids)
+        half = hd // 2
+        ang = np.arange(T)[:, None] * (base ** (-np.arange(0, hd, 2) / hd))[None, :]
+        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+
+        def rope(v):  # NeoX: pairs (i, i + head_dim / 2)
+            a, b = v[..., :half], v[..., half:]
+            return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+
+        def lin(h, name):
+            y = h @ W[name + ".weight"].T
+            return y + W[name + ".bias"] if name + ".bias" in W else y
+
+        mask = np.triu(np.full((T, T), -np.inf), 1)
+        x = W["token_embd.weight"][ids]
+        for layer in range(n_layer):
+            p = f"blk.{layer}."
+            h = norm(x, W[p + "attn_norm.weight"])
+            q = lin(h, p + "attn_q").reshape(T, n_head, hd)
+            k = lin(h, p + "attn_k").reshape(T, n_kv, hd)
+            v = lin(h, p + "attn_v").reshape(T, n_kv, hd)
+            if p + "attn_q_norm.weight" in W:
+                q = norm(q, W[p + "attn_q_norm.weight"])
+                k = norm(k, W[p + "attn_k_norm.weight"])
+            q, k = rope(q), rope(k)
+            att = np.empty((T, n_head, hd))
+            for head in range(n_head):
+                kv = head // (n_head // n_kv)
+                sc = q[:, head] @ k[:, kv].T / np.sqrt(hd) + mask
+                sc = np.exp(sc - sc.max(-1, keepdims=True))
+                att[:, head] = (sc / sc.sum(-1, keepdims=True)) @ v[:, kv]
+            x = x + att.reshape(T, -1) @ W[p + "attn_output.weight"].T
+            h = norm(x, W[p + "ffn_norm.weight"])
+            gate = h @ W[p + "ffn_gate.weight"].T
+            up = h @ W[p + "ffn_up.weight"].T
+            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ W[p + "ffn_down.weight"].T
+        results.append(norm(x, W["output_norm.weight"]) @ out_w.T)
+    return results
+
+
+def summary(rows, digits):
+    """Per position: argmax (first on ties), top-1/top-2 margin, the PROBE_IDS logits."""
+    out = {"argmax": [], "margin": [], "probe": []}
+    for row in rows:
+        tok, margin = top2(np.asarray(row))
+        out["argmax"].append(tok)
+        out["margin"].append(round(margin, 6))
+        out["probe"].append([round(float(row[i]), digits) for i in PROBE_IDS])
+    return out
+
+
+def top2(logits):
+    order = np.argsort(-logits, kind="stable")
+    return int(order[0]), float(logits[order[0]] - logits[order[1]])
+
+
+def run_model(path):
+    llm = llama_cpp.Llama(
+        model_path=str(path), n_ctx=N_CTX, n_batch=N_CTX, n_ubatch=N_CTX, logits_all=True,
+        type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, flash_attn=False, n_gpu_layers=0, seed=0,
+        verbose=False,
+    )
+    eos = llm.token_eos()
+    cases = []
+    for prompt in PROMPTS:
+        ids = llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)
+        llm.reset()
+        llm.eval(ids)
+        greedy, step_margin, finish = [], [], "length"
+        for _ in range(GREEDY_TOKENS):
+            logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+            tok, margin = top2(logits)
+            greedy.append(tok)
+            step_margin.append(round(margin, 5))
+            if tok == eos:
+                finish = "stop"
+                break
+            llm.eval([tok])
+        llm.reset()
+        seq = ids + greedy
+        llm.eval(seq)
+        scores = np.array(llm.scores[: len(seq)], dtype=np.float32)
+        cases.append({
+            "prompt": prompt,
+            "prompt_ids": ids,
+            "greedy_ids": greedy,
+            "greedy_finish": finish,
+            "greedy_step_margin": step_margin,
+            "llama": summary(scores, 4),
+            "_scores": scores,
+        })
+    n_vocab = llm.n_vocab()
+    del llm
+    seqs = [c["prompt_ids"] + c["greedy_ids"] for c in cases]
+    for c, ref in zip(cases, f64_forward(path, seqs)):
+        c["f64"] = summary(ref, 6)
+        llama = c.pop("_scores")
+        # Over the whole vocabulary, every position.
+        c["llama_vs_f64"] = round(float(np.abs(llama - ref).max()), 5)
+        c["min_logit_range"] = round(float((ref.max(1) - ref.min(1)).min()), 4)
+    return cases, n_vocab, eos
+
+
+def sha256_file(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def main():
+    FIXTURES.mkdir(parents=True, exist_ok=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    llama_cpp.llama_backend_init()
+    for arch, c in MODELS.items():
+        path = FIXTURES / f"tiny-{arch}.gguf"
+        write_model(arch, c, path)
+        cases, n_vocab, eos = run_model(path)
+        doc = {
+            "generator": "tests/goldens/gen_qwen_goldens.py",
+            "llama_cpp_python": llama_cpp.__version__,
+            "gguf": "0.19.0",
+            "numpy": np.__version__,
+            "file": f"tests/fixtures/qwen/{path.name}",
+            "file_sha256": sha256_file(path),
+            "settings": {"n_ctx": N_CTX, "kv_cache": "F32", "flash_attn": False,
+                         "backend": "CPU", "greedy_tokens": GREEDY_TOKENS},
+            "config": c,
+            "probe_ids": PROBE_IDS,
+            "n_vocab": n_vocab,
+            "eos": eos,
+            "cases": cases,
+        }
+        enc = lambda v: json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+        body = ",\n  ".join(enc(x) for x in cases)
+        head = ",\n ".join(f"{enc(k)}:{enc(v)}" for k, v in doc.items() if k != "cases")
+        (OUT / f"{arch}.json").write_text("{\n " + head + ',\n "cases":[\n  ' + body + "\n ]\n}\n")
+        print(f"{arch}: {path.stat().st_size} bytes, {doc['file_sha256'][:16]}")
+        for x in cases:
+            print(f"  {x['prompt']!r}: ids {x['prompt_ids']} greedy {x['greedy_ids']} "
+                  f"min margin {min(x['greedy_step_margin']):.3f} llama-f64 {x['llama_vs_f64']} "
+                  f"range {x['min_logit_range']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,387 @@
+//! Qwen2 and Qwen3 end to end through the CLI, against llama.cpp and an exact float64
+//! forward pass, on the CPU and the GPU (lavapipe here).
+//!
+//! Models: tests/fixtures/qwen/tiny-{qwen2,qwen3}.gguf, written by
+//! tests/goldens/gen_qwen_goldens.py with gguf-py in llama.cpp's layout for these
+//! architectures (qwen2: biases on q, k, v, one KV head shared by two query heads, tied output;
+//! qwen3: RMSNorm over each head of q and k, 4 query heads over 2 KV heads of 32, so q is twice
+//! the embedding width; both NeoX RoPE, F16 matrices, a 320-token byte-level BPE vocabulary with
+//! the `qwen2` pre-tokenizer). The same script recorded, per prompt: llama.cpp's prompt ids,
+//! its greedy continuation (16 tokens, one decode per token) with each step's top-1/top-2
+//! margin, and for prompt + continuation in one batch, at every position, the argmax, the
+//! margin and the logits of 35 probe ids, from llama.cpp (llama-cpp-python 0.3.36, CPU, F32 KV
+//! cache) and from a float64 numpy forward pass written from the architecture.
+//!
+//! llama.cpp rounds activations to f16 for its F16 products, so its logits are up to 0.072 from
+//! the exact ones here (recorded per case as `llama_vs_f64`), on logit ranges of 18-43.
+//!
+//! What must hold, for each model:
+//! - the fixture is the file the goldens were made from (SHA-256);
+//! - prompt ids equal llama.cpp's (`run -p TEXT --json`);
+//! - CPU, `--exact` (f32 throughout): every probe logit at every position within [`F64_TOL`]
+//!   (2e-3) of the float64 reference (an f32 pass lands within about 1e-5 relative of it; a
+//!   wrong bias, norm or RoPE order moves logits by whole units), the argmax identical wherever
+//!   the f64 margin is at least twice that; and within [`LLAMA_TOL`] (0.15, twice llama.cpp's
+//!   largest distance from the exact logits) of llama.cpp's, its argmax ours wherever its
+//!   margin is at least [`MARGIN`] (0.2);
+//! - free-running greedy decoding on the CPU (default arithmetic) equals llama.cpp's up to its
+//!   first step with a margin below [`MARGIN`];
+//! - GPU, `--exact`: the same bound against the float64 reference as the CPU; GPU, default
+//!   arithmetic (f16 KV cache, f16 operands in products of several tokens): every logit within
+//!   [`GPU_REL_TOL`] (2%) of the position's logit range from the CPU's, and greedy decoding
+//!   equal to llama.cpp's over the same confident prefix.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// Largest difference from the float64 reference's logits (`--exact`, CPU and GPU).
+const F64_TOL: f32 = 2e-3;
+/// Largest difference from llama.cpp's logits (its f16 activations: up to 0.072 here).
+const LLAMA_TOL: f32 = 0.15;
+/// llama.cpp's top-1/top-2 margin from which our argmax and greedy tokens must agree: above
+/// twice llama.cpp's largest distance from the exact logits.
+const MARGIN: f32 = 0.2;
+/// GPU (default arithmetic) vs CPU: largest difference as a fraction of the logit range. f16
+/// rounding of the KV cache and of the operands of several-token products, carried through two
+/// blocks, stays well inside; a broken op moves logits by a large part of the range.
+const GPU_REL_TOL: f32 = 0.02;
+
+struct Summary {
+    argmax: Vec<u32>,
+    margin: Vec<f32>,
+    probe: Vec<Vec<f32>>,
+}
+
+struct Case {
+    prompt: String,
+    prompt_ids: Vec<u32>,
+    greedy_ids: Vec<u32>,
+    greedy_step_margin: Vec<f32>,
+    llama: Summary,
+    f64: Summary,
+}
+
+struct Golden {
+    arch: String,
+    file: PathBuf,
+    sha256: String,
+    n_vocab: usize,
+    probe_ids: Vec<usize>,
+    cases: Vec<Case>,
+}
+
+fn u32s(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn f32s(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn summary(v: &Value) -> Summary {
+    Summary {
+        argmax: u32s(&v["argmax"]),
+        margin: f32s(&v["margin"]),
+        probe: v["probe"].as_array().unwrap().iter().map(f32s).collect(),
+    }
+}
+
+fn root() -> PathBuf {
+    std::env::var_os("TRITIUM_REPO")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
+fn golden(arch: &str) -> Golden {
+    let path = root().join(format!("tests/goldens/qwen/{arch}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    Golden {
+        arch: arch.to_string(),
+        file: root().join(doc["file"].as_str().unwrap()),
+        sha256: doc["file_sha256"].as_str().unwrap().to_string(),
+        n_vocab: doc["n_vocab"].as_u64().unwrap() as usize,
+        probe_ids: u32s(&doc["probe_ids"])
+            .into_iter()
+            .map(|i| i as usize)
+            .collect(),
+        cases: doc["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| Case {
+                prompt: c["prompt"].as_str().unwrap().to_string(),
+                prompt_ids: u32s(&c["prompt_ids"]),
+                greedy_ids: u32s(&c["greedy_ids"]),
+                greedy_step_margin: f32s(&c["greedy_step_margin"]),
+                llama: summary(&c["llama"]),
+                f64: summary(&c["f64"]),
+            })
+            .collect(),
+    }
+}
+
+fn tritium(args: &[&str]) -> Output {
+    let bin = std::env::var_os("TRITIUM_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_tritium")),
+        PathBuf::from,
+    );
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    let lvp = "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json";
+    if std::env::var_os("VK_ICD_FILENAMES").is_none() && Path::new(lvp).exists() {
+        cmd.env("VK_ICD_FILENAMES", lvp);
+    }
+    let o = cmd.output().expect("the tritium binary runs");
+    assert!(
+        o.status.success(),
+        "tritium {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn run_json(args: &[&str]) -> Value {
+    let o = tritium(args);
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "tritium {}: stdout is not JSON ({e}): {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stdout)
+        )
+    })
+}
+
+fn ids_arg(ids: &[u32]) -> String {
+    ids.iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Every position's logits of one batch, `[ids.len()][n_vocab]`.
+fn logits(model: &Path, ids: &[u32], extra: &[&str], n_vocab: usize) -> Vec<Vec<f32>> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("logits.f32");
+    let ids = ids_arg(ids);
+    let mut args = vec![
+        "logits",
+        model.to_str().unwrap(),
+        "--ids",
+        &ids,
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    tritium(&args);
+    let raw = std::fs::read(&out).unwrap();
+    assert_eq!(raw.len() % (n_vocab * 4), 0);
+    raw.chunks_exact(n_vocab * 4)
+        .map(|row| {
+            row.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
+        .collect()
+}
+
+/// |a - b|, infinite where either is NaN.
+fn diff(a: f32, b: f32) -> f32 {
+    let d = (a - b).abs();
+    if d.is_nan() {
+        f32::INFINITY
+    } else {
+        d
+    }
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Greedy steps that must agree: up to llama.cpp's first step below [`MARGIN`].
+fn confident(c: &Case) -> usize {
+    c.greedy_step_margin
+        .iter()
+        .position(|&m| m < MARGIN)
+        .unwrap_or(c.greedy_step_margin.len())
+}
+
+/// Our logits at every position against a reference's probe logits (within `tol`) and argmax
+/// (where its margin is at least `min_margin`).
+fn against(
+    g: &Golden,
+    what: &str,
+    ours: &[Vec<f32>],
+    reference: &Summary,
+    tol: f32,
+    min_margin: f32,
+    failures: &mut Vec<String>,
+) {
+    let mut worst = (0f32, 0, 0);
+    for (pos, row) in ours.iter().enumerate() {
+        for (j, &id) in g.probe_ids.iter().enumerate() {
+            let d = diff(row[id], reference.probe[pos][j]);
+            if d > worst.0 {
+                worst = (d, pos, id);
+            }
+        }
+        if reference.margin[pos] >= min_margin && argmax(row) != reference.argmax[pos] {
+            failures.push(format!(
+                "{what}: position {pos}: argmax {} where the reference's is {} (margin {})",
+                argmax(row),
+                reference.argmax[pos],
+                reference.margin[pos]
+            ));
+        }
+    }
+    if worst.0 > tol {
+        failures.push(format!(
+            "{what}: logit of id {} at position {} off by {} (bound {tol})",
+            worst.2, worst.1, worst.0
+        ));
+    }
+}
+
+fn check(arch: &str) {
+    let g = golden(arch);
+    let mut h = Sha256::new();
+    h.update(std::fs::read(&g.file).unwrap());
+    assert_eq!(
+        hex::encode(h.finalize()),
+        g.sha256,
+        "{} is not the file the goldens were made from",
+        g.file.display()
+    );
+    let m = g.file.to_str().unwrap();
+    let mut failures = Vec::new();
+    for c in &g.cases {
+        let p = &c.prompt;
+        let v = run_json(&[
+            "run",
+            m,
+            "-p",
+            p,
+            "--max-tokens",
+            "1",
+            "--backend",
+            "cpu",
+            "--json",
+        ]);
+        if u32s(&v["prompt_ids"]) != c.prompt_ids {
+            failures.push(format!(
+                "{arch} {p:?}: prompt ids {:?}, llama.cpp's {:?}",
+                u32s(&v["prompt_ids"]),
+                c.prompt_ids
+            ));
+        }
+        let seq: Vec<u32> = c.prompt_ids.iter().chain(&c.greedy_ids).copied().collect();
+        let cpu_exact = logits(&g.file, &seq, &["--backend", "cpu", "--exact"], g.n_vocab);
+        let what = format!("{arch} {p:?} cpu --exact vs f64");
+        against(
+            &g,
+            &what,
+            &cpu_exact,
+            &c.f64,
+            F64_TOL,
+            2.0 * F64_TOL,
+            &mut failures,
+        );
+        let what = format!("{arch} {p:?} cpu --exact vs llama.cpp");
+        against(
+            &g,
+            &what,
+            &cpu_exact,
+            &c.llama,
+            LLAMA_TOL,
+            MARGIN,
+            &mut failures,
+        );
+        let gpu_exact = logits(&g.file, &seq, &["--backend", "gpu", "--exact"], g.n_vocab);
+        let what = format!("{arch} {p:?} gpu --exact vs f64");
+        against(
+            &g,
+            &what,
+            &gpu_exact,
+            &c.f64,
+            F64_TOL,
+            2.0 * F64_TOL,
+            &mut failures,
+        );
+        // Default arithmetic: the GPU beside the CPU over the whole vocabulary.
+        let cpu = logits(&g.file, &seq, &["--backend", "cpu"], g.n_vocab);
+        let gpu = logits(&g.file, &seq, &["--backend", "gpu"], g.n_vocab);
+        for (pos, (a, b)) in cpu.iter().zip(&gpu).enumerate() {
+            let (lo, hi) = a
+                .iter()
+                .fold((f32::MAX, f32::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            let worst = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| diff(*x, *y))
+                .fold(0f32, f32::max);
+            if worst > GPU_REL_TOL * (hi - lo) {
+                failures.push(format!(
+                    "{arch} {p:?}: gpu vs cpu at position {pos}: {worst} of a range {}",
+                    hi - lo
+                ));
+            }
+        }
+        // Free-running greedy decoding over llama.cpp's confident prefix.
+        let n = confident(c);
+        if n == 0 {
+            continue;
+        }
+        for backend in ["cpu", "gpu"] {
+            let v = run_json(&[
+                "run",
+                m,
+                "--ids",
+                &ids_arg(&c.prompt_ids),
+                "--temperature",
+                "0",
+                "--max-tokens",
+                &n.to_string(),
+                "--backend",
+                backend,
+                "--json",
+            ]);
+            let ours = u32s(&v["generated_ids"]);
+            if ours[..n.min(ours.len())] != c.greedy_ids[..n.min(ours.len())] || ours.len() < n {
+                failures.push(format!(
+                    "{arch} {p:?} greedy on {backend}: {ours:?}, llama.cpp's first {n}: {:?}",
+                    &c.greedy_ids[..n]
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    eprintln!("{}: {} prompts checked", g.arch, g.cases.len());
+}
+
+#[test]
+fn qwen2_matches_llama_cpp_and_f64() {
+    check("qwen2");
+}
+
+#[test]
+fn qwen3_matches_llama_cpp_and_f64() {
+    check("qwen3");
+}

@@ -376,6 +376,59 @@ fn check(arch: &str) {
     eprintln!("{}: {} prompts checked", g.arch, g.cases.len());
 }
 
+/// The CUDA backend (on the GPU machine: `--ignored`, with `TRITIUM_BIN` and `TRITIUM_REPO`):
+/// `--exact` within [`F64_TOL`] of the float64 reference, and greedy decoding (default
+/// arithmetic) equal to llama.cpp's over its confident prefix.
+fn check_cuda(arch: &str) {
+    let g = golden(arch);
+    let m = g.file.to_str().unwrap();
+    let mut failures = Vec::new();
+    for c in &g.cases {
+        let p = &c.prompt;
+        let seq: Vec<u32> = c.prompt_ids.iter().chain(&c.greedy_ids).copied().collect();
+        let exact = logits(&g.file, &seq, &["--backend", "cuda", "--exact"], g.n_vocab);
+        let what = format!("{arch} {p:?} cuda --exact vs f64");
+        against(
+            &g,
+            &what,
+            &exact,
+            &c.f64,
+            F64_TOL,
+            2.0 * F64_TOL,
+            &mut failures,
+        );
+        let n = confident(c);
+        let v = run_json(&[
+            "run",
+            m,
+            "--ids",
+            &ids_arg(&c.prompt_ids),
+            "--temperature",
+            "0",
+            "--max-tokens",
+            &n.max(1).to_string(),
+            "--backend",
+            "cuda",
+            "--json",
+        ]);
+        let ours = u32s(&v["generated_ids"]);
+        if ours.len() < n || ours[..n] != c.greedy_ids[..n] {
+            failures.push(format!(
+                "{arch} {p:?} greedy on cuda: {ours:?}, llama.cpp's first {n}: {:?}",
+                &c.greedy_ids[..n]
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/device-native/cuda-full.sh runs it there)"]
+fn qwen_on_cuda_matches_f64_and_llama_cpp() {
+    check_cuda("qwen2");
+    check_cuda("qwen3");
+}
+
 #[test]
 fn qwen2_matches_llama_cpp_and_f64() {
     check("qwen2");

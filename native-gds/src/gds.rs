@@ -110,7 +110,16 @@ impl DeviceReader {
             return Ok(());
         }
         if self.method == ReadMethod::CuFile && file.read_path() == ReadPath::Direct {
-            return self.read_cufile(dev, file, offset, len, dst);
+            match self.register(file) {
+                Ok(handle) => return self.read_cufile(dev, file, handle, offset, len, dst),
+                // cuFile opened its driver but takes no file here (no nvidia-fs and compat
+                // mode off in its configuration, or a file system it does not serve): every
+                // later read is staged, and the reason reported.
+                Err(why) => {
+                    self.method = ReadMethod::Staged;
+                    self.staged_because = Some(why);
+                }
+            }
         }
         if self.staging.is_empty() {
             // cuFile takes only O_DIRECT files; this one was opened through the page cache.
@@ -121,10 +130,32 @@ impl DeviceReader {
         self.read_staged(dev, file, offset, len, dst)
     }
 
+    /// The file's cuFile handle (registered on first use), or why cuFile refused it.
+    fn register(&mut self, file: &WeightFile) -> Result<cufile_sys::CUfileHandle_t, String> {
+        let fd = file.file().as_raw_fd();
+        if let Some(&h) = self.handles.get(&fd) {
+            return Ok(h);
+        }
+        let descr = cufile_sys::CUfileDescr_t {
+            type_: cufile_sys::CUfileFileHandleType::CU_FILE_HANDLE_TYPE_OPAQUE_FD,
+            handle: cufile_sys::CUfileDescr_t__bindgen_ty_1 { fd },
+            fs_ops: std::ptr::null(),
+        };
+        let h = cufile::handle_register(&descr).map_err(|e| {
+            format!(
+                "cuFileHandleRegister refused {}: {e}",
+                file.path().display()
+            )
+        })?;
+        self.handles.insert(fd, h);
+        Ok(h)
+    }
+
     fn read_cufile(
         &mut self,
         dev: &Device,
         file: &WeightFile,
+        handle: cufile_sys::CUfileHandle_t,
         offset: u64,
         len: u64,
         dst: u64,
@@ -133,21 +164,6 @@ impl DeviceReader {
             path: file.path().display().to_string(),
             what,
             message,
-        };
-        let fd = file.file().as_raw_fd();
-        let handle = match self.handles.get(&fd) {
-            Some(&h) => h,
-            None => {
-                let descr = cufile_sys::CUfileDescr_t {
-                    type_: cufile_sys::CUfileFileHandleType::CU_FILE_HANDLE_TYPE_OPAQUE_FD,
-                    handle: cufile_sys::CUfileDescr_t__bindgen_ty_1 { fd },
-                    fs_ops: std::ptr::null(),
-                };
-                let h = cufile::handle_register(&descr)
-                    .map_err(|e| io_err("cuFileHandleRegister", e.to_string()))?;
-                self.handles.insert(fd, h);
-                h
-            }
         };
         dev.bind()?;
         let mut done = 0u64;

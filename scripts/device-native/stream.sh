@@ -14,19 +14,19 @@ mkdir -p "$O"
 M=${STREAM_DIR:-/tmp}/l-stream.gguf
 [ -s "$M" ] || tritium synth llama-1b-q4k "$M" > /dev/null
 ids() {
-  tritium run "$M" --backend cuda --ids 1,17,300,42 --max-tokens 32 --temperature 0 --json "$@" 2> "$O/err.txt" \
+  tritium run "$M" --backend cuda --ids 1,17,300,42 --max-tokens 16 --temperature 0 --ctx 192 --json "$@" 2> "$O/err.txt" \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["generated_ids"])' 2>&1 | tail -1
 }
 base=$(ids)
 echo "no budget: $base" | tee "$O/tokens.txt"
-for b in ${BUDGETS:-auto 2GB 1GB 700MB 600MB 560MB 520MB}; do
+for b in ${BUDGETS:-auto 2GB 950MB 800MB 640MB 560MB}; do
   t=$(ids --vram-budget "$b")
   if [ "$t" = "$base" ]; then r=same; else r="DIFFERENT ($(tail -1 "$O/err.txt" | cut -c1-200))"; fi
   echo "$b: $r" | tee -a "$O/tokens.txt"
-  tritium bench generate "$M" --backend cuda --vram-budget "$b" --prompt 128 --decode 64 --json > "$O/bench-$b.json" 2> "$O/bench-$b.err"
+  tritium bench generate "$M" --backend cuda --vram-budget "$b" --prompt 128 --decode 8 --json > "$O/bench-$b.json" 2> "$O/bench-$b.err"
 done
 dd if="$M" of=/dev/null bs=64M iflag=direct 2>&1 | tail -1 | tee "$O/dd-direct.txt"
-python3 - "$O" "$M" ${BUDGETS:-auto 2GB 1GB 700MB 600MB 560MB 520MB} <<'PY2'
+python3 - "$O" "$M" ${BUDGETS:-auto 2GB 950MB 800MB 640MB 560MB} <<'PY2'
 import json, os, re, sys
 o, m, budgets = sys.argv[1], sys.argv[2], sys.argv[3:]
 dd = open(os.path.join(o, "dd-direct.txt")).read()

@@ -28,10 +28,10 @@ if [ -x target/devgpu/tests/bitnet_reference ]; then
     --exact i2s_and_tq2_0_on_cuda_match_transformers > $W/bitnet-reference.txt 2>&1
   echo "bitnet reference on cuda: rc $?"; grep -E "test result|panicked|max abs|FAILED" $W/bitnet-reference.txt | head -8 | cut -c1-200
 fi
-if [ -x target/devgpu/tests/qwen_reference ]; then
-  TRITIUM_REPO=$PWD TRITIUM_BIN=$(command -v tritium) target/devgpu/tests/qwen_reference --ignored \
-    --exact qwen_on_cuda_matches_f64_and_llama_cpp > $W/qwen-reference.txt 2>&1
-  echo "qwen reference on cuda: rc $?"; grep -E "test result|panicked|off by|argmax|greedy" $W/qwen-reference.txt | head -8 | cut -c1-200
+if [ -x target/devgpu/tests/arch_reference ]; then
+  TRITIUM_REPO=$PWD TRITIUM_BIN=$(command -v tritium) target/devgpu/tests/arch_reference --ignored \
+    --exact architectures_on_cuda_match_f64_and_llama_cpp > $W/arch-reference.txt 2>&1
+  echo "architecture references on cuda: rc $?"; grep -E "test result|panicked|off by|argmax|greedy" $W/arch-reference.txt | head -8 | cut -c1-200
 fi
 pack
 for m in ${PROFILE_MODELS:-l b}; do

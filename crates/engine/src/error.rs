@@ -104,7 +104,7 @@ pub enum ModelError {
     NoGgufMetadata { file: &'static str },
     #[error("the file has no general.architecture")]
     NoArchitecture,
-    #[error("architecture `{name}` is not supported (supported: llama, qwen2, qwen3, bitnet-b1.58, bitnet-25, bitnet)")]
+    #[error("architecture `{name}` is not supported (supported: llama, qwen2, qwen3, phi3, bitnet-b1.58, bitnet-25, bitnet)")]
     UnsupportedArchitecture { name: String },
     #[error("{key}: {value} is not a usable value")]
     BadMetadata { key: String, value: u64 },
@@ -162,6 +162,8 @@ pub enum ModelError {
     UnnamedUrl { url: String },
     #[error("the load was aborted")]
     Aborted,
+    #[error("{what} is not supported yet")]
+    NotSupportedYet { what: String },
 }
 
 fn similar_names(similar: &[String]) -> String {

@@ -20,6 +20,11 @@ pub enum Arch {
     /// `qwen3`: the Llama block with an RMSNorm over each head of q and k before RoPE (NeoX),
     /// no biases, and a head size of its own (`attention.key_length`).
     Qwen3,
+    /// `phi3` (Phi-3, Phi-3.5, Phi-4): the Llama block with q, k and v in one matrix
+    /// (`attn_qkv`) and gate and up in one (`ffn_up`, gate first), split into separate weights
+    /// at load; NeoX RoPE, with the per-pair frequency factors for short or long contexts
+    /// (`rope_factors_short`/`_long`) where the file has them.
+    Phi3,
 }
 
 impl Arch {
@@ -30,6 +35,7 @@ impl Arch {
             "bitnet-b1.58" | "bitnet-25" | "bitnet" => Some(Arch::BitNet),
             "qwen2" => Some(Arch::Qwen2),
             "qwen3" => Some(Arch::Qwen3),
+            "phi3" => Some(Arch::Phi3),
             _ => None,
         }
     }
@@ -57,6 +63,9 @@ pub struct ModelConfig {
     /// The context the model was trained for.
     pub context_length: usize,
     pub rope: RopeConfig,
+    /// The context the RoPE frequencies were trained for, where the file states it
+    /// (`rope.scaling.original_context_length`): contexts past it take the long factors.
+    pub rope_original_context: Option<usize>,
 }
 
 /// The largest width (embedding, FFN, attention heads times head size) and layer count a
@@ -170,8 +179,22 @@ impl ModelConfig {
         }
         let style = match arch {
             Arch::Llama => RopeStyle::Interleaved,
-            Arch::BitNet | Arch::Qwen2 | Arch::Qwen3 => RopeStyle::NeoX,
+            Arch::BitNet | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => RopeStyle::NeoX,
         };
+        // A RoPE attention factor (longrope: `rope.scaling.attn_factor`) scales q and k in
+        // llama.cpp's rotation; the rotations here do not take one yet.
+        let attn_factor = float("rope.scaling.attn_factor", 1.0)?;
+        if attn_factor != 1.0 {
+            return Err(ModelError::NotSupportedYet {
+                what: format!(
+                    "{}: a RoPE attention factor of {attn_factor} (longrope models such as \
+                     Phi-3.5 and Phi-3-128k)",
+                    key("rope.scaling.attn_factor")
+                ),
+            }
+            .into());
+        }
+        let rope_original_context = int("rope.scaling.original_context_length", usize::MAX)?;
         let mut rope = RopeConfig::new(head_dim, theta, style);
         rope.rot_dim = rot_dim;
         let last_block = format!("blk.{}.attn_norm.weight", n_layers - 1);
@@ -214,6 +237,7 @@ impl ModelConfig {
             eps,
             context_length,
             rope,
+            rope_original_context,
         })
     }
 }

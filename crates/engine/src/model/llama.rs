@@ -1,8 +1,9 @@
-//! The Llama family's pass (SmolLM2, Llama 2/3.x, Qwen2/2.5, Qwen3): pre-norm attention with
+//! The Llama family's pass (SmolLM2, Llama 2/3.x, Qwen2/2.5, Qwen3, Phi-3): pre-norm attention with
 //! grouped KV heads and RoPE, then a SiLU-gated FFN, each added to the residual stream. Qwen2
-//! adds biases to q, k and v; Qwen3 RMS-norms each head of q and k before RoPE. The RoPE
-//! order is the config's (interleaved pairs for `llama`, whose converters permute Q/K; NeoX
-//! halves for Qwen).
+//! adds biases to q, k and v; Qwen3 RMS-norms each head of q and k before RoPE; Phi-3's
+//! stacked q/k/v and gate/up matrices arrive split ([`super::weights`]). The RoPE order is the
+//! config's (interleaved pairs for `llama`, whose converters permute Q/K; NeoX halves for Qwen
+//! and Phi-3).
 
 use super::{ModelConfig, RunState, Weights};
 use crate::error::ModelError;

@@ -173,7 +173,7 @@ impl<B: Backend> Model<B> {
             .into());
         }
         let mut config = config;
-        if let Some(f) = weights::rope_freq_factors_async(src).await? {
+        if let Some(f) = weights::rope_freq_factors_async(src, &config, ctx).await? {
             config.rope.freq_factors = Some(f);
         }
         let mut names = Names::default();
@@ -216,9 +216,10 @@ impl<B: Backend> Model<B> {
         };
         let (c, w, s) = (&self.config, &self.weights, &self.state);
         match c.arch {
-            config::Arch::Llama | config::Arch::Qwen2 | config::Arch::Qwen3 => {
-                llama::forward(c, w, s, n, &mut p)?
-            }
+            config::Arch::Llama
+            | config::Arch::Qwen2
+            | config::Arch::Qwen3
+            | config::Arch::Phi3 => llama::forward(c, w, s, n, &mut p)?,
             config::Arch::BitNet => bitnet::forward(c, w, s, n, &mut p)?,
         }
         self.head(&batch.last_rows(), n, readback, &mut p)?;

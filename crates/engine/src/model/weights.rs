@@ -178,6 +178,60 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
         Ok(w)
     }
 
+    /// The row blocks of a matrix that stacks several (`attn_qkv`: q, k, v; `ffn_up`: gate,
+    /// up), of `parts` rows each, as separate weights (`name[i]`). Rows are whole blocks of the
+    /// format, so each part is a run of the tensor's bytes, and of its file ranges.
+    async fn stacked(
+        &mut self,
+        name: &str,
+        parts: &[usize],
+        cols: usize,
+    ) -> Result<Vec<Weight>, Error> {
+        let rows: usize = parts.iter().sum();
+        let (dtype, shape) = self.src.meta(name).ok_or_else(|| Self::missing(name))?;
+        if shape != [cols as u64, rows as u64] {
+            return Err(ModelError::WrongShape {
+                name: name.to_string(),
+                shape,
+                expected: format!("[{cols}, {rows}]"),
+            }
+            .into());
+        }
+        let row_bytes =
+            dtype
+                .tensor_bytes(cols as u64)
+                .ok_or_else(|| ModelError::PartialBlocks {
+                    name: format!("{name} (a row)"),
+                    elements: cols as u64,
+                    dtype: dtype.to_string(),
+                })? as usize;
+        let bytes = read_exact(self.src, name, dtype, rows as u64 * cols as u64).await?;
+        let location = self.src.location(name);
+        let mut weights = Vec::new();
+        let mut row = 0;
+        for (i, &n) in parts.iter().enumerate() {
+            let part = format!("{name}[{i}]");
+            let range = row * row_bytes..(row + n) * row_bytes;
+            let spans = location
+                .as_deref()
+                .map(|s| sub_spans(s, range.start as u64, range.len() as u64));
+            let w = self.b.load_weight(WeightData {
+                name: &part,
+                dtype,
+                rows: n,
+                cols,
+                bytes: &bytes[range],
+                scale: None,
+                layer: layer_of(name),
+                location: spans.as_deref(),
+            })?;
+            self.names.weight_named(w, &part, dtype, n, cols);
+            weights.push(w);
+            row += n;
+        }
+        Ok(weights)
+    }
+
     /// A vector as f32.
     async fn vector_values(&mut self, name: &str) -> Result<Vec<f32>, Error> {
         vector_values(self.src, name)
@@ -245,15 +299,39 @@ impl Weights {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             let bias = |s: &str| format!("blk.{i}.{s}.bias");
             let attn_norm = l.norm(&n("attn_norm"), c.dim).await?;
-            let wq = l.matrix(&n("attn_q"), q_dim, c.dim).await?;
-            let wk = l.matrix(&n("attn_k"), kv_dim, c.dim).await?;
-            let wv = l.matrix(&n("attn_v"), kv_dim, c.dim).await?;
+            let (wq, wk, wv) = match src.meta(&n("attn_qkv")) {
+                Some(_) => {
+                    let w = l
+                        .stacked(&n("attn_qkv"), &[q_dim, kv_dim, kv_dim], c.dim)
+                        .await?;
+                    (w[0], w[1], w[2])
+                }
+                None => (
+                    l.matrix(&n("attn_q"), q_dim, c.dim).await?,
+                    l.matrix(&n("attn_k"), kv_dim, c.dim).await?,
+                    l.matrix(&n("attn_v"), kv_dim, c.dim).await?,
+                ),
+            };
             let (q_norm, k_norm) = match qk_norm {
                 true => (
                     Some(l.norm(&n("attn_q_norm"), c.head_dim).await?),
                     Some(l.norm(&n("attn_k_norm"), c.head_dim).await?),
                 ),
                 false => (None, None),
+            };
+            // Phi-3: gate and up stacked in `ffn_up`, gate first (llama.cpp's swiglu takes
+            // silu of the first half).
+            let (w_gate, w_up) = match src.meta(&n("ffn_gate")) {
+                None if c.arch == Arch::Phi3 => {
+                    let w = l
+                        .stacked(&n("ffn_up"), &[c.ffn_dim, c.ffn_dim], c.dim)
+                        .await?;
+                    (w[0], w[1])
+                }
+                _ => (
+                    l.matrix(&n("ffn_gate"), c.ffn_dim, c.dim).await?,
+                    l.matrix(&n("ffn_up"), c.ffn_dim, c.dim).await?,
+                ),
             };
             layers.push(LayerWeights {
                 attn_norm,
@@ -272,8 +350,8 @@ impl Weights {
                     None
                 },
                 ffn_norm: l.norm(&n("ffn_norm"), c.dim).await?,
-                w_gate: l.matrix(&n("ffn_gate"), c.ffn_dim, c.dim).await?,
-                w_up: l.matrix(&n("ffn_up"), c.ffn_dim, c.dim).await?,
+                w_gate,
+                w_up,
                 w_down: l.matrix(&n("ffn_down"), c.dim, c.ffn_dim).await?,
                 ffn_sub_norm: if bitnet {
                     Some(l.norm(&n("ffn_sub_norm"), c.ffn_dim).await?)
@@ -291,21 +369,47 @@ impl Weights {
     }
 }
 
-/// The optional per-pair RoPE frequency divisors (`rope_freqs.weight`, how GGUF carries
-/// Llama-3 frequency scaling).
-pub fn rope_freq_factors(src: &dyn TensorSource) -> Result<Option<Vec<f32>>, Error> {
-    run_ready(rope_freq_factors_async(&ReadySource(src)))
+/// The optional per-pair RoPE frequency divisors for a context of `ctx` positions:
+/// `rope_freqs.weight` (how GGUF carries Llama-3 frequency scaling), or Phi-3's
+/// `rope_factors_short.weight` / `rope_factors_long.weight`, the long ones for contexts past
+/// `rope.scaling.original_context_length` (as llama.cpp picks them).
+pub fn rope_freq_factors(
+    src: &dyn TensorSource,
+    c: &ModelConfig,
+    ctx: usize,
+) -> Result<Option<Vec<f32>>, Error> {
+    run_ready(rope_freq_factors_async(&ReadySource(src), c, ctx))
 }
 
 /// [`rope_freq_factors`] from an asynchronous source. Every factor must be finite and
-/// positive (they divide the rotation frequencies).
+/// positive (they divide the rotation frequencies), one per rotated pair.
 pub async fn rope_freq_factors_async<S: AsyncTensorSource>(
     src: &S,
+    c: &ModelConfig,
+    ctx: usize,
 ) -> Result<Option<Vec<f32>>, Error> {
-    let name = "rope_freqs.weight";
+    let long = c.rope_original_context.is_some_and(|orig| ctx > orig);
+    let name = match (src.meta("rope_freqs.weight"), long) {
+        (Some(_), _) => "rope_freqs.weight",
+        (None, false) => "rope_factors_short.weight",
+        (None, true) => "rope_factors_long.weight",
+    };
     let Some(factors) = vector_values(src, name).await? else {
+        if long && src.meta("rope_factors_short.weight").is_some() {
+            return Err(Error::from(ModelError::MissingTensor {
+                name: name.to_string(),
+            }));
+        }
         return Ok(None);
     };
+    if factors.len() != c.rope.rot_dim / 2 {
+        return Err(ModelError::WrongLength {
+            name: name.to_string(),
+            len: factors.len(),
+            expected: c.rope.rot_dim / 2,
+        }
+        .into());
+    }
     if let Some(bad) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
         return Err(ModelError::BadHyperParameter {
             key: name.into(),
@@ -332,6 +436,24 @@ fn element_count(name: &str, shape: &[u64]) -> Result<u64, Error> {
 
 /// A tensor's bytes, which must be exactly what `n` elements of `dtype` occupy (the same
 /// check for every backend and every source: a tensor one byte short or long is refused).
+/// The pieces of `spans` (a tensor's bytes in order) that hold its bytes `start .. start + len`.
+fn sub_spans(spans: &[FileSpan], start: u64, len: u64) -> Vec<FileSpan> {
+    let (mut at, end) = (0u64, start + len);
+    let mut out = Vec::new();
+    for s in spans {
+        let (lo, hi) = (at.max(start), (at + s.len).min(end));
+        if lo < hi {
+            out.push(FileSpan {
+                path: s.path.clone(),
+                offset: s.offset + (lo - at),
+                len: hi - lo,
+            });
+        }
+        at += s.len;
+    }
+    out
+}
+
 /// The block a tensor belongs to (`blk.N.`), if any.
 fn layer_of(name: &str) -> Option<usize> {
     name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
@@ -380,6 +502,22 @@ async fn vector_values<S: AsyncTensorSource>(
 
 #[cfg(test)]
 mod tests {
+    use super::{sub_spans, FileSpan};
+
+    #[test]
+    fn sub_spans_cut_across_pieces() {
+        let s = |p: &str, offset, len| FileSpan {
+            path: p.into(),
+            offset,
+            len,
+        };
+        let spans = [s("a", 100, 10), s("b", 0, 20)];
+        assert_eq!(sub_spans(&spans, 0, 10), vec![s("a", 100, 10)]);
+        assert_eq!(sub_spans(&spans, 4, 10), vec![s("a", 104, 6), s("b", 0, 4)]);
+        assert_eq!(sub_spans(&spans, 12, 18), vec![s("b", 2, 18)]);
+        assert_eq!(sub_spans(&spans, 30, 0), vec![]);
+    }
+
     #[test]
     fn layers_come_from_block_names() {
         assert_eq!(super::layer_of("blk.12.attn_q.weight"), Some(12));

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tiny Qwen2 and Qwen3 models and their reference logits (tests/qwen_reference.rs).
+"""Tiny Qwen2, Qwen3 and Phi-3 models and their reference logits (tests/arch_reference.rs).
 
 Pinned versions (the same set-up as gen_llama_goldens.py; about 9 minutes to build on two
 cores):
@@ -7,10 +7,10 @@ cores):
     CMAKE_BUILD_PARALLEL_LEVEL=2 target/llama-venv/bin/pip install llama-cpp-python==0.3.36 \
         gguf==0.19.0 numpy
 Run from the repository root:
-    target/llama-venv/bin/python tests/goldens/gen_qwen_goldens.py
+    target/llama-venv/bin/python tests/goldens/gen_arch_goldens.py
 
 What it does, deterministically:
-1. Writes tests/fixtures/qwen/tiny-qwen2.gguf and tiny-qwen3.gguf with gguf-py's writer, as
+1. Writes tests/fixtures/arch/tiny-qwen2.gguf and tiny-qwen3.gguf with gguf-py's writer, as
    llama.cpp's convert_hf_to_gguf.py lays these architectures out (the `qwen2` / `qwen3`
    metadata keys, q/k/v biases for qwen2, attn_q_norm / attn_k_norm for qwen3, NeoX RoPE as
    llama.cpp runs both): seeded random weights, matrices in F16, norms and biases in F32, a
@@ -18,7 +18,11 @@ What it does, deterministically:
    three ChatML special tokens, pre-tokenizer `qwen2`) and Qwen's ChatML template. Qwen2's
    shape: 64 wide, 2 blocks, 2 query heads sharing 1 KV head of 32, FFN 192, tied output.
    Qwen3's: 64 wide, 2 blocks, 4 query heads over 2 KV heads of 32 (so q is 128 wide, twice
-   the embedding: `attention.key_length`), FFN 160, its own output matrix.
+   the embedding: `attention.key_length`), FFN 160, its own output matrix. Phi-3's: 64 wide, 2
+   blocks, 2 query heads over 1 KV head of 32, q/k/v stacked in `attn_qkv` and gate/up in
+   `ffn_up` (gate first), FFN 128, its own output matrix, `rope_factors_short` and
+   `rope_factors_long` with an original context of 64 (below N_CTX, so llama.cpp and tritium's
+   default context both take the long factors).
 2. For each model, llama.cpp (llama-cpp-python, CPU, F32 KV cache): the prompt ids of PROMPTS,
    greedy continuations (GREEDY_TOKENS, one decode per token) with each step's top-1/top-2
    margin, and the teacher-forced logits of prompt + continuation in one batch: at every
@@ -30,7 +34,7 @@ What it does, deterministically:
 llama.cpp's F16 products round the activations to f16 first, so its logits differ from the
 exact ones; the goldens record by how much (`llama_vs_f64`).
 
-Output: the two fixtures and tests/goldens/qwen/<arch>.json.
+Output: the two fixtures and tests/goldens/arch/<arch>.json.
 """
 import hashlib
 import json
@@ -43,8 +47,8 @@ from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType, TokenType
 from gguf.quants import dequantize
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "fixtures" / "qwen"
-OUT = ROOT / "tests" / "goldens" / "qwen"
+FIXTURES = ROOT / "tests" / "fixtures" / "arch"
+OUT = ROOT / "tests" / "goldens" / "arch"
 
 CORPUS = (
     "the quick brown fox jumps over the lazy dog. the capital of france is paris. "
@@ -74,6 +78,8 @@ MODELS = {
                   eps=1e-6, tied=True, out_gain=6.0, seed=2),
     "qwen3": dict(dim=64, layers=2, heads=4, kv_heads=2, head_dim=32, ffn=160, theta=1e6,
                   eps=1e-6, tied=False, out_gain=1.0, seed=3),
+    "phi3": dict(dim=64, layers=2, heads=2, kv_heads=1, head_dim=32, ffn=128, theta=1e4,
+                 eps=1e-5, tied=False, out_gain=3.0, seed=4, original_context=64),
 }
 
 
@@ -142,7 +148,7 @@ def weights(arch, c, n_vocab):
             w[p + "attn_q.bias"] = vec(q_dim, 0.0, 0.5)
             w[p + "attn_k.bias"] = vec(kv_dim, 0.0, 1.0)
             w[p + "attn_v.bias"] = vec(kv_dim, 0.0, 0.2)
-        else:
+        elif arch == "qwen3":
             w[p + "attn_q_norm.weight"] = vec(hd, 1.0, 0.3)
             w[p + "attn_k_norm.weight"] = vec(hd, 1.0, 0.3)
         w[p + "attn_output.weight"] = mat(dim, q_dim, c["out_gain"])
@@ -153,6 +159,17 @@ def weights(arch, c, n_vocab):
     w["output_norm.weight"] = vec(dim, 1.0, 0.2)
     if not c["tied"]:
         w["output.weight"] = mat(n_vocab, dim, 4.0)
+    if arch == "phi3":
+        for i in range(c["layers"]):
+            p = f"blk.{i}."
+            w[p + "attn_qkv.weight"] = np.concatenate(
+                [w.pop(p + "attn_q.weight"), w.pop(p + "attn_k.weight"),
+                 w.pop(p + "attn_v.weight")])
+            w[p + "ffn_up.weight"] = np.concatenate(
+                [w.pop(p + "ffn_gate.weight"), w[p + "ffn_up.weight"]])
+        pairs = hd // 2
+        w["rope_factors_short.weight"] = (1.0 + rng.random(pairs)).astype(np.float32)
+        w["rope_factors_long.weight"] = (1.0 + 8.0 * rng.random(pairs)).astype(np.float32)
     return w
 
 
@@ -160,7 +177,8 @@ def write_model(arch, c, path):
     tokens, types, merges = vocabulary()
     n_vocab = len(tokens)
     w = GGUFWriter(str(path), arch)
-    w.add_name(f"tiny-{arch}")
+    # Not "phi3" in the name: llama.cpp then expects the Phi-3 vocabulary's <s>, </s>, <unk>.
+    w.add_name("tiny test model")
     w.add_context_length(4096)
     w.add_embedding_length(c["dim"])
     w.add_block_count(c["layers"])
@@ -171,6 +189,9 @@ def write_model(arch, c, path):
         w.add_key_length(c["head_dim"])
         w.add_value_length(c["head_dim"])
     w.add_rope_freq_base(c["theta"])
+    if "original_context" in c:
+        w.add_rope_dimension_count(c["head_dim"])
+        w.add_rope_scaling_orig_ctx_len(c["original_context"])
     w.add_layer_norm_rms_eps(c["eps"])
     w.add_file_type(1)  # MOSTLY_F16
     w.add_tokenizer_model("gpt2")
@@ -206,6 +227,21 @@ def f64_forward(path, seqs):
     hd = int(meta(key)) if key in reader.fields else n_embd // n_head
     W = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64) for t in reader.tensors}
     out_w = W.get("output.weight", W["token_embd.weight"])
+    for layer in range(n_layer):
+        p = f"blk.{layer}."
+        if p + "attn_qkv.weight" in W:  # Phi-3: q, k, v stacked; gate, up stacked
+            q_dim, kv_dim = n_head * hd, n_kv * hd
+            qkv = W.pop(p + "attn_qkv.weight")
+            W[p + "attn_q.weight"] = qkv[:q_dim]
+            W[p + "attn_k.weight"] = qkv[q_dim:q_dim + kv_dim]
+            W[p + "attn_v.weight"] = qkv[q_dim + kv_dim:]
+            up = W[p + "ffn_up.weight"]
+            W[p + "ffn_gate.weight"], W[p + "ffn_up.weight"] = np.split(up, 2)
+    orig = f"{arch}.rope.scaling.original_context_length"
+    factors = np.ones(hd // 2)
+    if "rope_factors_long.weight" in W:  # llama.cpp: long past the original context
+        long = orig in reader.fields and N_CTX > int(meta(orig))
+        factors = W["rope_factors_long.weight" if long else "rope_factors_short.weight"]
 
     def norm(v, w):
         return v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * w
@@ -214,7 +250,7 @@ def f64_forward(path, seqs):
     for ids in seqs:
         T = len(ids)
         half = hd // 2
-        ang = np.arange(T)[:, None] * (base ** (-np.arange(0, hd, 2) / hd))[None, :]
+        ang = np.arange(T)[:, None] * (base ** (-np.arange(0, hd, 2) / hd) / factors)[None, :]
         cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
 
         def rope(v):  # NeoX: pairs (i, i + head_dim / 2)
@@ -328,11 +364,11 @@ def main():
         write_model(arch, c, path)
         cases, n_vocab, eos = run_model(path)
         doc = {
-            "generator": "tests/goldens/gen_qwen_goldens.py",
+            "generator": "tests/goldens/gen_arch_goldens.py",
             "llama_cpp_python": llama_cpp.__version__,
             "gguf": "0.19.0",
             "numpy": np.__version__,
-            "file": f"tests/fixtures/qwen/{path.name}",
+            "file": f"tests/fixtures/arch/{path.name}",
             "file_sha256": sha256_file(path),
             "settings": {"n_ctx": N_CTX, "kv_cache": "F32", "flash_attn": False,
                          "backend": "CPU", "greedy_tokens": GREEDY_TOKENS},

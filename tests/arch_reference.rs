@@ -1,11 +1,13 @@
-//! Qwen2 and Qwen3 end to end through the CLI, against llama.cpp and an exact float64
+//! Qwen2, Qwen3 and Phi-3 end to end through the CLI, against llama.cpp and an exact float64
 //! forward pass, on the CPU and the GPU (lavapipe here).
 //!
-//! Models: tests/fixtures/qwen/tiny-{qwen2,qwen3}.gguf, written by
-//! tests/goldens/gen_qwen_goldens.py with gguf-py in llama.cpp's layout for these
+//! Models: tests/fixtures/arch/tiny-{qwen2,qwen3,phi3}.gguf, written by
+//! tests/goldens/gen_arch_goldens.py with gguf-py in llama.cpp's layout for these
 //! architectures (qwen2: biases on q, k, v, one KV head shared by two query heads, tied output;
 //! qwen3: RMSNorm over each head of q and k, 4 query heads over 2 KV heads of 32, so q is twice
-//! the embedding width; both NeoX RoPE, F16 matrices, a 320-token byte-level BPE vocabulary with
+//! the embedding width; phi3: q/k/v stacked in one matrix and gate/up in another, RoPE frequency
+//! factors for short and long contexts (the long ones taken: the context is past the stated
+//! original one); all NeoX RoPE, F16 matrices, a 320-token byte-level BPE vocabulary with
 //! the `qwen2` pre-tokenizer). The same script recorded, per prompt: llama.cpp's prompt ids,
 //! its greedy continuation (16 tokens, one decode per token) with each step's top-1/top-2
 //! margin, and for prompt + continuation in one batch, at every position, the argmax, the
@@ -48,6 +50,8 @@ const MARGIN: f32 = 0.2;
 /// rounding of the KV cache and of the operands of several-token products, carried through two
 /// blocks, stays well inside; a broken op moves logits by a large part of the range.
 const GPU_REL_TOL: f32 = 0.02;
+/// Every run's context: llama.cpp's n_ctx in the goldens (Phi-3's RoPE factors depend on it).
+const CTX: &str = "128";
 
 struct Summary {
     argmax: Vec<u32>,
@@ -103,7 +107,7 @@ fn root() -> PathBuf {
 }
 
 fn golden(arch: &str) -> Golden {
-    let path = root().join(format!("tests/goldens/qwen/{arch}.json"));
+    let path = root().join(format!("tests/goldens/arch/{arch}.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let doc: Value = serde_json::from_str(&text).unwrap();
     Golden {
@@ -182,6 +186,8 @@ fn logits(model: &Path, ids: &[u32], extra: &[&str], n_vocab: usize) -> Vec<Vec<
         &ids,
         "-o",
         out.to_str().unwrap(),
+        "--ctx",
+        CTX,
     ];
     args.extend_from_slice(extra);
     tritium(&args);
@@ -361,6 +367,8 @@ fn check(arch: &str) {
                 &n.to_string(),
                 "--backend",
                 backend,
+                "--ctx",
+                CTX,
                 "--json",
             ]);
             let ours = u32s(&v["generated_ids"]);
@@ -409,6 +417,8 @@ fn check_cuda(arch: &str) {
             &n.max(1).to_string(),
             "--backend",
             "cuda",
+            "--ctx",
+            CTX,
             "--json",
         ]);
         let ours = u32s(&v["generated_ids"]);
@@ -424,9 +434,15 @@ fn check_cuda(arch: &str) {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/device-native/cuda-full.sh runs it there)"]
-fn qwen_on_cuda_matches_f64_and_llama_cpp() {
+fn architectures_on_cuda_match_f64_and_llama_cpp() {
     check_cuda("qwen2");
     check_cuda("qwen3");
+    check_cuda("phi3");
+}
+
+#[test]
+fn phi3_matches_llama_cpp_and_f64() {
+    check("phi3");
 }
 
 #[test]

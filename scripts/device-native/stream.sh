@@ -52,3 +52,27 @@ for b in budgets:
         line += ", " + s["schedule"]
     print(line)
 PY2
+# Load time of the whole model resident: through the page cache and uploads (no budget) against
+# the reader (a budget above the model: cuFile, or direct reads staged through page-locked
+# memory), each with the page cache dropped first (cold) and again right after (warm).
+for mode in cold warm; do
+  for how in page reader; do
+    [ $mode = cold ] && { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; }
+    extra=(); [ $how = reader ] && extra=(--vram-budget 80GB)
+    tritium bench generate "$M" --backend cuda "${extra[@]}" --prompt 16 --decode 4 --json \
+      > "$O/load-$how-$mode.json" 2> "$O/load-$how-$mode.err"
+  done
+done
+python3 - "$O" <<'PY3'
+import json, os, sys
+o = sys.argv[1]
+for mode in ["cold", "warm"]:
+    for how in ["page", "reader"]:
+        try:
+            r = json.load(open(os.path.join(o, "load-%s-%s.json" % (how, mode))))
+        except Exception:
+            print(mode, how, "failed:", open(os.path.join(o, "load-%s-%s.err" % (how, mode))).read()[-300:])
+            continue
+        s = r.get("streaming") or {}
+        print("load %s, %s: %.0f ms %s" % (mode, how, r["load_ms"], s.get("reader", "(page cache, uploads)")[:90]))
+PY3

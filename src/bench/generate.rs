@@ -323,6 +323,8 @@ pub struct CudaGenerateReport {
     pub device: String,
     pub arch: String,
     pub context: usize,
+    /// Opening the model and placing its weights on the device (file reads included), ms.
+    pub load_ms: f64,
     pub prompt_tokens: usize,
     pub prefill_ms: f64,
     pub prefill_tokens_per_s: f64,
@@ -407,9 +409,11 @@ pub fn run_cuda<S: ModelMeta + TensorSource>(
         },
         ..OpenOptions::default()
     };
+    let load_start = std::time::Instant::now();
     let model = crate::session::load(source, backend, &options)?
         .engine
         .model;
+    let load_ms = load_start.elapsed().as_secs_f64() * 1e3;
     let prompt: Vec<u32> = (0..opts.prompt_tokens)
         .map(|i| ((i as u64 * 7919 + 13) % config.n_vocab as u64) as u32)
         .collect();
@@ -519,6 +523,7 @@ pub fn run_cuda<S: ModelMeta + TensorSource>(
         device: info.name.clone(),
         arch: info.arch(),
         context,
+        load_ms,
         prompt_tokens: opts.prompt_tokens,
         prefill_ms: u.prefill_ms,
         prefill_tokens_per_s: u.prefill_tokens_per_s,

@@ -73,6 +73,7 @@ struct Golden {
     file: PathBuf,
     sha256: String,
     n_vocab: usize,
+    eos: u32,
     probe_ids: Vec<usize>,
     cases: Vec<Case>,
 }
@@ -115,6 +116,7 @@ fn golden(arch: &str) -> Golden {
         file: root().join(doc["file"].as_str().unwrap()),
         sha256: doc["file_sha256"].as_str().unwrap().to_string(),
         n_vocab: doc["n_vocab"].as_u64().unwrap() as usize,
+        eos: doc["eos"].as_u64().unwrap() as u32,
         probe_ids: u32s(&doc["probe_ids"])
             .into_iter()
             .map(|i| i as usize)
@@ -220,6 +222,12 @@ fn argmax(row: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// Our greedy ids against llama.cpp's: equal, where llama.cpp's list may end with the EOS id
+/// that stopped both (`run` does not list the stop token).
+fn greedy_matches(ours: &[u32], want: &[u32], eos: u32) -> bool {
+    ours == want || (want.last() == Some(&eos) && ours == &want[..want.len() - 1])
 }
 
 /// Greedy steps that must agree: up to llama.cpp's first step below [`MARGIN`].
@@ -372,7 +380,7 @@ fn check(arch: &str) {
                 "--json",
             ]);
             let ours = u32s(&v["generated_ids"]);
-            if ours[..n.min(ours.len())] != c.greedy_ids[..n.min(ours.len())] || ours.len() < n {
+            if !greedy_matches(&ours, &c.greedy_ids[..n], g.eos) {
                 failures.push(format!(
                     "{arch} {p:?} greedy on {backend}: {ours:?}, llama.cpp's first {n}: {:?}",
                     &c.greedy_ids[..n]
@@ -422,7 +430,7 @@ fn check_cuda(arch: &str) {
             "--json",
         ]);
         let ours = u32s(&v["generated_ids"]);
-        if ours.len() < n || ours[..n] != c.greedy_ids[..n] {
+        if !greedy_matches(&ours, &c.greedy_ids[..n], g.eos) {
             failures.push(format!(
                 "{arch} {p:?} greedy on cuda: {ours:?}, llama.cpp's first {n}: {:?}",
                 &c.greedy_ids[..n]

@@ -127,6 +127,13 @@ extern "C" __global__ void add_bias(float* out, const float* bias, u32 rows, u32
     out[i] += bias[i % cols];
 }
 
+// out[r, c] *= scale[c] for rows x cols values. grid (ceil(rows * cols / 256)), block 256.
+extern "C" __global__ void scale_columns(float* out, const float* scale, u32 rows, u32 cols) {
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * cols) return;
+    out[i] *= scale[i % cols];
+}
+
 // elementwise, then its output quantized in blocks of 32 as quantize_q8 does (the product
 // after it takes int8 activations). grid (ceil(len / 32 / 4)), block 128: a warp per block.
 extern "C" __global__ void elementwise_q8(u32 f, float* out, const float* a, const float* b,

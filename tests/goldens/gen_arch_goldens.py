@@ -20,9 +20,10 @@ What it does, deterministically:
    Qwen3's: 64 wide, 2 blocks, 4 query heads over 2 KV heads of 32 (so q is 128 wide, twice
    the embedding: `attention.key_length`), FFN 160, its own output matrix. Phi-3's: 64 wide, 2
    blocks, 2 query heads over 1 KV head of 32, q/k/v stacked in `attn_qkv` and gate/up in
-   `ffn_up` (gate first), FFN 128, its own output matrix, `rope_factors_short` and
-   `rope_factors_long` with an original context of 64 (below N_CTX, so llama.cpp and tritium's
-   default context both take the long factors).
+   `ffn_up` (gate first), FFN 128, its own output matrix, RoPE over 24 of the 32 dimensions,
+   `rope_factors_short` and `rope_factors_long` with an original context of 64 (below N_CTX, so
+   the long factors are taken) and longrope's attention factor for a 32x longer context,
+   sqrt(1 + ln 32 / ln 64), as Phi-3.5's converter writes it.
 2. For each model, llama.cpp (llama-cpp-python, CPU, F32 KV cache): the prompt ids of PROMPTS,
    greedy continuations (GREEDY_TOKENS, one decode per token) with each step's top-1/top-2
    margin, and the teacher-forced logits of prompt + continuation in one batch: at every
@@ -79,7 +80,8 @@ MODELS = {
     "qwen3": dict(dim=64, layers=2, heads=4, kv_heads=2, head_dim=32, ffn=160, theta=1e6,
                   eps=1e-6, tied=False, out_gain=1.0, seed=3),
     "phi3": dict(dim=64, layers=2, heads=2, kv_heads=1, head_dim=32, ffn=128, theta=1e4,
-                 eps=1e-5, tied=False, out_gain=3.0, seed=4, original_context=64),
+                 eps=1e-5, tied=False, out_gain=3.0, seed=4, original_context=64, rot_dim=24,
+                 attn_factor=float(np.sqrt(1 + np.log(32) / np.log(64)))),
 }
 
 
@@ -167,7 +169,7 @@ def weights(arch, c, n_vocab):
                  w.pop(p + "attn_v.weight")])
             w[p + "ffn_up.weight"] = np.concatenate(
                 [w.pop(p + "ffn_gate.weight"), w[p + "ffn_up.weight"]])
-        pairs = hd // 2
+        pairs = c.get("rot_dim", hd) // 2
         w["rope_factors_short.weight"] = (1.0 + rng.random(pairs)).astype(np.float32)
         w["rope_factors_long.weight"] = (1.0 + 8.0 * rng.random(pairs)).astype(np.float32)
     return w
@@ -190,8 +192,9 @@ def write_model(arch, c, path):
         w.add_value_length(c["head_dim"])
     w.add_rope_freq_base(c["theta"])
     if "original_context" in c:
-        w.add_rope_dimension_count(c["head_dim"])
+        w.add_rope_dimension_count(c.get("rot_dim", c["head_dim"]))
         w.add_rope_scaling_orig_ctx_len(c["original_context"])
+        w.add_rope_scaling_attn_factors(c["attn_factor"])
     w.add_layer_norm_rms_eps(c["eps"])
     w.add_file_type(1)  # MOSTLY_F16
     w.add_tokenizer_model("gpt2")
@@ -238,7 +241,11 @@ def f64_forward(path, seqs):
             up = W[p + "ffn_up.weight"]
             W[p + "ffn_gate.weight"], W[p + "ffn_up.weight"] = np.split(up, 2)
     orig = f"{arch}.rope.scaling.original_context_length"
-    factors = np.ones(hd // 2)
+    rk = f"{arch}.rope.dimension_count"
+    rot = int(meta(rk)) if rk in reader.fields else hd
+    ak = f"{arch}.rope.scaling.attn_factor"
+    mscale = float(meta(ak)) if ak in reader.fields else 1.0
+    factors = np.ones(rot // 2)
     if "rope_factors_long.weight" in W:  # llama.cpp: long past the original context
         long = orig in reader.fields and N_CTX > int(meta(orig))
         factors = W["rope_factors_long.weight" if long else "rope_factors_short.weight"]
@@ -249,13 +256,14 @@ def f64_forward(path, seqs):
     results = []
     for ids in seqs:
         T = len(ids)
-        half = hd // 2
-        ang = np.arange(T)[:, None] * (base ** (-np.arange(0, hd, 2) / hd) / factors)[None, :]
-        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        half = rot // 2
+        ang = np.arange(T)[:, None] * (base ** (-np.arange(0, rot, 2) / rot) / factors)[None, :]
+        # llama.cpp's rotation scales cos and sin by the attention factor (mscale).
+        cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
 
-        def rope(v):  # NeoX: pairs (i, i + head_dim / 2)
-            a, b = v[..., :half], v[..., half:]
-            return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+        def rope(v):  # NeoX: pairs (i, i + rot / 2) of the first rot dimensions
+            a, b, rest = v[..., :half], v[..., half:rot], v[..., rot:]
+            return np.concatenate([a * cos - b * sin, a * sin + b * cos, rest], axis=-1)
 
         def lin(h, name):
             y = h @ W[name + ".weight"].T

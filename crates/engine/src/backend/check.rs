@@ -384,7 +384,10 @@ where
         }
     }
     if want("add_bias") {
-        record("add_bias".into(), add_bias(&mut make).await);
+        record("add_bias".into(), by_columns(&mut make, false).await);
+    }
+    if want("scale_columns") {
+        record("scale_columns".into(), by_columns(&mut make, true).await);
     }
     if want("copy_row") {
         record("copy_row".into(), copy_row(&mut make).await);
@@ -984,8 +987,9 @@ where
     .await
 }
 
-/// A bias added to every row (rows of an odd length): one f32 addition per value, exact.
-async fn add_bias<B, F, Fut>(make: &mut F) -> Result<(usize, f64), String>
+/// A bias added to every row, or every row scaled column by column (rows of an odd length):
+/// one f32 addition or product per value, exact.
+async fn by_columns<B, F, Fut>(make: &mut F, scale: bool) -> Result<(usize, f64), String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<B, Error>>,
@@ -999,17 +1003,22 @@ where
         cache: None,
     };
     let passes = move |h: &Handles| {
-        vec![reading(
-            vec![Op::AddBias {
-                out: h.t[0],
-                bias: h.t[1],
+        let (out, row) = (h.t[0], h.t[1]);
+        let op = match scale {
+            false => Op::AddBias {
+                out,
+                bias: row,
                 rows,
                 cols,
-            }],
-            1,
-            h.t[0],
-            rows * cols,
-        )]
+            },
+            true => Op::ScaleColumns {
+                out,
+                scale: row,
+                rows,
+                cols,
+            },
+        };
+        vec![reading(vec![op], 1, h.t[0], rows * cols)]
     };
     against_cpu(make, &setup, &passes, &|w, _| vec![0.0; w.len()]).await
 }

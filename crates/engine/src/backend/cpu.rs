@@ -283,6 +283,20 @@ impl CpuBackend {
                     row.iter_mut().zip(&b).for_each(|(y, b)| *y += b);
                 }
             }
+            Op::ScaleColumns {
+                out,
+                scale,
+                rows,
+                cols,
+            } => {
+                self.need(out, rows * cols, "scale_columns out")?;
+                self.need(scale, cols, "scale_columns scale")?;
+                let m = self.tensor(scale)[..cols].to_vec();
+                let y = &mut self.tensors[out.0 as usize][..rows * cols];
+                for row in y.chunks_exact_mut(cols) {
+                    row.iter_mut().zip(&m).for_each(|(y, m)| *y *= m);
+                }
+            }
             Op::CopyRow {
                 src,
                 row,

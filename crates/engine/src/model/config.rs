@@ -66,6 +66,9 @@ pub struct ModelConfig {
     /// The context the RoPE frequencies were trained for, where the file states it
     /// (`rope.scaling.original_context_length`): contexts past it take the long factors.
     pub rope_original_context: Option<usize>,
+    /// `rope.scaling.attn_factor` (1 where absent): the rotated dimensions of q and k are
+    /// scaled by it, so their scores by its square ([`crate::model::llama`] scales q's).
+    pub rope_attn_factor: f32,
 }
 
 /// The largest width (embedding, FFN, attention heads times head size) and layer count a
@@ -181,19 +184,9 @@ impl ModelConfig {
             Arch::Llama => RopeStyle::Interleaved,
             Arch::BitNet | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => RopeStyle::NeoX,
         };
-        // A RoPE attention factor (longrope: `rope.scaling.attn_factor`) scales q and k in
-        // llama.cpp's rotation; the rotations here do not take one yet.
-        let attn_factor = float("rope.scaling.attn_factor", 1.0)?;
-        if attn_factor != 1.0 {
-            return Err(ModelError::NotSupportedYet {
-                what: format!(
-                    "{}: a RoPE attention factor of {attn_factor} (longrope models such as \
-                     Phi-3.5 and Phi-3-128k)",
-                    key("rope.scaling.attn_factor")
-                ),
-            }
-            .into());
-        }
+        // Longrope's attention factor (Phi-3.5, Phi-3-128k, Phi-4-mini): llama.cpp scales the
+        // rotated dimensions of q and k by it.
+        let rope_attn_factor = float("rope.scaling.attn_factor", 1.0)? as f32;
         let rope_original_context = int("rope.scaling.original_context_length", usize::MAX)?;
         let mut rope = RopeConfig::new(head_dim, theta, style);
         rope.rot_dim = rot_dim;
@@ -238,6 +231,7 @@ impl ModelConfig {
             context_length,
             rope,
             rope_original_context,
+            rope_attn_factor,
         })
     }
 }

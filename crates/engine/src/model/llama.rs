@@ -48,6 +48,11 @@ pub fn forward(
                 .into())
             }
         };
+        if let Some(m) = w.q_scale {
+            // Longrope's attention factor: m on the rotated dimensions of q and of k is m^2
+            // on q's alone as far as the scores go, and RoPE is linear, so before it.
+            p.scale_columns(q, m, n * c.n_heads, c.head_dim);
+        }
         p.rope(q, c.n_heads);
         p.rope(k, c.n_kv_heads);
         p.attention(i, [q, k, s.v], s.att, c.n_heads); // att: (n, n_heads, head_dim)

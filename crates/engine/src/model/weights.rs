@@ -125,6 +125,9 @@ pub struct Weights {
     pub output_norm: Tensor,
     /// The LM head (`output.weight`, or the embedding when tied).
     pub output: Weight,
+    /// Where the config has a RoPE attention factor `m`: `m^2` over each head's rotated
+    /// dimensions of q and 1 over the rest (`head_dim` values).
+    pub q_scale: Option<Tensor>,
     pub layers: Vec<LayerWeights>,
 }
 
@@ -360,10 +363,22 @@ impl Weights {
                 },
             });
         }
+        let q_scale = match c.rope_attn_factor {
+            1.0 => None,
+            m => {
+                let v: Vec<f32> = (0..c.head_dim)
+                    .map(|i| if i < c.rope.rot_dim { m * m } else { 1.0 })
+                    .collect();
+                let t = l.b.load_vector("rope.q_scale", &v)?;
+                l.names.tensor_named(t, "rope.q_scale");
+                Some(t)
+            }
+        };
         Ok(Weights {
             token_embd,
             output_norm,
             output,
+            q_scale,
             layers,
         })
     }

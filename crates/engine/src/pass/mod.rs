@@ -130,6 +130,14 @@ pub enum Op {
         rows: usize,
         cols: usize,
     },
+    /// `out[r, c] *= scale[c]` for `rows` rows of `cols` (Phi-3's RoPE attention factor on the
+    /// rotated dimensions of q).
+    ScaleColumns {
+        out: Tensor,
+        scale: Tensor,
+        rows: usize,
+        cols: usize,
+    },
     /// `dst[dst_row, ..cols] = src[row, ..cols]`.
     CopyRow {
         src: Tensor,
@@ -163,6 +171,7 @@ impl Op {
                 .flatten()
                 .collect(),
             Op::AddBias { out, bias, .. } => vec![out, bias],
+            Op::ScaleColumns { out, scale, .. } => vec![out, scale],
             Op::CopyRow { src, .. } => vec![src],
             Op::Read { logits, .. } => vec![logits],
         }
@@ -177,7 +186,8 @@ impl Op {
             | Op::BitLinear { out, .. }
             | Op::Attention { out, .. }
             | Op::Elementwise { out, .. }
-            | Op::AddBias { out, .. } => Some(out),
+            | Op::AddBias { out, .. }
+            | Op::ScaleColumns { out, .. } => Some(out),
             Op::Rope { x, .. } => Some(x),
             Op::CopyRow { dst, .. } => Some(dst),
             Op::Read { .. } => None,
@@ -288,6 +298,16 @@ impl Pass {
         self.ops.push(Op::AddBias {
             out,
             bias,
+            rows,
+            cols,
+        });
+    }
+
+    /// `out[r, :] *= scale` for `rows` rows of `cols`.
+    pub fn scale_columns(&mut self, out: Tensor, scale: Tensor, rows: usize, cols: usize) {
+        self.ops.push(Op::ScaleColumns {
+            out,
+            scale,
             rows,
             cols,
         });

@@ -135,6 +135,17 @@ impl Op {
                 rows,
                 cols,
             } => write!(s, "add bias {} to {} ({rows}x{cols})", t(bias), t(out)),
+            Op::ScaleColumns {
+                out,
+                scale,
+                rows,
+                cols,
+            } => write!(
+                s,
+                "scale columns of {} by {} ({rows}x{cols})",
+                t(out),
+                t(scale)
+            ),
             Op::CopyRow {
                 src,
                 row,

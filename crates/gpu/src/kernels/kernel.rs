@@ -89,6 +89,8 @@ pub enum Kernel {
     ReluSquared,
     SiluMul,
     Add,
+    /// `out *= b` element-wise (with the driver's `cols`: scaling columns).
+    Mul,
     Argmax,
     TopK,
     /// An empty dispatch (benchmarks measure the per-dispatch overhead with it).

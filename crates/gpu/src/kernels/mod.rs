@@ -74,6 +74,7 @@ impl Kernel {
             Kernel::ReluSquared,
             Kernel::SiluMul,
             Kernel::Add,
+            Kernel::Mul,
             Kernel::Argmax,
             Kernel::TopK,
             Kernel::Noop,

@@ -57,6 +57,7 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         Kernel::ReluSquared => (&["elementwise.wgsl", "relu_squared.wgsl"], 256),
         Kernel::SiluMul => (&["elementwise.wgsl", "silu_mul.wgsl"], 256),
         Kernel::Add => (&["elementwise.wgsl", "add.wgsl"], 256),
+        Kernel::Mul => (&["elementwise.wgsl", "mul.wgsl"], 256),
         Kernel::Argmax => (&["select_common.wgsl", "argmax.wgsl"], 256),
         Kernel::TopK => (&["select_common.wgsl", "top_k.wgsl"], 256),
         _ => return None,

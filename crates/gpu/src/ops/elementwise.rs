@@ -94,13 +94,36 @@ impl ElementwiseOp {
         rows: u32,
         cols: u32,
     ) -> Result<Self, GpuError> {
-        let n = rows
-            .checked_mul(cols)
-            .ok_or_else(|| GpuError::Unsupported(format!("a bias over {rows}x{cols} values")))?;
-        need("add_bias out", out, u64::from(n) * 4)?;
-        need("add_bias bias", bias, u64::from(cols) * 4)?;
-        check(n > 0, || "a bias over zero elements".to_string())?;
-        let (pipeline, wg) = pipeline(ctx, Kernel::Add)?;
+        Self::by_columns(ctx, Kernel::Add, out, bias, rows, cols)
+    }
+
+    /// `out[r, c] *= scale[c]` over `rows` rows of `cols`. `out` must differ from `scale`.
+    pub fn scale_columns(
+        ctx: &GpuContext,
+        out: &wgpu::Buffer,
+        scale: &wgpu::Buffer,
+        rows: u32,
+        cols: u32,
+    ) -> Result<Self, GpuError> {
+        Self::by_columns(ctx, Kernel::Mul, out, scale, rows, cols)
+    }
+
+    /// `kernel` in place over `rows` rows of `cols`, its second operand a row of `cols`.
+    fn by_columns(
+        ctx: &GpuContext,
+        kernel: Kernel,
+        out: &wgpu::Buffer,
+        row: &wgpu::Buffer,
+        rows: u32,
+        cols: u32,
+    ) -> Result<Self, GpuError> {
+        let n = rows.checked_mul(cols).ok_or_else(|| {
+            GpuError::Unsupported(format!("{kernel:?} over {rows}x{cols} values"))
+        })?;
+        need("elementwise out", out, u64::from(n) * 4)?;
+        need("elementwise row", row, u64::from(cols) * 4)?;
+        check(n > 0, || format!("{kernel:?} over zero elements"))?;
+        let (pipeline, wg) = pipeline(ctx, kernel)?;
         let params = ctx.uniform(
             "elementwise.params",
             &ElementwiseParams {
@@ -110,7 +133,7 @@ impl ElementwiseOp {
                 cols,
             },
         );
-        let bind_group = ctx.bind(&pipeline, &[&params, bias, out, bias]);
+        let bind_group = ctx.bind(&pipeline, &[&params, row, out, row]);
         Ok(ElementwiseOp {
             dispatch: Dispatch {
                 pipeline,

@@ -306,18 +306,28 @@ impl CudaBackend {
             }
             Op::AddBias {
                 out,
-                bias,
+                bias: row,
+                rows,
+                cols,
+            }
+            | Op::ScaleColumns {
+                out,
+                scale: row,
                 rows,
                 cols,
             } => {
                 let len = rows * cols;
+                let name = match op {
+                    Op::AddBias { .. } => "add_bias",
+                    _ => "scale_columns",
+                };
                 let args = [
                     Arg::Ptr(self.ptr(out)),
-                    Arg::Ptr(self.ptr(bias)),
+                    Arg::Ptr(self.ptr(row)),
                     Arg::U32(rows as u32),
                     Arg::U32(cols as u32),
                 ];
-                self.launch("add_bias", (len.div_ceil(256), 1), 256, &args)
+                self.launch(name, (len.div_ceil(256), 1), 256, &args)
             }
             Op::CopyRow {
                 src,

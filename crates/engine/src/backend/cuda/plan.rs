@@ -152,12 +152,18 @@ impl CudaBackend {
                 }
                 Op::AddBias {
                     out,
-                    bias,
+                    bias: row,
+                    rows,
+                    cols,
+                }
+                | Op::ScaleColumns {
+                    out,
+                    scale: row,
                     rows,
                     cols,
                 } => {
-                    self.need(out, rows * cols, "add_bias out")?;
-                    self.need(bias, cols, "add_bias bias")?;
+                    self.need(out, rows * cols, "by-column op out")?;
+                    self.need(row, cols, "by-column op row")?;
                 }
                 Op::CopyRow {
                     src,

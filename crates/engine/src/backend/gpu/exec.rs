@@ -424,6 +424,15 @@ impl GpuBackend {
                             *cols as u32,
                         )?)
                     }
+                    GpuOp::ScaleColumns(out, scale, rows, cols) => {
+                        Step::Elementwise(ElementwiseOp::scale_columns(
+                            &s.ctx,
+                            s.buf(*out),
+                            s.buf(*scale),
+                            *rows as u32,
+                            *cols as u32,
+                        )?)
+                    }
                     GpuOp::CopyRow(src, row, cols, dst, dst_row) => {
                         let bytes = *cols as u64 * 4;
                         let (src_offset, dst_offset) =

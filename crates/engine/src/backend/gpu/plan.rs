@@ -73,6 +73,8 @@ pub enum GpuOp {
     Elementwise(Elementwise, Tensor, Option<Tensor>, Option<Tensor>, usize),
     /// out, bias, rows, cols: `out[r, :] += bias`.
     AddBias(Tensor, Tensor, usize, usize),
+    /// out, scale, rows, cols: `out[r, :] *= scale`.
+    ScaleColumns(Tensor, Tensor, usize, usize),
     /// src, row, cols, dst, dst row.
     CopyRow(Tensor, usize, usize, Tensor, usize),
     /// logits, rows, vocab, k.
@@ -125,7 +127,7 @@ impl GpuOp {
                 .into_iter()
                 .flatten()
                 .collect(),
-            AddBias(out, bias, ..) => vec![*out, *bias],
+            AddBias(out, bias, ..) | ScaleColumns(out, bias, ..) => vec![*out, *bias],
             CopyRow(src, ..) => vec![*src],
         }
     }
@@ -146,6 +148,7 @@ impl GpuOp {
             | Rope(out, _)
             | Elementwise(_, out, ..)
             | AddBias(out, ..)
+            | ScaleColumns(out, ..)
             | CopyRow(_, _, _, out, _) => vec![*out],
             SiluMulQuantizeQ8(g, ..) => vec![*g],
             NormBitLinear(.., written, _) => written.clone(),
@@ -427,6 +430,12 @@ impl GpuBackend {
                 rows,
                 cols,
             } => out.push(GpuOp::AddBias(o, bias, rows, cols)),
+            Op::ScaleColumns {
+                out: o,
+                scale,
+                rows,
+                cols,
+            } => out.push(GpuOp::ScaleColumns(o, scale, rows, cols)),
             Op::CopyRow {
                 src,
                 row,
@@ -495,6 +504,7 @@ impl GpuBackend {
             ),
             K::Elementwise(f, _, _, _, len) => format!("{f:?} {len}"),
             K::AddBias(_, _, rows, cols) => format!("add bias {rows}x{cols}"),
+            K::ScaleColumns(_, _, rows, cols) => format!("scale columns {rows}x{cols}"),
             K::CopyRow(..) => "copy".into(),
             K::TopK(_, rows, vocab, k) => format!("top-{k} {rows}x{vocab}"),
         }

@@ -93,13 +93,15 @@ fn write_safetensors(path: &Path, tensors: &[StTensor], data: &mut dyn FnMut(usi
     f.flush().unwrap();
 }
 
-/// GGUF name -> transformers name (Llama and BitNet).
+/// GGUF name -> transformers name (Llama, BitNet, Qwen2, Qwen3).
 fn hf_name(gguf: &str) -> String {
     let map = [
         ("attn_norm", "input_layernorm"),
         ("attn_q", "self_attn.q_proj"),
         ("attn_k", "self_attn.k_proj"),
         ("attn_v", "self_attn.v_proj"),
+        ("attn_q_norm", "self_attn.q_norm"),
+        ("attn_k_norm", "self_attn.k_norm"),
         ("attn_output", "self_attn.o_proj"),
         ("attn_sub_norm", "self_attn.attn_sub_norm"),
         ("ffn_norm", "post_attention_layernorm"),
@@ -115,9 +117,9 @@ fn hf_name(gguf: &str) -> String {
         _ => {
             let rest = gguf.strip_prefix("blk.").unwrap();
             let (layer, rest) = rest.split_once('.').unwrap();
-            let base = rest.strip_suffix(".weight").unwrap();
+            let (base, kind) = rest.rsplit_once('.').unwrap();
             let hf = map.iter().find(|(g, _)| *g == base).unwrap().1;
-            format!("model.layers.{layer}.{hf}.weight")
+            format!("model.layers.{layer}.{hf}.{kind}")
         }
     }
 }
@@ -460,4 +462,86 @@ fn bitnet_packed_checkpoint_converts_to_the_i2s_fixture() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("i2_s"));
     assert!(!tmp.path().join("x").exists());
+}
+
+/// A tiny Qwen fixture (tests/fixtures/arch, F16 matrices, F32 norms and biases; its logits
+/// checked against llama.cpp's by tests/arch_reference.rs) as an F32 transformers checkpoint:
+/// transformers' names, Q/K rows in transformers' order (NeoX RoPE: nothing to undo), q/k/v
+/// biases (Qwen2) and per-head q/k norms (Qwen3) under their transformers names.
+fn write_qwen_checkpoint(dir: &Path, arch: &str) -> (PathBuf, String) {
+    let gguf = format!("tests/fixtures/arch/tiny-{arch}.gguf");
+    let ck = dir.join(format!("{arch}-hf"));
+    std::fs::create_dir(&ck).unwrap();
+    let bytes = std::fs::read(&gguf).unwrap();
+    let file = GgufFile::read(&bytes).unwrap();
+    let get = |k: &str| file.get_u64(&format!("{arch}.{k}")).unwrap();
+    let tensors: Vec<StTensor> = file
+        .tensors
+        .iter()
+        .map(|t| StTensor {
+            name: hf_name(&t.name),
+            dtype: "F32",
+            shape: t.shape(),
+            bytes: t.n_elements() * 4,
+        })
+        .collect();
+    write_safetensors(&ck.join("model.safetensors"), &tensors, &mut |i| {
+        let t = &file.tensors[i];
+        let data = file.read_tensor(&bytes, &t.name).unwrap();
+        let v = dequantize(t.dtype, &data, t.n_elements() as usize).unwrap();
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    });
+    let heads = get("attention.head_count");
+    let head_dim = file
+        .get_u64(&format!("{arch}.attention.key_length"))
+        .unwrap_or(get("embedding_length") / heads);
+    let config = json!({
+        "architectures": [if arch == "qwen2" { "Qwen2ForCausalLM" } else { "Qwen3ForCausalLM" }],
+        "model_type": arch,
+        "hidden_size": get("embedding_length"),
+        "intermediate_size": get("feed_forward_length"),
+        "num_hidden_layers": get("block_count"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": get("attention.head_count_kv"),
+        "head_dim": head_dim,
+        "vocab_size": 320,
+        "max_position_embeddings": get("context_length"),
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": file.tensor("output.weight").is_none(),
+        "attention_bias": arch == "qwen2",
+        "hidden_act": "silu",
+        "torch_dtype": "float32",
+    });
+    std::fs::write(ck.join("config.json"), config.to_string()).unwrap();
+    std::fs::write(ck.join("tokenizer.json"), gguf_tokenizer_json(&gguf, dir)).unwrap();
+    (ck, gguf)
+}
+
+/// Qwen2 (q/k/v biases) and Qwen3 (per-head q/k norms): `--quantize f16 --to gguf` gives back
+/// the fixture's tensors byte for byte (F16 values survive F32 and back exactly; norms and
+/// biases stay F32), and the same logits.
+#[test]
+fn qwen_checkpoints_convert_to_the_fixtures_of_the_same_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["qwen2", "qwen3"] {
+        let work = dir.path().join(arch);
+        std::fs::create_dir(&work).unwrap();
+        let (ck, gguf) = write_qwen_checkpoint(&work, arch);
+        let out = work.join(format!("{arch}.gguf"));
+        ok(tritium(&[
+            "convert",
+            p(&ck),
+            p(&out),
+            "--quantize",
+            "f16",
+            "--to",
+            "gguf",
+        ]));
+        assert_same_tensors(&out, &gguf);
+        let ids = "257,316,108,277,102,259,282,283";
+        let want = logits(&gguf, ids, &work.join("want.f32"));
+        let got = logits(p(&out), ids, &work.join("got.f32"));
+        assert!(want == got, "{arch}: logits differ");
+    }
 }

@@ -52,6 +52,10 @@ pub enum HfError {
 pub enum HfArch {
     Llama,
     BitNet,
+    /// Qwen2 / Qwen2.5: biases on q, k and v.
+    Qwen2,
+    /// Qwen3: an RMSNorm over each head of q and k.
+    Qwen3,
 }
 
 /// `config.json`, the fields the conversion reads.
@@ -97,9 +101,11 @@ impl HfConfig {
         match self.architectures.first().map(String::as_str) {
             Some("LlamaForCausalLM") => Ok(HfArch::Llama),
             Some("BitNetForCausalLM") => Ok(HfArch::BitNet),
+            Some("Qwen2ForCausalLM") => Ok(HfArch::Qwen2),
+            Some("Qwen3ForCausalLM") => Ok(HfArch::Qwen3),
             Some(other) => Err(HfError::Unsupported(format!(
                 "config.json: architecture {other} is not supported (LlamaForCausalLM, \
-                 BitNetForCausalLM)"
+                 BitNetForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"
             ))),
             None => Err(HfError::Config("no `architectures`".into())),
         }
@@ -135,9 +141,11 @@ impl HfConfig {
         self.quantization_config.as_ref()?.get(key)?.as_str()
     }
 
-    /// Refuse what the engine does not compute: biases, RoPE scaling, other activations.
+    /// Refuse what the engine does not compute: biases (but Qwen2's on q, k and v), RoPE
+    /// scaling, other activations.
     pub fn check_supported(&self, arch: HfArch) -> Result<(), HfError> {
-        if self.attention_bias == Some(true) || self.mlp_bias == Some(true) {
+        let qkv_bias = arch == HfArch::Qwen2;
+        if (self.attention_bias == Some(true) && !qkv_bias) || self.mlp_bias == Some(true) {
             return Err(HfError::Unsupported(
                 "config.json: attention or MLP biases are not supported".into(),
             ));
@@ -155,7 +163,7 @@ impl HfConfig {
             }
         }
         let want = match arch {
-            HfArch::Llama => "silu",
+            HfArch::Llama | HfArch::Qwen2 | HfArch::Qwen3 => "silu",
             HfArch::BitNet => "relu2",
         };
         match self.hidden_act.as_deref() {

@@ -8,7 +8,9 @@
 //!   the embeddings are tied).
 //! - Llama's Q and K rows are permuted for interleaved-pair RoPE, as llama.cpp's
 //!   `LlamaModel.permute` does (`permute(q, n_head, n_head)`, `permute(k, n_head, n_head_kv)`).
-//!   BitNet keeps transformers' order (its GGUFs use NeoX RoPE; facts.md).
+//!   BitNet, Qwen2 and Qwen3 keep transformers' order (their GGUFs use NeoX RoPE; facts.md).
+//! - Qwen2's q/k/v biases become `blk.N.attn_{q,k,v}.bias`, Qwen3's per-head norms
+//!   `blk.N.attn_{q,k}_norm.weight`, both F32.
 //! - Types: `q4_k_m` and `q8_0` follow llama-quantize's per-tensor choice
 //!   ([`crate::quant::ftype::plan`]) from f32 sources; `f16` makes every matrix F16; `i2_s`
 //!   (BitNet only) makes the seven linear weights of each layer I2_S, the embedding (and an
@@ -101,11 +103,13 @@ pub struct TokenizerSettings {
 }
 
 /// Per-layer tensors: (HF suffix, GGUF name, is a linear weight).
-const LAYER_TENSORS: [(&str, &str, bool); 11] = [
+const LAYER_TENSORS: [(&str, &str, bool); 13] = [
     ("input_layernorm", "attn_norm", false),
     ("self_attn.q_proj", "attn_q", true),
     ("self_attn.k_proj", "attn_k", true),
     ("self_attn.v_proj", "attn_v", true),
+    ("self_attn.q_norm", "attn_q_norm", false),
+    ("self_attn.k_norm", "attn_k_norm", false),
     ("self_attn.o_proj", "attn_output", true),
     ("self_attn.attn_sub_norm", "attn_sub_norm", false),
     ("post_attention_layernorm", "ffn_norm", false),
@@ -120,6 +124,8 @@ fn gguf_arch(arch: HfArch) -> &'static str {
     match arch {
         HfArch::Llama => "llama",
         HfArch::BitNet => "bitnet-b1.58",
+        HfArch::Qwen2 => "qwen2",
+        HfArch::Qwen3 => "qwen3",
     }
 }
 
@@ -186,7 +192,8 @@ pub fn plan(ck: &HfCheckpoint<'_>, q: Quantization) -> Result<Vec<OutputTensor>,
     for i in 0..c.num_hidden_layers {
         for (suffix, gguf, linear) in LAYER_TENSORS {
             let sub_norm = gguf.ends_with("sub_norm");
-            if sub_norm && !bitnet {
+            let qk_norm = gguf.ends_with("k_norm") || gguf.ends_with("q_norm");
+            if (sub_norm && !bitnet) || (qk_norm && ck.arch != HfArch::Qwen3) {
                 continue;
             }
             let hf = format!("model.layers.{i}.{suffix}.weight");
@@ -220,6 +227,17 @@ pub fn plan(ck: &HfCheckpoint<'_>, q: Quantization) -> Result<Vec<OutputTensor>,
                 });
             } else {
                 float(&mut used, &mut out, &hf, &name, rope_heads)?;
+            }
+            // Qwen2: the q, k and v biases right after their weights (F32 vectors).
+            if ck.arch == HfArch::Qwen2 && matches!(gguf, "attn_q" | "attn_k" | "attn_v") {
+                let hf = format!("model.layers.{i}.{suffix}.bias");
+                float(
+                    &mut used,
+                    &mut out,
+                    &hf,
+                    &format!("blk.{i}.{gguf}.bias"),
+                    None,
+                )?;
             }
         }
     }

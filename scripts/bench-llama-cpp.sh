@@ -86,8 +86,9 @@ if [ -z "$LLAMA_BENCH" ]; then
 fi
 
 if [ -z "$MODEL" ]; then
-    MODEL=$WORK/llama-1b-q4k.gguf
-    [ -s "$MODEL" ] || "$TRITIUM" synth llama-1b-q4k "$MODEL"
+    # SYNTH picks the synthetic shape (`tritium synth --help`: llama-1b-q4k, qwen3-0.6b-q4k).
+    MODEL=$WORK/${SYNTH:-llama-1b-q4k}.gguf
+    [ -s "$MODEL" ] || "$TRITIUM" synth "${SYNTH:-llama-1b-q4k}" "$MODEL"
 fi
 
 # One untimed run of each first (clocks, driver caches).

@@ -4,7 +4,7 @@
 # selftest and same tokens, then the per-kernel profile of `bench generate --profile`); with the
 # build done, the timed steps: bench-llama-cpp.sh for both tritium backends on the synthetic
 # Llama-1B, BitNet 2B4T on both backends, and decode without the CUDA fusions (env knobs:
-# NO_LLAMA, VS_BACKENDS, ROUNDS, PRE_STEPS, SAME_MODELS, PROFILE_MODELS, NOFUSE_MODELS,
+# NO_LLAMA, VS_BACKENDS, VS_SYNTH, ROUNDS, PRE_STEPS, SAME_MODELS, PROFILE_MODELS, NOFUSE_MODELS,
 # BITNET_PROMPTS). Everything is
 # kept in $OUT/cuda-full.tgz (written at each stage, so a run cut short still returns it).
 set -uo pipefail
@@ -44,11 +44,17 @@ for _ in $(seq 1 ${BUILD_WAIT:-420}); do [ -f $L/rc ] && break; sleep 1; done
 echo "llama.cpp build: rc $(cat $L/rc 2>/dev/null || echo none) after $(( $(date +%s) - T0 )) s"
 tail -2 $L/build.log | cut -c1-200
 if [ -x $L/build/bin/llama-bench ]; then
-  for be in ${VS_BACKENDS:-cuda gpu}; do
-    r=${ROUNDS:-2}; [ $be = gpu ] && r=1
-    bash scripts/bench-llama-cpp.sh --llama-bench $L/build/bin/llama-bench --tritium "$(command -v tritium)" \
-      --backend $be --rounds $r --work $W/vs-$be 2>&1 | tail -10 | tee $W/vs-llama-$be.txt
-    rm -f $W/vs-$be/*.gguf; pack
+  # VS_SYNTH: the synthetic shapes to compare on (llama-1b-q4k; qwen3-0.6b-q4k too).
+  for syn in ${VS_SYNTH:-llama-1b-q4k}; do
+    for be in ${VS_BACKENDS:-cuda gpu}; do
+      r=${ROUNDS:-2}; [ $be = gpu ] && r=1
+      tag=$be; [ $syn != llama-1b-q4k ] && tag=$be-$syn
+      echo "== $syn, $be"
+      SYNTH=$syn bash scripts/bench-llama-cpp.sh --llama-bench $L/build/bin/llama-bench \
+        --tritium "$(command -v tritium)" --backend $be --rounds $r --work $W/vs-$tag 2>&1 \
+        | tail -10 | tee $W/vs-llama-$tag.txt
+      rm -f $W/vs-$tag/*.gguf; pack
+    done
   done
 fi
 for be in cuda gpu; do

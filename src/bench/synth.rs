@@ -2,7 +2,9 @@
 //! pass moves do not depend on the values (oracles.md). `tritium synth bitnet-2b4t out.gguf`
 //! writes BitNet b1.58 2B4T's exact shapes (I2_S ternary layers, F16 tied embedding);
 //! `llama-1b-q4k` a Llama-3.2-1B-shaped model in Q4_K with Q6_K `attn_v`/`ffn_down` and a Q6_K
-//! tied embedding (the Q4_K_M pattern, simplified: every layer's `attn_v`/`ffn_down` is Q6_K).
+//! tied embedding (the Q4_K_M pattern, simplified: every layer's `attn_v`/`ffn_down` is Q6_K);
+//! `qwen3-0.6b-q4k` Qwen3-0.6B's shapes (heads of 128 over a 1024-wide model, per-head q/k
+//! norms, a 151,936-token tied embedding) in the same pattern.
 
 use std::io::Write;
 use std::path::Path;
@@ -27,6 +29,10 @@ pub struct SynthSpec {
     pub vocab: u64,
     pub ctx: u64,
     pub theta: f32,
+    /// The head size where it is not `dim / n_heads` (`attention.key_length`).
+    pub head_dim: Option<u64>,
+    /// Per-head q/k RMSNorm weights (Qwen3).
+    pub qk_norm: bool,
     /// Type of the big matrices, of `attn_v`/`ffn_down`, and of the embedding.
     pub weights: GgmlType,
     pub v_down: GgmlType,
@@ -34,7 +40,7 @@ pub struct SynthSpec {
 }
 
 impl SynthSpec {
-    /// `bitnet-2b4t` or `llama-1b-q4k`.
+    /// `bitnet-2b4t`, `llama-1b-q4k` or `qwen3-0.6b-q4k`.
     pub fn named(name: &str) -> Option<SynthSpec> {
         match name {
             "bitnet-2b4t" => Some(SynthSpec {
@@ -47,6 +53,8 @@ impl SynthSpec {
                 vocab: 128_256,
                 ctx: 4096,
                 theta: 500_000.0,
+                head_dim: None,
+                qk_norm: false,
                 weights: GgmlType::I2_S,
                 v_down: GgmlType::I2_S,
                 embedding: GgmlType::F16,
@@ -61,6 +69,24 @@ impl SynthSpec {
                 vocab: 128_256,
                 ctx: 8192,
                 theta: 500_000.0,
+                head_dim: None,
+                qk_norm: false,
+                weights: GgmlType::Q4_K,
+                v_down: GgmlType::Q6_K,
+                embedding: GgmlType::Q6_K,
+            }),
+            "qwen3-0.6b-q4k" => Some(SynthSpec {
+                arch: "qwen3",
+                dim: 1024,
+                n_layers: 28,
+                n_heads: 16,
+                n_kv_heads: 8,
+                ffn: 3072,
+                vocab: 151_936,
+                ctx: 40_960,
+                theta: 1_000_000.0,
+                head_dim: Some(128),
+                qk_norm: true,
                 weights: GgmlType::Q4_K,
                 v_down: GgmlType::Q6_K,
                 embedding: GgmlType::Q6_K,
@@ -147,7 +173,11 @@ pub fn write(spec: &SynthSpec, layers: Option<u64>, out: &Path) -> Result<u64, E
     // No vocabulary (the benchmarks run from token ids), marked the way llama.cpp reads it, so
     // llama.cpp's `llama-bench` loads the same file for a side-by-side run.
     w.add("tokenizer.ggml.model", Value::String("none".into()))?;
-    let head_dim = s.dim / s.n_heads;
+    let head_dim = s.head_dim.unwrap_or(s.dim / s.n_heads);
+    if let Some(hd) = s.head_dim {
+        w.add(kv("attention.key_length"), Value::U32(hd as u32))?;
+        w.add(kv("attention.value_length"), Value::U32(hd as u32))?;
+    }
     let (q, kvd) = (s.n_heads * head_dim, s.n_kv_heads * head_dim);
     let mut add = |w: &mut GgufWriter, name: String, t: GgmlType, shape: &[u64]| {
         let n = shape.iter().product();
@@ -168,6 +198,10 @@ pub fn write(spec: &SynthSpec, layers: Option<u64>, out: &Path) -> Result<u64, E
         add(&mut w, n("attn_q"), s.weights, &[q, s.dim])?;
         add(&mut w, n("attn_k"), s.weights, &[kvd, s.dim])?;
         add(&mut w, n("attn_v"), s.v_down, &[kvd, s.dim])?;
+        if s.qk_norm {
+            add(&mut w, n("attn_q_norm"), GgmlType::F32, &[head_dim])?;
+            add(&mut w, n("attn_k_norm"), GgmlType::F32, &[head_dim])?;
+        }
         add(&mut w, n("attn_output"), s.weights, &[s.dim, q])?;
         add(&mut w, n("ffn_norm"), GgmlType::F32, &[s.dim])?;
         add(&mut w, n("ffn_gate"), s.weights, &[s.ffn, s.dim])?;

@@ -38,6 +38,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use tritium::formats::gguf::{GgufFile, GgufWriter};
+use tritium::quant::GgmlType;
 
 /// Largest difference from the float64 reference's logits (`--exact`, CPU and GPU).
 const F64_TOL: f32 = 2e-3;
@@ -461,4 +463,91 @@ fn qwen2_matches_llama_cpp_and_f64() {
 #[test]
 fn qwen3_matches_llama_cpp_and_f64() {
     check("qwen3");
+}
+
+/// `fixture` rewritten with `edit` applied to each tensor (name, type, shape outermost first,
+/// bytes): `None` leaves it out.
+#[allow(clippy::type_complexity)]
+fn rewritten(
+    fixture: &str,
+    edit: &dyn Fn(&str, GgmlType, Vec<u64>, Vec<u8>) -> Option<(GgmlType, Vec<u64>, Vec<u8>)>,
+) -> Vec<u8> {
+    let bytes = std::fs::read(root().join(fixture)).unwrap();
+    let file = GgufFile::read(&bytes).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in &file.metadata {
+        w.add(k.clone(), v.clone()).unwrap();
+    }
+    for t in &file.tensors {
+        let data = file.read_tensor(&bytes, &t.name).unwrap();
+        if let Some((dtype, shape, data)) = edit(&t.name, t.dtype, t.shape(), data) {
+            w.add_tensor(t.name.clone(), dtype, &shape, data).unwrap();
+        }
+    }
+    let mut out = Vec::new();
+    w.write(&mut out).unwrap();
+    out
+}
+
+/// `tritium run` on `bytes` with the CPU and the GPU backend: an error exit of one line that
+/// contains `expect`.
+fn refused(bytes: &[u8], expect: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.gguf");
+    std::fs::write(&path, bytes).unwrap();
+    for backend in ["cpu", "gpu"] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tritium"));
+        cmd.args([
+            "run",
+            path.to_str().unwrap(),
+            "--ids",
+            "1,2,3",
+            "--max-tokens",
+            "2",
+        ])
+        .args(["--backend", backend]);
+        let lvp = "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json";
+        if std::env::var_os("VK_ICD_FILENAMES").is_none() && Path::new(lvp).exists() {
+            cmd.env("VK_ICD_FILENAMES", lvp);
+        }
+        let o = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{backend}: accepted");
+        assert!(err.contains(expect), "{backend}: {err}");
+        assert!(!err.contains("panicked"), "{backend}: {err}");
+    }
+}
+
+/// The new architectures' own tensors, missing or misshapen, are refused with their names.
+#[test]
+fn broken_qwen_and_phi3_files_are_refused_by_name() {
+    // Qwen3 without one block's k norm.
+    let b = rewritten("tests/fixtures/arch/tiny-qwen3.gguf", &|n, d, s, x| {
+        (n != "blk.1.attn_k_norm.weight").then_some((d, s, x))
+    });
+    refused(&b, "blk.1.attn_k_norm.weight");
+    // Qwen2 with a q bias of the wrong length.
+    let b = rewritten("tests/fixtures/arch/tiny-qwen2.gguf", &|n, d, s, x| {
+        Some(match n {
+            "blk.0.attn_q.bias" => (d, vec![s[0] - 1], x[..x.len() - 4].to_vec()),
+            _ => (d, s, x),
+        })
+    });
+    refused(&b, "blk.0.attn_q.bias");
+    // Phi-3 with a stacked q/k/v matrix one row short (F16 rows of 64).
+    let b = rewritten("tests/fixtures/arch/tiny-phi3.gguf", &|n, d, s, x| {
+        Some(match n {
+            "blk.0.attn_qkv.weight" => (d, vec![s[0] - 1, s[1]], x[..x.len() - 128].to_vec()),
+            _ => (d, s, x),
+        })
+    });
+    refused(&b, "blk.0.attn_qkv.weight");
+    // Phi-3 whose long RoPE factors do not cover the rotated pairs.
+    let b = rewritten("tests/fixtures/arch/tiny-phi3.gguf", &|n, d, s, x| {
+        Some(match n {
+            "rope_factors_long.weight" => (d, vec![s[0] - 1], x[..x.len() - 4].to_vec()),
+            _ => (d, s, x),
+        })
+    });
+    refused(&b, "rope_factors_long.weight");
 }

@@ -39,7 +39,7 @@ fn main(
     }
     var bi = i;
     if (p.cols != 0u) {
-        bi = i % p.cols;
+        bi = i % max(p.cols, 1u);
     }
     out[i] = apply(first, b[bi]);
 }

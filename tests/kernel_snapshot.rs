@@ -339,11 +339,13 @@ fn dtype_snapshot_is_unchanged() {
     .map(|s| (s.name, s.digest()));
     // Recorded on the code before the dtype registry (d99d281 and this test's commit, which
     // only made the hashed functions public); "kernels" re-recorded when shader comments were
-    // reworded (only `//` lines changed).
+    // reworded (only `//` lines changed), and again when the element-wise driver took a
+    // per-column second operand (`cols`, for biases and column scales) and the `mul` kernel
+    // was added (2026-12-07).
     let want = [
         (
             "kernels",
-            "c3520f80db9a8abf6dac0948341a2cf221b548e66e583ae8ea27a49d1198a839",
+            "2dd3e3921a45f8b7ad47908013ccbee7c810dd5029431780c202bade8c53bf12",
         ),
         (
             "planes",

@@ -101,6 +101,7 @@ fn hf_name(gguf: &str) -> String {
         ("attn_k", "self_attn.k_proj"),
         ("attn_v", "self_attn.v_proj"),
         ("attn_q_norm", "self_attn.q_norm"),
+        ("attn_qkv", "self_attn.qkv_proj"),
         ("attn_k_norm", "self_attn.k_norm"),
         ("attn_output", "self_attn.o_proj"),
         ("attn_sub_norm", "self_attn.attn_sub_norm"),
@@ -464,39 +465,55 @@ fn bitnet_packed_checkpoint_converts_to_the_i2s_fixture() {
     assert!(!tmp.path().join("x").exists());
 }
 
-/// A tiny Qwen fixture (tests/fixtures/arch, F16 matrices, F32 norms and biases; its logits
+/// A tiny fixture of tests/fixtures/arch (F16 matrices, F32 norms and biases; its logits
 /// checked against llama.cpp's by tests/arch_reference.rs) as an F32 transformers checkpoint:
 /// transformers' names, Q/K rows in transformers' order (NeoX RoPE: nothing to undo), q/k/v
-/// biases (Qwen2) and per-head q/k norms (Qwen3) under their transformers names.
-fn write_qwen_checkpoint(dir: &Path, arch: &str) -> (PathBuf, String) {
+/// biases (Qwen2), per-head q/k norms (Qwen3), Phi-3's stacked `qkv_proj` and `gate_up_proj`
+/// and its RoPE factors in the config (longrope, 32 times the original context of 64, the
+/// fixture's attention factor).
+fn write_arch_checkpoint(dir: &Path, arch: &str) -> (PathBuf, String) {
     let gguf = format!("tests/fixtures/arch/tiny-{arch}.gguf");
     let ck = dir.join(format!("{arch}-hf"));
     std::fs::create_dir(&ck).unwrap();
     let bytes = std::fs::read(&gguf).unwrap();
     let file = GgufFile::read(&bytes).unwrap();
     let get = |k: &str| file.get_u64(&format!("{arch}.{k}")).unwrap();
-    let tensors: Vec<StTensor> = file
+    let values = |name: &str| {
+        let t = file.tensor(name).unwrap();
+        let data = file.read_tensor(&bytes, name).unwrap();
+        dequantize(t.dtype, &data, t.n_elements() as usize).unwrap()
+    };
+    let kept: Vec<_> = file
         .tensors
         .iter()
+        .filter(|t| !t.name.starts_with("rope_factors"))
+        .collect();
+    let tensors: Vec<StTensor> = kept
+        .iter()
         .map(|t| StTensor {
-            name: hf_name(&t.name),
+            name: match (arch, t.name.ends_with("ffn_up.weight")) {
+                ("phi3", true) => hf_name(&t.name).replace("mlp.up_proj", "mlp.gate_up_proj"),
+                _ => hf_name(&t.name),
+            },
             dtype: "F32",
             shape: t.shape(),
             bytes: t.n_elements() * 4,
         })
         .collect();
     write_safetensors(&ck.join("model.safetensors"), &tensors, &mut |i| {
-        let t = &file.tensors[i];
-        let data = file.read_tensor(&bytes, &t.name).unwrap();
-        let v = dequantize(t.dtype, &data, t.n_elements() as usize).unwrap();
+        let v = values(&kept[i].name);
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
     });
     let heads = get("attention.head_count");
     let head_dim = file
         .get_u64(&format!("{arch}.attention.key_length"))
         .unwrap_or(get("embedding_length") / heads);
-    let config = json!({
-        "architectures": [if arch == "qwen2" { "Qwen2ForCausalLM" } else { "Qwen3ForCausalLM" }],
+    let mut config = json!({
+        "architectures": [match arch {
+            "qwen2" => "Qwen2ForCausalLM",
+            "qwen3" => "Qwen3ForCausalLM",
+            _ => "Phi3ForCausalLM",
+        }],
         "model_type": arch,
         "hidden_size": get("embedding_length"),
         "intermediate_size": get("feed_forward_length"),
@@ -513,21 +530,35 @@ fn write_qwen_checkpoint(dir: &Path, arch: &str) -> (PathBuf, String) {
         "hidden_act": "silu",
         "torch_dtype": "float32",
     });
+    if arch == "phi3" {
+        let rot = file.get_u64("phi3.rope.dimension_count").unwrap();
+        config["rope_theta"] = json!(10000.0);
+        config["rms_norm_eps"] = json!(1e-5);
+        config["max_position_embeddings"] = json!(64 * 32);
+        config["original_max_position_embeddings"] = json!(64);
+        config["partial_rotary_factor"] = json!(rot as f64 / head_dim as f64);
+        config["rope_scaling"] = json!({
+            "type": "longrope",
+            "short_factor": values("rope_factors_short.weight"),
+            "long_factor": values("rope_factors_long.weight"),
+        });
+    }
     std::fs::write(ck.join("config.json"), config.to_string()).unwrap();
     std::fs::write(ck.join("tokenizer.json"), gguf_tokenizer_json(&gguf, dir)).unwrap();
     (ck, gguf)
 }
 
-/// Qwen2 (q/k/v biases) and Qwen3 (per-head q/k norms): `--quantize f16 --to gguf` gives back
-/// the fixture's tensors byte for byte (F16 values survive F32 and back exactly; norms and
-/// biases stay F32), and the same logits.
+/// Qwen2 (q/k/v biases), Qwen3 (per-head q/k norms) and Phi-3 (stacked matrices, longrope):
+/// `--quantize f16 --to gguf` gives back the fixture's tensors byte for byte (F16 values
+/// survive F32 and back exactly; norms, biases and RoPE factors stay F32), Phi-3's attention
+/// factor as the fixture has it, and the same logits.
 #[test]
-fn qwen_checkpoints_convert_to_the_fixtures_of_the_same_weights() {
+fn arch_checkpoints_convert_to_the_fixtures_of_the_same_weights() {
     let dir = tempfile::tempdir().unwrap();
-    for arch in ["qwen2", "qwen3"] {
+    for arch in ["qwen2", "qwen3", "phi3"] {
         let work = dir.path().join(arch);
         std::fs::create_dir(&work).unwrap();
-        let (ck, gguf) = write_qwen_checkpoint(&work, arch);
+        let (ck, gguf) = write_arch_checkpoint(&work, arch);
         let out = work.join(format!("{arch}.gguf"));
         ok(tritium(&[
             "convert",
@@ -539,6 +570,18 @@ fn qwen_checkpoints_convert_to_the_fixtures_of_the_same_weights() {
             "gguf",
         ]));
         assert_same_tensors(&out, &gguf);
+        let meta = |path: &str, key: &str| {
+            let b = std::fs::read(path).unwrap();
+            GgufFile::read(&b).unwrap().get(key).cloned()
+        };
+        let keys: &[&str] = match arch {
+            "phi3" => &["rope.dimension_count", "rope.scaling.attn_factor"],
+            _ => &[],
+        };
+        for key in keys {
+            let key = format!("{arch}.{key}");
+            assert_eq!(meta(p(&out), &key), meta(&gguf, &key), "{key}");
+        }
         let ids = "257,316,108,277,102,259,282,283";
         let want = logits(&gguf, ids, &work.join("want.f32"));
         let got = logits(p(&out), ids, &work.join("got.f32"));

@@ -56,6 +56,9 @@ pub enum HfArch {
     Qwen2,
     /// Qwen3: an RMSNorm over each head of q and k.
     Qwen3,
+    /// Phi-3 / Phi-3.5 / Phi-4: q/k/v in one matrix (`qkv_proj`), gate/up in one
+    /// (`gate_up_proj`), longrope factors in the config.
+    Phi3,
 }
 
 /// `config.json`, the fields the conversion reads.
@@ -76,6 +79,10 @@ pub struct HfConfig {
     /// transformers 5 keeps `rope_theta` here.
     pub rope_parameters: Option<Json>,
     pub rope_scaling: Option<Json>,
+    /// Phi-3: the context the RoPE frequencies were trained for (longrope's short factors).
+    pub original_max_position_embeddings: Option<u64>,
+    /// The fraction of each head that RoPE rotates (Phi-4-mini: 0.75).
+    pub partial_rotary_factor: Option<f64>,
     pub rms_norm_eps: Option<f64>,
     pub tie_word_embeddings: Option<bool>,
     pub hidden_act: Option<String>,
@@ -103,9 +110,10 @@ impl HfConfig {
             Some("BitNetForCausalLM") => Ok(HfArch::BitNet),
             Some("Qwen2ForCausalLM") => Ok(HfArch::Qwen2),
             Some("Qwen3ForCausalLM") => Ok(HfArch::Qwen3),
+            Some("Phi3ForCausalLM") => Ok(HfArch::Phi3),
             Some(other) => Err(HfError::Unsupported(format!(
                 "config.json: architecture {other} is not supported (LlamaForCausalLM, \
-                 BitNetForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"
+                 BitNetForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)"
             ))),
             None => Err(HfError::Config("no `architectures`".into())),
         }
@@ -118,6 +126,47 @@ impl HfConfig {
     pub fn head_dim(&self) -> u64 {
         self.head_dim
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// `rope_scaling`, or transformers 5's `rope_parameters`.
+    fn scaling(&self) -> Option<&Json> {
+        self.rope_scaling
+            .as_ref()
+            .filter(|v| !v.is_null())
+            .or(self.rope_parameters.as_ref())
+    }
+
+    /// A number of the config, at the top level or in the RoPE scaling object.
+    fn scaling_number(&self, key: &str, top: Option<f64>) -> Option<f64> {
+        top.or_else(|| self.scaling()?.get(key)?.as_f64())
+    }
+
+    /// The rotated dimensions of each head.
+    pub fn rope_dims(&self) -> u64 {
+        match self.scaling_number("partial_rotary_factor", self.partial_rotary_factor) {
+            Some(f) => (f * self.hidden_size as f64) as u64 / self.num_attention_heads.max(1),
+            None => self.head_dim(),
+        }
+    }
+
+    /// Longrope's (short, long) per-pair frequency factors and original context, where the
+    /// config has them.
+    pub fn longrope(&self) -> Option<(Vec<f32>, Vec<f32>, u64)> {
+        let s = self.scaling()?;
+        let list = |k: &str| -> Option<Vec<f32>> {
+            s.get(k)?
+                .as_array()?
+                .iter()
+                .map(|v| v.as_f64().map(|x| x as f32))
+                .collect()
+        };
+        let orig = self
+            .scaling_number(
+                "original_max_position_embeddings",
+                self.original_max_position_embeddings.map(|v| v as f64),
+            )
+            .map(|v| v as u64)?;
+        Some((list("short_factor")?, list("long_factor")?, orig))
     }
 
     /// RoPE base frequency: `rope_theta`, or `rope_parameters.rope_theta`, default 10000.
@@ -156,14 +205,22 @@ impl HfConfig {
             .filter(|v| !v.is_null())
             .or(self.rope_parameters.as_ref());
         if let Some(kind) = scaling.and_then(|s| s.get("rope_type").or_else(|| s.get("type"))) {
-            if kind.as_str() != Some("default") {
+            let longrope = matches!(kind.as_str(), Some("longrope" | "su"));
+            if arch == HfArch::Phi3 && longrope && self.longrope().is_none() {
+                return Err(HfError::Unsupported(
+                    "config.json: longrope without short_factor, long_factor and \
+                     original_max_position_embeddings"
+                        .into(),
+                ));
+            }
+            if kind.as_str() != Some("default") && !(arch == HfArch::Phi3 && longrope) {
                 return Err(HfError::Unsupported(format!(
                     "config.json: RoPE scaling {kind} is not supported"
                 )));
             }
         }
         let want = match arch {
-            HfArch::Llama | HfArch::Qwen2 | HfArch::Qwen3 => "silu",
+            HfArch::Llama | HfArch::Qwen2 | HfArch::Qwen3 | HfArch::Phi3 => "silu",
             HfArch::BitNet => "relu2",
         };
         match self.hidden_act.as_deref() {

@@ -10,7 +10,10 @@
 //!   `LlamaModel.permute` does (`permute(q, n_head, n_head)`, `permute(k, n_head, n_head_kv)`).
 //!   BitNet, Qwen2 and Qwen3 keep transformers' order (their GGUFs use NeoX RoPE; facts.md).
 //! - Qwen2's q/k/v biases become `blk.N.attn_{q,k,v}.bias`, Qwen3's per-head norms
-//!   `blk.N.attn_{q,k}_norm.weight`, both F32.
+//!   `blk.N.attn_{q,k}_norm.weight`, both F32. Phi-3 keeps its stacked `qkv_proj` and
+//!   `gate_up_proj` as `attn_qkv` and `ffn_up`, and its longrope factors become
+//!   `rope_factors_short.weight` / `rope_factors_long.weight` with the attention factor
+//!   llama.cpp's converter computes.
 //! - Types: `q4_k_m` and `q8_0` follow llama-quantize's per-tensor choice
 //!   ([`crate::quant::ftype::plan`]) from f32 sources; `f16` makes every matrix F16; `i2_s`
 //!   (BitNet only) makes the seven linear weights of each layer I2_S, the embedding (and an
@@ -58,6 +61,8 @@ impl Quantization {
 pub enum TensorRecipe {
     /// Read the float tensor, permute its rows for RoPE when `rope_heads` is set, quantize.
     Float { hf: String, rope_heads: Option<u64> },
+    /// Values from the config (Phi-3's RoPE factors).
+    Values(Vec<f32>),
     /// BitNet's packed 2-bit weights (`uint8 [rows/4, cols]`) and their `weight_scale`, which
     /// the model multiplies by (`autobitlinear`) or divides by (`bitlinear`).
     PackedTernary {
@@ -119,6 +124,16 @@ const LAYER_TENSORS: [(&str, &str, bool); 13] = [
     ("mlp.ffn_sub_norm", "ffn_sub_norm", false),
 ];
 
+/// Phi-3's per-layer tensors: q/k/v and gate/up stacked, as llama.cpp keeps them.
+const PHI3_LAYER_TENSORS: [(&str, &str, bool); 6] = [
+    ("input_layernorm", "attn_norm", false),
+    ("self_attn.qkv_proj", "attn_qkv", true),
+    ("self_attn.o_proj", "attn_output", true),
+    ("post_attention_layernorm", "ffn_norm", false),
+    ("mlp.gate_up_proj", "ffn_up", true),
+    ("mlp.down_proj", "ffn_down", true),
+];
+
 /// The GGUF architecture name.
 fn gguf_arch(arch: HfArch) -> &'static str {
     match arch {
@@ -126,6 +141,7 @@ fn gguf_arch(arch: HfArch) -> &'static str {
         HfArch::BitNet => "bitnet-b1.58",
         HfArch::Qwen2 => "qwen2",
         HfArch::Qwen3 => "qwen3",
+        HfArch::Phi3 => "phi3",
     }
 }
 
@@ -189,8 +205,12 @@ pub fn plan(ck: &HfCheckpoint<'_>, q: Quantization) -> Result<Vec<OutputTensor>,
     )?;
     let bitnet = ck.arch == HfArch::BitNet;
     let scale_divides = ck.config.quantization_field("linear_class") != Some("autobitlinear");
+    let layer_tensors: &[(&str, &str, bool)] = match ck.arch {
+        HfArch::Phi3 => &PHI3_LAYER_TENSORS,
+        _ => &LAYER_TENSORS,
+    };
     for i in 0..c.num_hidden_layers {
-        for (suffix, gguf, linear) in LAYER_TENSORS {
+        for &(suffix, gguf, linear) in layer_tensors {
             let sub_norm = gguf.ends_with("sub_norm");
             let qk_norm = gguf.ends_with("k_norm") || gguf.ends_with("q_norm");
             if (sub_norm && !bitnet) || (qk_norm && ck.arch != HfArch::Qwen3) {
@@ -252,6 +272,23 @@ pub fn plan(ck: &HfCheckpoint<'_>, q: Quantization) -> Result<Vec<OutputTensor>,
         float(&mut used, &mut out, "lm_head.weight", "output.weight", None)?;
     } else if ck.has("lm_head.weight") {
         used.insert("lm_head.weight".to_string());
+    }
+    if let (HfArch::Phi3, Some((short, long, _))) = (ck.arch, c.longrope()) {
+        let pairs = (c.rope_dims() / 2) as usize;
+        for (name, values) in [("long", long), ("short", short)] {
+            if values.len() != pairs {
+                return Err(HfError::Config(format!(
+                    "rope {name}_factor has {} values; {pairs} rotated pairs need one each",
+                    values.len()
+                )));
+            }
+            out.push(OutputTensor {
+                name: format!("rope_factors_{name}.weight"),
+                dtype: GgmlType::F32,
+                shape: vec![pairs as u64],
+                recipe: TensorRecipe::Values(values),
+            });
+        }
     }
     if let Some(extra) = ck
         .names()
@@ -424,6 +461,7 @@ pub fn tensor_bytes(
             }
             Ok(quantize(t.dtype, &values, row_len)?)
         }
+        TensorRecipe::Values(values) => Ok(quantize(t.dtype, values, row_len)?),
         TensorRecipe::PackedTernary {
             hf,
             scale,
@@ -476,7 +514,7 @@ pub fn gguf_metadata(
     add("embedding_length", u32v(config.hidden_size));
     add("block_count", u32v(config.num_hidden_layers));
     add("feed_forward_length", u32v(config.intermediate_size));
-    add("rope.dimension_count", u32v(config.head_dim()));
+    add("rope.dimension_count", u32v(config.rope_dims()));
     add("attention.head_count", u32v(config.num_attention_heads));
     add("attention.head_count_kv", u32v(config.n_kv_heads()));
     if config.head_dim() * config.num_attention_heads != config.hidden_size {
@@ -488,6 +526,18 @@ pub fn gguf_metadata(
         Value::F32(config.rms_norm_eps.unwrap_or(1e-5) as f32),
     );
     add("rope.freq_base", Value::F32(config.rope_theta() as f32));
+    if let (HfArch::Phi3, Some((_, _, orig))) = (arch, config.longrope()) {
+        // As llama.cpp's Phi-3 converter: sqrt(1 + ln(scale) / ln(original)) for a context
+        // `scale` times the original one.
+        let max = config.max_position_embeddings.unwrap_or(orig) as f64;
+        let scale = max / orig as f64;
+        let factor = match scale > 1.0 {
+            true => (1.0 + scale.ln() / (orig as f64).ln()).sqrt(),
+            false => 1.0,
+        };
+        add("rope.scaling.original_context_length", u32v(orig));
+        add("rope.scaling.attn_factor", Value::F32(factor as f32));
+    }
     if let Some(id) = q.file_type_id() {
         m.push(("general.file_type".into(), Value::U32(id)));
     }

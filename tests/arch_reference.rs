@@ -232,6 +232,39 @@ fn greedy_matches(ours: &[u32], want: &[u32], eos: u32) -> bool {
     ours == want || (want.last() == Some(&eos) && ours == &want[..want.len() - 1])
 }
 
+/// Free-running greedy decoding on `backend` over llama.cpp's confident prefix (nothing where
+/// its very first step is a near tie).
+fn greedy(g: &Golden, c: &Case, backend: &str, failures: &mut Vec<String>) {
+    let n = confident(c);
+    if n == 0 {
+        return;
+    }
+    let v = run_json(&[
+        "run",
+        g.file.to_str().unwrap(),
+        "--ids",
+        &ids_arg(&c.prompt_ids),
+        "--temperature",
+        "0",
+        "--max-tokens",
+        &n.to_string(),
+        "--backend",
+        backend,
+        "--ctx",
+        CTX,
+        "--json",
+    ]);
+    let ours = u32s(&v["generated_ids"]);
+    if !greedy_matches(&ours, &c.greedy_ids[..n], g.eos) {
+        failures.push(format!(
+            "{} {:?} greedy on {backend}: {ours:?}, llama.cpp's first {n}: {:?}",
+            g.arch,
+            c.prompt,
+            &c.greedy_ids[..n]
+        ));
+    }
+}
+
 /// Greedy steps that must agree: up to llama.cpp's first step below [`MARGIN`].
 fn confident(c: &Case) -> usize {
     c.greedy_step_margin
@@ -360,34 +393,8 @@ fn check(arch: &str) {
                 ));
             }
         }
-        // Free-running greedy decoding over llama.cpp's confident prefix.
-        let n = confident(c);
-        if n == 0 {
-            continue;
-        }
         for backend in ["cpu", "gpu"] {
-            let v = run_json(&[
-                "run",
-                m,
-                "--ids",
-                &ids_arg(&c.prompt_ids),
-                "--temperature",
-                "0",
-                "--max-tokens",
-                &n.to_string(),
-                "--backend",
-                backend,
-                "--ctx",
-                CTX,
-                "--json",
-            ]);
-            let ours = u32s(&v["generated_ids"]);
-            if !greedy_matches(&ours, &c.greedy_ids[..n], g.eos) {
-                failures.push(format!(
-                    "{arch} {p:?} greedy on {backend}: {ours:?}, llama.cpp's first {n}: {:?}",
-                    &c.greedy_ids[..n]
-                ));
-            }
+            greedy(&g, c, backend, &mut failures);
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -399,7 +406,6 @@ fn check(arch: &str) {
 /// arithmetic) equal to llama.cpp's over its confident prefix.
 fn check_cuda(arch: &str) {
     let g = golden(arch);
-    let m = g.file.to_str().unwrap();
     let mut failures = Vec::new();
     for c in &g.cases {
         let p = &c.prompt;
@@ -415,29 +421,7 @@ fn check_cuda(arch: &str) {
             2.0 * F64_TOL,
             &mut failures,
         );
-        let n = confident(c);
-        let v = run_json(&[
-            "run",
-            m,
-            "--ids",
-            &ids_arg(&c.prompt_ids),
-            "--temperature",
-            "0",
-            "--max-tokens",
-            &n.max(1).to_string(),
-            "--backend",
-            "cuda",
-            "--ctx",
-            CTX,
-            "--json",
-        ]);
-        let ours = u32s(&v["generated_ids"]);
-        if !greedy_matches(&ours, &c.greedy_ids[..n], g.eos) {
-            failures.push(format!(
-                "{arch} {p:?} greedy on cuda: {ours:?}, llama.cpp's first {n}: {:?}",
-                &c.greedy_ids[..n]
-            ));
-        }
+        greedy(&g, c, "cuda", &mut failures);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

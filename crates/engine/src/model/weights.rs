@@ -387,17 +387,8 @@ impl Weights {
 /// The optional per-pair RoPE frequency divisors for a context of `ctx` positions:
 /// `rope_freqs.weight` (how GGUF carries Llama-3 frequency scaling), or Phi-3's
 /// `rope_factors_short.weight` / `rope_factors_long.weight`, the long ones for contexts past
-/// `rope.scaling.original_context_length` (as llama.cpp picks them).
-pub fn rope_freq_factors(
-    src: &dyn TensorSource,
-    c: &ModelConfig,
-    ctx: usize,
-) -> Result<Option<Vec<f32>>, Error> {
-    run_ready(rope_freq_factors_async(&ReadySource(src), c, ctx))
-}
-
-/// [`rope_freq_factors`] from an asynchronous source. Every factor must be finite and
-/// positive (they divide the rotation frequencies), one per rotated pair.
+/// `rope.scaling.original_context_length` (as llama.cpp picks them). Every factor must be
+/// finite and positive (they divide the rotation frequencies), one per rotated pair.
 pub async fn rope_freq_factors_async<S: AsyncTensorSource>(
     src: &S,
     c: &ModelConfig,

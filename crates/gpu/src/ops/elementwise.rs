@@ -71,7 +71,28 @@ impl ElementwiseOp {
             &pipeline,
             &[&params, first.unwrap_or(any), out, second.unwrap_or(any)],
         );
-        Ok(ElementwiseOp {
+        Ok(Self::dispatched(
+            ctx,
+            pipeline,
+            wg,
+            bind_group,
+            n,
+            params,
+            placeholder,
+        ))
+    }
+
+    /// The op over `n` values in workgroups of `wg`, holding its uniform (and placeholder).
+    fn dispatched(
+        ctx: &GpuContext,
+        pipeline: std::sync::Arc<wgpu::ComputePipeline>,
+        wg: u32,
+        bind_group: wgpu::BindGroup,
+        n: u32,
+        params: Pooled,
+        placeholder: Option<wgpu::Buffer>,
+    ) -> Self {
+        ElementwiseOp {
             dispatch: Dispatch {
                 pipeline,
                 bind_group,
@@ -82,7 +103,7 @@ impl ElementwiseOp {
             },
             _params: params,
             _placeholder: placeholder,
-        })
+        }
     }
 
     /// `out[r, c] += bias[c]` over `rows` rows of `cols` (the add kernel with its second
@@ -134,18 +155,9 @@ impl ElementwiseOp {
             },
         );
         let bind_group = ctx.bind(&pipeline, &[&params, row, out, row]);
-        Ok(ElementwiseOp {
-            dispatch: Dispatch {
-                pipeline,
-                bind_group,
-                workgroups: grid(
-                    n.div_ceil(wg),
-                    ctx.limits.max_compute_workgroups_per_dimension,
-                ),
-            },
-            _params: params,
-            _placeholder: None,
-        })
+        Ok(Self::dispatched(
+            ctx, pipeline, wg, bind_group, n, params, None,
+        ))
     }
 
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {

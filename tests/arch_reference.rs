@@ -429,9 +429,19 @@ fn check_cuda(arch: &str) {
 #[test]
 #[ignore = "needs an NVIDIA GPU (scripts/device-native/cuda-full.sh runs it there)"]
 fn architectures_on_cuda_match_f64_and_llama_cpp() {
-    check_cuda("qwen2");
-    check_cuda("qwen3");
-    check_cuda("phi3");
+    for arch in ["qwen2", "qwen3", "phi3", "gemma2", "gemma3"] {
+        check_cuda(arch);
+    }
+}
+
+#[test]
+fn gemma2_matches_llama_cpp_and_f64() {
+    check("gemma2");
+}
+
+#[test]
+fn gemma3_matches_llama_cpp_and_f64() {
+    check("gemma3");
 }
 
 #[test]

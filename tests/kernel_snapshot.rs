@@ -341,11 +341,13 @@ fn dtype_snapshot_is_unchanged() {
     // only made the hashed functions public); "kernels" re-recorded when shader comments were
     // reworded (only `//` lines changed), and again when the element-wise driver took a
     // per-column second operand (`cols`, for biases and column scales) and the `mul` kernel
-    // was added (2026-12-07).
+    // was added (2026-12-07); "kernels" and "selftest" again when attention took a window and
+    // a soft cap (its parameters and attend loops), the driver a scalar, and the gelu_mul and
+    // softcap kernels and their checks were added (2026-12-07, Gemma).
     let want = [
         (
             "kernels",
-            "2dd3e3921a45f8b7ad47908013ccbee7c810dd5029431780c202bade8c53bf12",
+            "5e60b7d9de3981e60045f4191ce5a64f08122dcf091460c9efbb34095a6d6b11",
         ),
         (
             "planes",
@@ -365,7 +367,7 @@ fn dtype_snapshot_is_unchanged() {
         ),
         (
             "selftest",
-            "ad31d48a4f0bfa629430b92b08445acb5ed8beee22fcd2701e1e29a645f868fe",
+            "e5e10ff1e519ce26bb4249709920bb1721d063772d01adeee2e3c650057fcf69",
         ),
     ];
     let mut bad = Vec::new();

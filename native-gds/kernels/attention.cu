@@ -84,21 +84,25 @@ DEV void kv_load8(const float* p, float v[8]) {
 // joins the warp's online softmax, and the lanes, each holding dimensions l, l + 32, ..., add
 // the group's values. The block merges its warps and writes (m, l, acc[head_dim]) to
 // part[(t * heads + h) * nsplit + s] (m = -inf: an empty split). head_dim <= 256.
+// With a window (window > 0) the query sees only positions pos[t] + 1 - window ..= pos[t]
+// (splits before them are empty); with softcap > 0 each score s becomes
+// softcap * tanh(s / softcap).
 // grid (ntok * heads, nsplit), block 128.
 template <typename T>
 DEV void attention_part(const float* q, const T* kc, const T* vc, float* part, const u32* pos,
                         const u32* seq, u32 heads, u32 kv_heads, u32 head_dim, u32 max_ctx,
-                        u32 split, u32 nsplit) {
+                        u32 split, u32 nsplit, u32 window, float softcap) {
     __shared__ float sm[4], sl[4], sacc[4][256];
     __shared__ float qs[256];
     u32 qh = blockIdx.x, s = blockIdx.y;
     u32 t = qh / heads, h = qh % heads;
     u32 kvh = h / (heads / kv_heads);
     u32 len = pos[t] + 1;
-    u32 start = s * split, end = min(len, start + split);
+    u32 first = window > 0 && len > window ? len - window : 0;
+    u32 start = max(s * split, first), end = min(len, s * split + split);
     u32 warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     float* out = part + ((u64)qh * nsplit + s) * (head_dim + 2);
-    if (start >= len) {
+    if (start >= end) {
         if (threadIdx.x == 0) {
             out[0] = -INFINITY;
             out[1] = 0.0f;
@@ -132,6 +136,7 @@ DEV void attention_part(const float* q, const T* kc, const T* vc, float* part, c
                 for (u32 d = 0; d < head_dim; d++) dot += qs[d] * kv_load(kr + d);
             }
             sc = dot * scale;
+            if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
         }
         // Lane 0's position is inside the split: the group's maximum is a number.
         float mn = fmaxf(m, warp_max(sc));
@@ -180,17 +185,19 @@ DEV void attention_part(const float* q, const T* kc, const T* vc, float* part, c
 extern "C" __global__ void attention_part_f32(const float* q, const float* kc, const float* vc,
                                               float* part, const u32* pos, const u32* seq,
                                               u32 heads, u32 kv_heads, u32 head_dim,
-                                              u32 max_ctx, u32 split, u32 nsplit) {
+                                              u32 max_ctx, u32 split, u32 nsplit, u32 window,
+                                              float softcap) {
     attention_part<float>(q, kc, vc, part, pos, seq, heads, kv_heads, head_dim, max_ctx, split,
-                          nsplit);
+                          nsplit, window, softcap);
 }
 
 extern "C" __global__ void attention_part_f16(const float* q, const u16* kc, const u16* vc,
                                               float* part, const u32* pos, const u32* seq,
                                               u32 heads, u32 kv_heads, u32 head_dim,
-                                              u32 max_ctx, u32 split, u32 nsplit) {
+                                              u32 max_ctx, u32 split, u32 nsplit, u32 window,
+                                              float softcap) {
     attention_part<u16>(q, kc, vc, part, pos, seq, heads, kv_heads, head_dim, max_ctx, split,
-                        nsplit);
+                        nsplit, window, softcap);
 }
 
 // The same split attention for the head dimensions a warp's lanes divide evenly (HD = 32 *

@@ -102,12 +102,18 @@ extern "C" __global__ void rope(float* x, const u32* pos, const double* freqs, u
 
 // ---------------------------------------------------------------------------------------
 // Elementwise, in f64 where the CPU reference is: 0 add (f32), 1 silu(a) * b,
-// 2 max(a, 0)^2, 3 max(a, 0)^2 * b. grid (ceil(len / 256)), block 256.
+// 2 max(a, 0)^2, 3 max(a, 0)^2 * b, 4 gelu(a) * b (GELU's tanh form). grid (ceil(len / 256)),
+// block 256.
 DEV float ew(u32 f, float x, float b) {
     if (f == 0) return x + b;
     if (f == 1) {
         double g = x;
         return (float)(g / (1.0 + exp(-g)) * (double)b);
+    }
+    if (f == 4) {
+        double g = x;
+        double z = 0.7978845608028654 * (g + 0.044715 * g * g * g);
+        return (float)(0.5 * g * (1.0 + tanh(z)) * (double)b);
     }
     double r = x > 0.0f ? (double)x : 0.0;
     return f == 2 ? (float)(r * r) : (float)(r * r * (double)b);
@@ -118,6 +124,15 @@ extern "C" __global__ void elementwise(u32 f, float* out, const float* a, const 
     u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
     out[i] = ew(f, a[i], f == 2 ? 0.0f : b[i]);
+}
+
+// x = cap * tanh(x / cap) in place, in f64 as the CPU reference. grid (ceil(len / 256)),
+// block 256.
+extern "C" __global__ void softcap(float* x, u32 len, float cap) {
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    double c = cap;
+    x[i] = (float)(c * tanh((double)x[i] / c));
 }
 
 // out[r, c] += bias[c] for rows x cols values. grid (ceil(rows * cols / 256)), block 256.

@@ -19,14 +19,14 @@ ids() {
 }
 base=$(ids)
 echo "no budget: $base" | tee "$O/tokens.txt"
-for b in ${BUDGETS:-auto 2GB 950MB 800MB 640MB 560MB}; do
+for b in ${BUDGETS:-auto 2GB 800MB 650MB 560MB}; do
   t=$(ids --vram-budget "$b")
   if [ "$t" = "$base" ]; then r=same; else r="DIFFERENT ($(tail -1 "$O/err.txt" | cut -c1-200))"; fi
   echo "$b: $r" | tee -a "$O/tokens.txt"
   tritium bench generate "$M" --backend cuda --vram-budget "$b" --prompt 128 --decode 8 --json > "$O/bench-$b.json" 2> "$O/bench-$b.err"
 done
 dd if="$M" of=/dev/null bs=64M iflag=direct 2>&1 | tail -1 | tee "$O/dd-direct.txt"
-python3 - "$O" "$M" ${BUDGETS:-auto 2GB 950MB 800MB 640MB 560MB} <<'PY2'
+python3 - "$O" "$M" ${BUDGETS:-auto 2GB 800MB 650MB 560MB} <<'PY2'
 import json, os, re, sys
 o, m, budgets = sys.argv[1], sys.argv[2], sys.argv[3:]
 dd = open(os.path.join(o, "dd-direct.txt")).read()
@@ -76,3 +76,36 @@ for mode in ["cold", "warm"]:
         s = r.get("streaming") or {}
         print("load %s, %s: %.0f ms %s" % (mode, how, r["load_ms"], s.get("reader", "(page cache, uploads)")[:90]))
 PY3
+# Bad storage under a budget, each of which must end in one clear message before anything is
+# computed: an RDRR copy of the model with a shard missing, a shard cut short, a shard that
+# is a folder; the GGUF cut short; budgets below what stays resident and below two blocks.
+R=${STREAM_DIR:-/tmp}/l-stream-rdrr
+[ -d "$R" ] || tritium convert "$M" "$R" > /dev/null
+E=$O/errors.txt
+: > "$E"
+bad() {
+  local label=$1 model=$2 budget=$3
+  echo "== $label" >> "$E"
+  tritium run "$model" --backend cuda --ids 1,17,300 --max-tokens 4 --temperature 0 --ctx 192 \
+    --vram-budget "$budget" >> "$E" 2>&1
+  echo "(exit $?)" >> "$E"
+}
+shard() { ls -S "$1" | grep -v '\.json$' | sed -n 3p; }
+for how in missing short folder; do
+  rm -rf "$R-$how" && cp -r "$R" "$R-$how"
+  s=$(shard "$R-$how")
+  case $how in
+    missing) rm "$R-$how/$s" ;;
+    short) truncate -s -1000000 "$R-$how/$s" ;;
+    folder) rm "$R-$how/$s" && mkdir "$R-$how/$s" ;;
+  esac
+  bad "RDRR, shard $s $how" "$R-$how" 800MB
+  rm -rf "$R-$how"
+done
+head -c $(( $(stat -c %s "$M") - 5000000 )) "$M" > "$M.short"
+bad "GGUF cut 5 MB short" "$M.short" 800MB
+rm -f "$M.short"
+bad "budget 560MB" "$M" 560MB
+bad "budget 600MB" "$M" 600MB
+bad "RDRR, intact, 650MB (two blocks' worth)" "$R" 650MB
+cut -c1-300 "$E"

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tiny Qwen2, Qwen3 and Phi-3 models and their reference logits (tests/arch_reference.rs).
+"""Tiny Qwen2, Qwen3, Phi-3, Gemma 2 and Gemma 3 models and their reference logits
+(tests/arch_reference.rs).
 
 Pinned versions (the same set-up as gen_llama_goldens.py; about 9 minutes to build on two
 cores):
@@ -23,7 +24,13 @@ What it does, deterministically:
    `ffn_up` (gate first), FFN 128, its own output matrix, RoPE over 24 of the 32 dimensions,
    `rope_factors_short` and `rope_factors_long` with an original context of 64 (below N_CTX, so
    the long factors are taken) and longrope's attention factor for a 32x longer context,
-   sqrt(1 + ln 32 / ln 64), as Phi-3.5's converter writes it.
+   sqrt(1 + ln 32 / ln 64), as Phi-3.5's converter writes it. Gemma 2's: 64 wide, 2 blocks
+   (block 0 over a sliding window of 8 positions, block 1 over all: the `gemma2` period of 2),
+   2 query heads over 1 KV head of 32, pre- and post-norms, a GELU-gated FFN of 128, the
+   embedding scaled by sqrt(64), attention scores soft-capped at 4 and final logits at 8, tied
+   output. Gemma 3's: 64 wide, 6 blocks (blocks 0-4 over a window of 8 with RoPE base 10,000,
+   block 5 over all with base 1e6 and linear scaling by 8), 4 query heads over 2 KV heads of
+   32, per-head q/k norms, FFN 128, no soft caps, its own output matrix.
 2. For each model, llama.cpp (llama-cpp-python, CPU, F32 KV cache): the prompt ids of PROMPTS,
    greedy continuations (GREEDY_TOKENS, one decode per token) with each step's top-1/top-2
    margin, and the teacher-forced logits of prompt + continuation in one batch: at every
@@ -82,6 +89,11 @@ MODELS = {
     "phi3": dict(dim=64, layers=2, heads=2, kv_heads=1, head_dim=32, ffn=128, theta=1e4,
                  eps=1e-5, tied=False, out_gain=3.0, seed=4, original_context=64, rot_dim=24,
                  attn_factor=float(np.sqrt(1 + np.log(32) / np.log(64)))),
+    "gemma2": dict(dim=64, layers=2, heads=2, kv_heads=1, head_dim=32, ffn=128, theta=1e4,
+                   eps=1e-6, tied=True, out_gain=2.0, seed=5, window=8, attn_softcap=4.0,
+                   final_softcap=8.0),
+    "gemma3": dict(dim=64, layers=6, heads=4, kv_heads=2, head_dim=32, ffn=128, theta=1e6,
+                   eps=1e-6, tied=False, out_gain=1.0, seed=6, window=8, linear=8.0),
 }
 
 
@@ -139,7 +151,8 @@ def weights(arch, c, n_vocab):
     mat = lambda rows, cols, gain=1.0: (rng.standard_normal((rows, cols)) * gain /
                                          np.sqrt(cols)).astype(np.float16)
     vec = lambda n, mean, sd: (mean + sd * rng.standard_normal(n)).astype(np.float32)
-    w = {"token_embd.weight": mat(n_vocab, dim, 8.0)}
+    # Gemma scales the embedding by sqrt(dim) (8) itself.
+    w = {"token_embd.weight": mat(n_vocab, dim, 1.0 if arch.startswith("gemma") else 8.0)}
     for i in range(c["layers"]):
         p = f"blk.{i}."
         w[p + "attn_norm.weight"] = vec(dim, 1.0, 0.2)
@@ -150,9 +163,12 @@ def weights(arch, c, n_vocab):
             w[p + "attn_q.bias"] = vec(q_dim, 0.0, 0.5)
             w[p + "attn_k.bias"] = vec(kv_dim, 0.0, 1.0)
             w[p + "attn_v.bias"] = vec(kv_dim, 0.0, 0.2)
-        elif arch == "qwen3":
+        elif arch in ("qwen3", "gemma3"):
             w[p + "attn_q_norm.weight"] = vec(hd, 1.0, 0.3)
             w[p + "attn_k_norm.weight"] = vec(hd, 1.0, 0.3)
+        if arch.startswith("gemma"):
+            w[p + "post_attention_norm.weight"] = vec(dim, 1.0, 0.2)
+            w[p + "post_ffw_norm.weight"] = vec(dim, 1.0, 0.2)
         w[p + "attn_output.weight"] = mat(dim, q_dim, c["out_gain"])
         w[p + "ffn_norm.weight"] = vec(dim, 1.0, 0.2)
         w[p + "ffn_gate.weight"] = mat(c["ffn"], dim, 2.0)
@@ -195,6 +211,14 @@ def write_model(arch, c, path):
         w.add_rope_dimension_count(c.get("rot_dim", c["head_dim"]))
         w.add_rope_scaling_orig_ctx_len(c["original_context"])
         w.add_rope_scaling_attn_factors(c["attn_factor"])
+    if "window" in c:
+        w.add_sliding_window(c["window"])
+    if "attn_softcap" in c:
+        w.add_attn_logit_softcapping(c["attn_softcap"])
+        w.add_final_logit_softcapping(c["final_softcap"])
+    if "linear" in c:
+        w.add_string(f"{arch}.rope.scaling.type", "linear")
+        w.add_float32(f"{arch}.rope.scaling.factor", c["linear"])
     w.add_layer_norm_rms_eps(c["eps"])
     w.add_file_type(1)  # MOSTLY_F16
     w.add_tokenizer_model("gpt2")
@@ -216,7 +240,7 @@ def write_model(arch, c, path):
 
 
 def f64_forward(path, seqs):
-    """Exact (float64) Qwen2/Qwen3 forward pass over the stored weights: logits [T, vocab]."""
+    """Exact (float64) forward pass over the stored weights: logits [T, vocab]."""
     reader = GGUFReader(str(path))
     meta = lambda k: reader.fields[k].parts[reader.fields[k].data[0]][0]
     arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
@@ -246,6 +270,17 @@ def f64_forward(path, seqs):
     ak = f"{arch}.rope.scaling.attn_factor"
     mscale = float(meta(ak)) if ak in reader.fields else 1.0
     factors = np.ones(rot // 2)
+    gemma = arch.startswith("gemma")
+    fk = lambda k, d: float(meta(f"{arch}.{k}")) if f"{arch}.{k}" in reader.fields else d
+    window = int(fk("attention.sliding_window", 4096 if arch == "gemma2" else 0))
+    period = {"gemma2": 2, "gemma3": 6}.get(arch, 0)
+    # llama.cpp's rule: with a period p, layer i is windowed where i % p < p - 1.
+    windowed = [window > 0 and (period == 0 or i % period < period - 1) for i in range(n_layer)]
+    attn_cap = fk("attn_logit_softcapping", 50.0) if arch == "gemma2" else 0.0
+    final_cap = fk("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0)
+    linear = fk("rope.scaling.factor", 1.0)
+    # Gemma 3's windowed layers: base rope.freq_base_swa (10,000), no linear scaling.
+    local_base = fk("rope.freq_base_swa", 1e4 if arch == "gemma3" else base)
     if "rope_factors_long.weight" in W:  # llama.cpp: long past the original context
         long = orig in reader.fields and N_CTX > int(meta(orig))
         factors = W["rope_factors_long.weight" if long else "rope_factors_short.weight"]
@@ -257,20 +292,27 @@ def f64_forward(path, seqs):
     for ids in seqs:
         T = len(ids)
         half = rot // 2
-        ang = np.arange(T)[:, None] * (base ** (-np.arange(0, rot, 2) / rot) / factors)[None, :]
-        # llama.cpp's rotation scales cos and sin by the attention factor (mscale).
-        cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
 
-        def rope(v):  # NeoX: pairs (i, i + rot / 2) of the first rot dimensions
-            a, b, rest = v[..., :half], v[..., half:rot], v[..., rot:]
-            return np.concatenate([a * cos - b * sin, a * sin + b * cos, rest], axis=-1)
+        def rope(v, b=base, scale=1.0 / linear):  # NeoX: pairs (i, i + rot / 2), first rot
+            ang = np.arange(T)[:, None] * scale * (b ** (-np.arange(0, rot, 2) / rot) / factors)
+            # llama.cpp's rotation scales cos and sin by the attention factor (mscale).
+            cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
+            a, bb, rest = v[..., :half], v[..., half:rot], v[..., rot:]
+            return np.concatenate([a * cos - bb * sin, a * sin + bb * cos, rest], axis=-1)
+
+        def gelu(g):  # the tanh form
+            return 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
 
         def lin(h, name):
             y = h @ W[name + ".weight"].T
             return y + W[name + ".bias"] if name + ".bias" in W else y
 
-        mask = np.triu(np.full((T, T), -np.inf), 1)
+        causal = np.triu(np.full((T, T), -np.inf), 1)
+        # A window of w: query i sees keys i - w + 1 ..= i.
+        local = causal + np.tril(np.full((T, T), -np.inf), -window) if window else causal
         x = W["token_embd.weight"][ids]
+        if gemma:
+            x = x * np.sqrt(n_embd)
         for layer in range(n_layer):
             p = f"blk.{layer}."
             h = norm(x, W[p + "attn_norm.weight"])
@@ -280,19 +322,34 @@ def f64_forward(path, seqs):
             if p + "attn_q_norm.weight" in W:
                 q = norm(q, W[p + "attn_q_norm.weight"])
                 k = norm(k, W[p + "attn_k_norm.weight"])
-            q, k = rope(q), rope(k)
+            if arch == "gemma3" and windowed[layer]:
+                q, k = rope(q, local_base, 1.0), rope(k, local_base, 1.0)
+            elif arch == "gemma2" and windowed[layer]:
+                q, k = rope(q, local_base), rope(k, local_base)
+            else:
+                q, k = rope(q), rope(k)
+            mask = local if windowed[layer] else causal
             att = np.empty((T, n_head, hd))
             for head in range(n_head):
                 kv = head // (n_head // n_kv)
-                sc = q[:, head] @ k[:, kv].T / np.sqrt(hd) + mask
+                sc = q[:, head] @ k[:, kv].T / np.sqrt(hd)
+                if attn_cap:
+                    sc = attn_cap * np.tanh(sc / attn_cap)
+                sc = sc + mask
                 sc = np.exp(sc - sc.max(-1, keepdims=True))
                 att[:, head] = (sc / sc.sum(-1, keepdims=True)) @ v[:, kv]
-            x = x + att.reshape(T, -1) @ W[p + "attn_output.weight"].T
+            o = att.reshape(T, -1) @ W[p + "attn_output.weight"].T
+            x = x + (norm(o, W[p + "post_attention_norm.weight"]) if gemma else o)
             h = norm(x, W[p + "ffn_norm.weight"])
             gate = h @ W[p + "ffn_gate.weight"].T
             up = h @ W[p + "ffn_up.weight"].T
-            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ W[p + "ffn_down.weight"].T
-        results.append(norm(x, W["output_norm.weight"]) @ out_w.T)
+            act = gelu(gate) if gemma else gate / (1.0 + np.exp(-gate))
+            o = (act * up) @ W[p + "ffn_down.weight"].T
+            x = x + (norm(o, W[p + "post_ffw_norm.weight"]) if gemma else o)
+        logits = norm(x, W["output_norm.weight"]) @ out_w.T
+        if final_cap:
+            logits = final_cap * np.tanh(logits / final_cap)
+        results.append(logits)
     return results
 
 

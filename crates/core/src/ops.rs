@@ -17,6 +17,8 @@ pub enum Elementwise {
     ReluSquared,
     /// `max(first, 0)^2 * second` (BitNet FFN: `relu(gate)^2 * up`).
     ReluSquaredMul,
+    /// `gelu(first) * second`, GELU in its tanh form (Gemma's FFN).
+    GeluMul,
 }
 
 impl Elementwise {
@@ -32,6 +34,7 @@ impl Elementwise {
             Elementwise::SiluMul => "silu_mul",
             Elementwise::ReluSquared => "relu_squared",
             Elementwise::ReluSquaredMul => "relu_squared_mul",
+            Elementwise::GeluMul => "gelu_mul",
         }
     }
 }
@@ -67,6 +70,9 @@ pub struct RopeConfig {
     /// Per-pair divisors of the frequency (a GGUF's `rope_freqs.weight`), applied after
     /// `llama3` when both are present.
     pub freq_factors: Option<Vec<f32>>,
+    /// Linear scaling (`rope.scaling.type = linear`): every frequency times this, which is
+    /// positions times it (`1 / rope.scaling.factor`; 1 for none).
+    pub freq_scale: f64,
 }
 
 impl RopeConfig {
@@ -79,6 +85,7 @@ impl RopeConfig {
             style,
             llama3: None,
             freq_factors: None,
+            freq_scale: 1.0,
         }
     }
 
@@ -97,7 +104,7 @@ impl RopeConfig {
                 if let Some(&d) = self.freq_factors.as_ref().and_then(|ff| ff.get(i)) {
                     f /= f64::from(d);
                 }
-                f
+                f * self.freq_scale
             })
             .collect()
     }
@@ -126,6 +133,26 @@ pub struct AttentionShape {
     /// KV heads; query head `h` reads KV head `h / (n_heads / n_kv_heads)`.
     pub n_kv_heads: usize,
     pub head_dim: usize,
+}
+
+/// What an attention's scores are besides causal: each query sees only the keys less than
+/// `window` positions before it (0: every earlier key; Mistral's layers and Gemma's local
+/// ones), and each score `s` (already scaled) becomes `softcap * tanh(s / softcap)` before
+/// the softmax (0: as it is; Gemma 2).
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct AttentionScores {
+    pub window: usize,
+    pub softcap: f32,
+}
+
+impl AttentionScores {
+    /// The first position a query at `pos` sees.
+    pub fn first_key(&self, pos: usize) -> usize {
+        match self.window {
+            0 => 0,
+            w => (pos + 1).saturating_sub(w),
+        }
+    }
 }
 
 /// The order argmax and top-k select by: larger values first, equal values by lower index,

@@ -4,13 +4,13 @@
 //            pos0 .. pos0 + n_tokens - 1 (rounded to f16 when kv_f16). One thread per
 //            16-byte cache slot.
 // 1 attend:  one workgroup per (split, query head, token), dispatched (n_splits, n_heads,
-//            n_tokens). The query of token t sits at pos0 + t and sees keys 0 ..= pos0 + t;
-//            that range is cut into n_splits contiguous pieces (at least min_split keys each)
+//            n_tokens). The query of token t sits at pos0 + t and sees keys 0 ..= pos0 + t
+//            (with a window, the last `window` of them: first_key); that range is cut into n_splits contiguous pieces (at least min_split keys each)
 //            so a long context is read by many workgroups at once (flash-decoding); pieces
 //            past the last key (a cache longer than the text so far) return at once. Each
 //            workgroup streams its piece in tiles of TILE keys with an online softmax:
-//            scores (one thread per key, q pre-scaled by 1/sqrt(head_dim), in workgroup
-//            memory), the tile max (workgroup_max), p = exp(s - m) and their sum
+//            scores (one thread per key, q pre-scaled by 1/sqrt(head_dim), soft-capped
+//            where softcap is set: capped, in workgroup memory), the tile max (workgroup_max), p = exp(s - m) and their sum
 //            (workgroup_sum), then sum p * V with each thread owning one 16-byte slot of the
 //            V row (`lanes` threads per slot take alternate keys, four per step, the first
 //            step's values loaded before the reductions; their sums are added at the end).
@@ -320,10 +320,11 @@ fn attend(wid: vec3<u32>, lid: u32, r: ptr<function, Attended>) -> bool {
     let group = max(p.n_heads / max(p.n_kv_heads, 1u), 1u);
     let kvh = head / group;
     // Keys this query sees, and this workgroup's piece of them.
-    let len = keys_seen(token);
+    let first = first_key(token);
+    let len = keys_seen(token) - first;
     let piece = piece_keys(len);
-    let start = min(split * piece, len);
-    let end = min(len, start + piece);
+    let start = first + min(split * piece, len);
+    let end = min(first + len, start + piece);
     // A piece past the keys (a cache far longer than the text so far) has nothing to do and
     // writes nothing: combine reads only the pieces that hold keys. Split 0 always holds some
     // (it also appends, fused). Uniform per workgroup, so returning before the barriers is
@@ -402,8 +403,9 @@ fn attend(wid: vec3<u32>, lid: u32, r: ptr<function, Attended>) -> bool {
                 s = s + ((slot_dot(w0, c, slots) + slot_dot(w1, c + 1u, slots))
                     + (slot_dot(w2, c + 2u, slots) + slot_dot(w3, c + 3u, slots)));
             }
-            scores[j] = s;
-            local_max = max(local_max, s);
+            let c = capped(s);
+            scores[j] = c;
+            local_max = max(local_max, c);
         }
         // The values of each lane's first step of four keys (a decode piece's all), loaded
         // before the reductions so that their latency runs under them.
@@ -554,10 +556,11 @@ fn attend_group(wid: vec3<u32>, lid: u32) {
     let d4 = d / 4u;
     let gs = p.n_heads / max(p.n_kv_heads, 1u);
     let h0 = kvh * gs;
-    let len = keys_seen(token);
+    let first = first_key(token);
+    let len = keys_seen(token) - first;
     let piece = piece_keys(len);
-    let start = min(split * piece, len);
-    let end = min(len, start + piece);
+    let start = first + min(split * piece, len);
+    let end = min(first + len, start + piece);
     if (start >= end) {
         return;
     }
@@ -602,7 +605,7 @@ fn attend_group(wid: vec3<u32>, lid: u32) {
                 s = s + ((group_dot(w0, c, slots) + group_dot(w1, c + 1u, slots))
                     + (group_dot(w2, c + 2u, slots) + group_dot(w3, c + 3u, slots)));
             }
-            s = select(vec4<f32>(0.0), s, live);
+            s = select(vec4<f32>(0.0), vec4<f32>(capped(s.x), capped(s.y), capped(s.z), capped(s.w)), live);
             lane_acc[j] = s;
             local_max = max(local_max, s);
         }
@@ -662,6 +665,21 @@ fn keys_seen(token: u32) -> u32 {
     return min(position.pos0 + token + 1u, p.max_ctx);
 }
 
+// The first key the query of token `token` sees: with a window, the last `window` of them.
+fn first_key(token: u32) -> u32 {
+    let end = keys_seen(token);
+    return select(0u, end - min(p.window, end), p.window > 0u);
+}
+
+// A score as the softmax takes it: soft-capped where softcap is set (tanh's argument clamped
+// to [-10, 10], where tanh is +-1 in f32 already, so that no implementation sees infinities).
+fn capped(s: f32) -> f32 {
+    if (p.softcap > 0.0) {
+        return p.softcap * tanh(clamp(s / p.softcap, -10.0, 10.0));
+    }
+    return s;
+}
+
 // Keys per piece when `len` keys are cut into at most n_splits pieces of at least min_split.
 fn piece_keys(len: u32) -> u32 {
     return max((len + p.n_splits - 1u) / max(p.n_splits, 1u), p.min_split);
@@ -669,7 +687,7 @@ fn piece_keys(len: u32) -> u32 {
 
 // Pieces of the context of token `token` that hold keys (the others are not written).
 fn pieces_with_keys(token: u32) -> u32 {
-    let len = keys_seen(token);
+    let len = keys_seen(token) - first_key(token);
     return (len + piece_keys(len) - 1u) / max(piece_keys(len), 1u);
 }
 

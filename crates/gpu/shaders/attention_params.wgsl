@@ -18,5 +18,9 @@ struct AttentionParams {
     quantize: u32, // combine: 1 also writes the output's q8 records into src3
     norm_cols: u32, // decode attend: q, k, v are products of a norm record of rows of this
                     // many values, whose factor the attend applies (attention_norm.wgsl); else 0
+    window: u32, // keys seen: the last `window` positions up to the query's own (0: all)
+    softcap: f32, // scores become softcap * tanh(score / softcap) (0: as they are)
+    pad0: u32,
+    pad1: u32,
     pad2: u32,
 }

@@ -1,4 +1,5 @@
-// The driver of the element-wise kernels (ReLU², SiLU-gated product, residual add): one
+// The driver of the element-wise kernels (ReLU², SiLU- and GELU-gated products, residual add,
+// products by columns, soft caps): one
 // thread per element, out[i] = apply(first, b[i]), where `first` is a[i], or out[i] itself
 // when in_place is set. Each kernel's own file defines `apply`.
 //
@@ -14,6 +15,10 @@ struct ElementwiseParams {
     in_place: u32, // 1: the first operand is `out` itself
     gated: u32,    // ReLU² only: 1 multiplies by b
     cols: u32,     // 0: b has n values; else b[i % cols]
+    scalar: f32,   // softcap.wgsl's cap
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: ElementwiseParams;

@@ -9,7 +9,7 @@
 //! Layouts are row-major: a batch of `n` rows of `dim` values is `x[row * dim + i]`; q/k for
 //! RoPE are `(n_tokens, n_heads, head_dim)`; a KV cache is `(max_ctx, n_kv_heads, head_dim)`.
 
-use crate::ops::{select_order, AttentionShape, RopeConfig, RopeStyle};
+use crate::ops::{select_order, AttentionScores, AttentionShape, RopeConfig, RopeStyle};
 
 /// `y = x / sqrt(mean(x^2) + eps) * weight` over each row of `weight.len()` values.
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
@@ -50,9 +50,17 @@ pub fn rope(x: &mut [f32], n_heads: usize, pos0: usize, cfg: &RopeConfig) {
 
 /// Causal attention of `q: (n_tokens, n_heads, head_dim)` against caches
 /// `k, v: (positions, n_kv_heads, head_dim)`: the query of token `t` sits at position
-/// `pos0 + t` and attends to positions `0 ..= pos0 + t`, with scores `q.k / sqrt(head_dim)`
-/// and a softmax taken relative to the row maximum. Returns `(n_tokens, n_heads, head_dim)`.
-pub fn attention(q: &[f32], k: &[f32], v: &[f32], pos0: usize, shape: AttentionShape) -> Vec<f32> {
+/// `pos0 + t` and attends to positions `first ..= pos0 + t` (`first` 0, or where `scores`'s
+/// window starts), with scores `q.k / sqrt(head_dim)` (soft-capped where `scores` says) and
+/// a softmax taken relative to the row maximum. Returns `(n_tokens, n_heads, head_dim)`.
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    pos0: usize,
+    shape: AttentionShape,
+    scores: AttentionScores,
+) -> Vec<f32> {
     let AttentionShape {
         n_heads,
         n_kv_heads,
@@ -65,19 +73,27 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], pos0: usize, shape: AttentionS
     for (qi, (qh, oh)) in q.chunks(d).zip(out.chunks_mut(d)).enumerate() {
         let (t, h) = (qi / n_heads, qi % n_heads);
         let kvh = h / group;
-        let len = pos0 + t + 1;
-        let scores: Vec<f64> = (0..len)
+        let keys = scores.first_key(pos0 + t)..pos0 + t + 1;
+        let cap = f64::from(scores.softcap);
+        let s: Vec<f64> = keys
+            .clone()
             .map(|pos| {
                 let kr = &k[kv_row(pos, kvh)..][..d];
-                scale * dot(qh, kr)
+                let s = scale * dot(qh, kr);
+                match cap > 0.0 {
+                    true => cap * (s / cap).tanh(),
+                    false => s,
+                }
             })
             .collect();
-        let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let p: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let p: Vec<f64> = s.iter().map(|s| (s - m).exp()).collect();
         let sum: f64 = p.iter().sum();
         for (i, o) in oh.iter_mut().enumerate() {
-            let acc: f64 = (0..len)
-                .map(|pos| p[pos] * f64::from(v[kv_row(pos, kvh) + i]))
+            let acc: f64 = keys
+                .clone()
+                .zip(&p)
+                .map(|(pos, p)| p * f64::from(v[kv_row(pos, kvh) + i]))
                 .sum();
             *o = (acc / sum) as f32;
         }
@@ -106,6 +122,28 @@ pub fn softmax(x: &[f32], cols: usize, scale: f32) -> Vec<f32> {
         y.extend(e.iter().map(|&v| (v / sum) as f32));
     }
     y
+}
+
+/// GELU in its tanh form, `x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, in f64.
+pub fn gelu_tanh(x: f64) -> f64 {
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// `gelu(gate) * up` (Gemma's FFN).
+pub fn gelu_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    gate.iter()
+        .zip(up)
+        .map(|(&g, &u)| (gelu_tanh(f64::from(g)) * f64::from(u)) as f32)
+        .collect()
+}
+
+/// `cap * tanh(x / cap)` (Gemma 2's final logits).
+pub fn softcap(x: &mut [f32], cap: f32) {
+    let c = f64::from(cap);
+    for v in x {
+        *v = (c * (f64::from(*v) / c).tanh()) as f32;
+    }
 }
 
 /// `max(x, 0)^2`.
@@ -237,7 +275,7 @@ mod tests {
         let q = [1.0, 2.0, 1.0, 0.0];
         let k = [0.0, 1.0];
         let v = [10.0, 20.0];
-        let o = attention(&q, &k, &v, 0, shape);
+        let o = attention(&q, &k, &v, 0, shape, AttentionScores::default());
         // Token 0 sees only position 0, whatever the query.
         assert!(close(o[0], 10.0) && close(o[1], 10.0));
         // Token 1, head 0 (q = 1): scores (0, 1) -> weights (1, e) / (1 + e).
@@ -246,8 +284,54 @@ mod tests {
         // Head 1 (q = 0): equal scores, the mean.
         assert!(close(o[3], 15.0));
         // The same second token decoded alone at pos0 = 1 gives the same result.
-        let o1 = attention(&q[2..], &k, &v, 1, shape);
+        let o1 = attention(&q[2..], &k, &v, 1, shape, AttentionScores::default());
         assert_eq!(&o1[..], &o[2..]);
+    }
+
+    #[test]
+    fn attention_windows_and_soft_caps() {
+        let shape = AttentionShape {
+            n_heads: 1,
+            n_kv_heads: 1,
+            head_dim: 1,
+        };
+        // Three keys; the query at position 2 with a window of 2 sees positions 1 and 2.
+        let (k, v) = ([1.0, 2.0, 3.0], [10.0, 20.0, 40.0]);
+        let w2 = AttentionScores {
+            window: 2,
+            softcap: 0.0,
+        };
+        let o = attention(&[1.0], &k, &v, 2, shape, w2);
+        let (e2, e3) = (2f64.exp(), 3f64.exp());
+        assert!(close(o[0], (20.0 * e2 + 40.0 * e3) / (e2 + e3)));
+        // A window of 1 is the key at the query's own position; one wider than the text, all.
+        let w1 = AttentionScores { window: 1, ..w2 };
+        assert!(close(attention(&[1.0], &k, &v, 2, shape, w1)[0], 40.0));
+        let w9 = AttentionScores { window: 9, ..w2 };
+        let all = attention(&[1.0], &k, &v, 2, shape, AttentionScores::default());
+        assert_eq!(attention(&[1.0], &k, &v, 2, shape, w9), all);
+        // A soft cap of 1 turns scores 1, 2, 3 into tanh(1), tanh(2), tanh(3).
+        let cap = AttentionScores {
+            window: 0,
+            softcap: 1.0,
+        };
+        let o = attention(&[1.0], &k, &v, 2, shape, cap);
+        let p: Vec<f64> = [1f64, 2.0, 3.0].iter().map(|s| s.tanh().exp()).collect();
+        let want = (10.0 * p[0] + 20.0 * p[1] + 40.0 * p[2]) / p.iter().sum::<f64>();
+        assert!(close(o[0], want));
+    }
+
+    #[test]
+    fn gelu_mul_and_softcap_follow_their_definitions() {
+        // gelu_tanh(1) = 0.5 (1 + tanh(sqrt(2/pi) 1.044715)) = 0.841192 (to 6 places).
+        assert!((gelu_tanh(1.0) - 0.841192).abs() < 1e-6);
+        assert_eq!(gelu_tanh(0.0), 0.0);
+        assert!(close(gelu_mul(&[1.0], &[2.0])[0], 2.0 * gelu_tanh(1.0)));
+        let mut x = [0.5f32, -30.0, 1e9];
+        softcap(&mut x, 5.0);
+        assert!(close(x[0], 5.0 * 0.1f64.tanh()));
+        assert!(close(x[1], -5.0 * 6f64.tanh()));
+        assert_eq!(x[2], 5.0);
     }
 
     #[test]

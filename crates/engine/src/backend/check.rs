@@ -21,7 +21,7 @@ use std::future::Future;
 use super::cpu::CpuBackend;
 use super::{Backend, Batch, KvShape, KvType, Logits, Op, Pass, Readback, Span, Tensor, Tokens};
 use super::{Weight, WeightData};
-use crate::ops::{Elementwise, Llama3Scaling, RopeConfig, RopeStyle};
+use crate::ops::{AttentionScores, Elementwise, Llama3Scaling, RopeConfig, RopeStyle};
 use crate::pass::Activations;
 use crate::quant::{self, GgmlType};
 use crate::Error;
@@ -125,7 +125,7 @@ impl WeightSpec {
 struct Setup {
     weights: Vec<WeightSpec>,
     vectors: Vec<Vec<f32>>,
-    cache: Option<(KvShape, RopeConfig)>,
+    cache: Option<(KvShape, Vec<RopeConfig>)>,
 }
 
 /// The handles a backend gave out for a [`Setup`], in its order.
@@ -337,23 +337,25 @@ where
             }
         }
     }
-    for (style, rot, llama3) in [
-        (RopeStyle::Interleaved, 64, false),
-        (RopeStyle::NeoX, 64, false),
-        (RopeStyle::NeoX, 32, false),
-        (RopeStyle::Interleaved, 64, true),
+    for (style, rot, llama3, linear) in [
+        (RopeStyle::Interleaved, 64, false, false),
+        (RopeStyle::NeoX, 64, false, false),
+        (RopeStyle::NeoX, 32, false, false),
+        (RopeStyle::Interleaved, 64, true, false),
+        (RopeStyle::NeoX, 64, false, true),
     ] {
         let name = format!(
-            "rope/{}/{rot}{}",
+            "rope/{}/{rot}{}{}",
             if style == RopeStyle::NeoX {
                 "neox"
             } else {
                 "interleaved"
             },
-            if llama3 { "/llama3" } else { "" }
+            if llama3 { "/llama3" } else { "" },
+            if linear { "/second-table-linear" } else { "" }
         );
         if want(&name) {
-            record(name, rope(&mut make, style, rot, llama3).await);
+            record(name, rope(&mut make, style, rot, llama3, linear).await);
         }
     }
     for kv in [KvType::F32, KvType::F16] {
@@ -368,7 +370,22 @@ where
                 if kv == KvType::F16 { "f16" } else { "f32" }
             );
             if want(&name) {
-                record(name, attention(&mut make, kv, heads, kv_heads, dim).await);
+                let plain = AttentionScores::default();
+                record(
+                    name,
+                    attention(&mut make, kv, heads, kv_heads, dim, plain).await,
+                );
+            }
+        }
+        // Windows of 1 and 100 keys and a soft cap of 4 (scores reach about 13 here).
+        for (window, softcap) in [(100usize, 0.0f32), (1, 0.0), (0, 4.0), (100, 4.0)] {
+            let name = format!(
+                "attention/{}/8x2x64/window-{window}-cap-{softcap}",
+                if kv == KvType::F16 { "f16" } else { "f32" }
+            );
+            if want(&name) {
+                let scores = AttentionScores { window, softcap };
+                record(name, attention(&mut make, kv, 8, 2, 64, scores).await);
             }
         }
     }
@@ -377,11 +394,15 @@ where
         Elementwise::SiluMul,
         Elementwise::ReluSquared,
         Elementwise::ReluSquaredMul,
+        Elementwise::GeluMul,
     ] {
         let name = format!("elementwise/{}", f.name());
         if want(&name) {
             record(name, elementwise(&mut make, f).await);
         }
+    }
+    if want("softcap") {
+        record("softcap".into(), softcap(&mut make).await);
     }
     if want("add_bias") {
         record("add_bias".into(), by_columns(&mut make, false).await);
@@ -716,10 +737,12 @@ where
             Op::Rope {
                 x: t[5],
                 heads: dim / 64,
+                table: 0,
             },
             Op::Rope {
                 x: t[6],
                 heads: kv / 64,
+                table: 0,
             },
             Op::Attention {
                 layer: 0,
@@ -728,6 +751,7 @@ where
                 v: t[7],
                 out: t[11],
                 heads: dim / 64,
+                scores: Default::default(),
             },
             product(6, t[11], t[14], tokens),
             norm(t[3]),
@@ -795,7 +819,7 @@ fn cache(
     dim: usize,
     dtype: KvType,
     rope: RopeConfig,
-) -> Option<(KvShape, RopeConfig)> {
+) -> Option<(KvShape, Vec<RopeConfig>)> {
     Some((
         KvShape {
             n_layers: layers,
@@ -805,15 +829,19 @@ fn cache(
             n_seqs: 2,
             dtype,
         },
-        rope,
+        vec![rope],
     ))
 }
 
+/// RoPE of one configuration; with `linear`, by the second of two tables (the first plain,
+/// the second with Gemma 3's global layers' linear scaling, positions divided by 8), so that a
+/// backend that rotates by the wrong table fails.
 async fn rope<B, F, Fut>(
     make: &mut F,
     style: RopeStyle,
     rot: usize,
     llama3: bool,
+    linear: bool,
 ) -> Result<(usize, f64), String>
 where
     F: FnMut() -> Fut,
@@ -832,15 +860,30 @@ where
             original_max_position_embeddings: 8192.0,
         });
     }
+    let mut cache = cache(1, heads, dim, KvType::F32, cfg.clone());
+    let table = match linear {
+        true => {
+            if let Some((_, tables)) = &mut cache {
+                tables.insert(0, RopeConfig::new(dim, 10000.0, style));
+                tables[1].freq_scale = 0.125;
+            }
+            1
+        }
+        false => 0,
+    };
     let setup = Setup {
         weights: vec![],
         vectors: vec![rng.vec(n * heads * dim, 3.0)],
-        cache: cache(1, heads, dim, KvType::F32, cfg),
+        cache,
     };
     // Positions 590.. of sequence 1: large angles.
     let passes = move |h: &Handles| {
         let mut p = reading(
-            vec![Op::Rope { x: h.t[0], heads }],
+            vec![Op::Rope {
+                x: h.t[0],
+                heads,
+                table,
+            }],
             n,
             h.t[0],
             n * heads * dim,
@@ -863,6 +906,7 @@ async fn attention<B, F, Fut>(
     heads: usize,
     kv_heads: usize,
     dim: usize,
+    scores: AttentionScores,
 ) -> Result<(usize, f64), String>
 where
     F: FnMut() -> Fut,
@@ -898,6 +942,7 @@ where
             v: h.t[2],
             out: h.t[3],
             heads,
+            scores,
         };
         let prefill = reading(vec![att(1)], n0, h.t[3], n0 * q_row);
         let mut second = reading(vec![att(1)], 40, h.t[3], 40 * q_row);
@@ -929,19 +974,31 @@ where
     // (softmax weights sum to 1), c <= scale * |q| |k| over the inputs' magnitudes.
     let (qmax, kmax, vmax) = (1.5f64, 1.5f64, 2.0f64);
     let c = qmax * kmax * dim as f64 / (dim as f64).sqrt();
+    // A soft cap leaves score errors as they are (its slope is at most 1) and scores at most
+    // the cap in size; tanh adds 16 eps of the cap to each.
+    let cap = f64::from(scores.softcap);
+    let (c_exp, tanh_err) = match cap > 0.0 {
+        true => (c.min(cap), cap * 16.0 * EPS),
+        false => (c, 0.0),
+    };
     // Prefills over an f16 cache may run on tensor cores (the wgpu self-test's cooperative
     // bound): the pre-scaled q rounded to f16 (2^-11 relative, 2^-25 absolute below f16's
     // normal range), sums that may truncate (their eps twice), and each p rounded to f16 where
     // it multiplies V (2^-11 of A, 2^-25 max|v| per key absolute).
     let bound = move |w: &[f32], pass: usize| {
-        let keys = [n0, 40, n0 + 1][pass] as f64;
+        let keys = [n0, 40, n0 + 1][pass];
+        let keys = match scores.window {
+            0 => keys,
+            w => keys.min(w),
+        } as f64;
         let coop = kv == KvType::F16 && pass < 2;
         let (u_q, sum_eps, tiny) = match coop {
             true => (2f64.powi(-11), 2.0, 2f64.powi(-25)),
             false => (0.0, 1.0, 0.0),
         };
-        let ds = c * (u_q + sum_eps * (dim as f64 + 2.0) * EPS) + dim as f64 * tiny * kmax;
-        let rel = (2.0 * ds).exp_m1() + u_q + (3.0 + 6.0 * c + 2.0 * keys + 16.0) * EPS;
+        let ds =
+            c * (u_q + sum_eps * (dim as f64 + 2.0) * EPS) + dim as f64 * tiny * kmax + tanh_err;
+        let rel = (2.0 * ds).exp_m1() + u_q + (3.0 + 6.0 * c_exp + 2.0 * keys + 16.0) * EPS;
         w.iter()
             .map(|&o| vmax * rel + f64::from(o).abs() * EPS + keys * tiny * vmax)
             .collect()
@@ -957,9 +1014,17 @@ where
 {
     let mut rng = Rng(5);
     let len = 3000;
+    let (a, b) = (rng.vec(len, 8.0), rng.vec(len, 3.0));
+    // GELU's tanh: 16 eps relative and 8 |g u| eps absolute (1 + tanh(z) is off by up to 10
+    // eps of 1, which is relative where g > 0 and small beside |g u| where g < 0).
+    let gelu: Vec<f64> = a
+        .iter()
+        .zip(&b)
+        .map(|(g, u)| 8.0 * f64::from((g * u).abs()) * EPS)
+        .collect();
     let setup = Setup {
         weights: vec![],
-        vectors: vec![rng.vec(len, 8.0), rng.vec(len, 3.0)],
+        vectors: vec![a, b],
         cache: None,
     };
     let passes = move |h: &Handles| {
@@ -976,13 +1041,47 @@ where
             len,
         )]
     };
-    let exact = f == Elementwise::Add;
-    against_cpu(make, &setup, &passes, &|w, _| {
-        if exact {
-            vec![0.0; w.len()]
-        } else {
-            one_ulp(w)
-        }
+    against_cpu(make, &setup, &passes, &|w, _| match f {
+        Elementwise::Add => vec![0.0; w.len()],
+        Elementwise::GeluMul => w
+            .iter()
+            .zip(&gelu)
+            .map(|(&w, g)| 16.0 * f64::from(w).abs() * EPS + g)
+            .collect(),
+        _ => one_ulp(w),
+    })
+    .await
+}
+
+/// Soft caps of 30 and 0.5 over values up to 60 in size: `(4 |want| + 10 cap) eps` (the
+/// division, tanh's 8 ulp of 1, the product).
+async fn softcap<B, F, Fut>(make: &mut F) -> Result<(usize, f64), String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<B, Error>>,
+    B: Backend,
+{
+    let len = 3000;
+    let setup = Setup {
+        weights: vec![],
+        vectors: vec![Rng(17).vec(len, 60.0), Rng(18).vec(len, 60.0)],
+        cache: None,
+    };
+    let passes = move |h: &Handles| {
+        [30.0f32, 0.5]
+            .into_iter()
+            .enumerate()
+            .map(|(i, cap)| {
+                let x = h.t[i];
+                reading(vec![Op::Softcap { x, len, cap }], 1, x, len)
+            })
+            .collect()
+    };
+    against_cpu(make, &setup, &passes, &|w, pass| {
+        let cap = [30.0, 0.5][pass];
+        w.iter()
+            .map(|&w| (4.0 * f64::from(w).abs() + 10.0 * cap) * EPS)
+            .collect()
     })
     .await
 }

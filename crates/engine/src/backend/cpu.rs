@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use super::{
-    check_batch, AttentionShape, Backend, Batch, Elementwise, KvShape, KvType, Limits, Logits,
-    Names, Op, Pass, Readback, Tensor, Tokens, Weight, WeightData,
+    check_batch, AttentionScores, AttentionShape, Backend, Batch, Elementwise, KvShape, KvType,
+    Limits, Logits, Names, Op, Pass, Readback, Tensor, Tokens, Weight, WeightData,
 };
 use crate::cpu::bitlinear::quantize_activations;
 use crate::cpu::ops;
@@ -57,7 +57,7 @@ pub struct CpuBackend {
     /// Per sequence, per layer `(k, v)`, each `(max_ctx, n_kv_heads, head_dim)`.
     cache: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
     kv: Option<KvShape>,
-    rope: Option<RopeConfig>,
+    rope: Vec<RopeConfig>,
     /// The best candidate of the last pass that read back its top-k (for chained passes).
     best: Option<u32>,
     /// The KV cache type asked for ([`Backend::kv_request`]).
@@ -85,7 +85,7 @@ impl CpuBackend {
             weights: Vec::new(),
             cache: Vec::new(),
             kv: None,
-            rope: None,
+            rope: Vec::new(),
             best: None,
             kv_request: None,
             int8_activations: true,
@@ -253,7 +253,7 @@ impl CpuBackend {
                 act: Activations::F16,
             } => self.matmul_f16(w, x, out, rows)?,
             Op::BitLinear { w, x, out, rows } => self.bitlinear(w, x, out, rows)?,
-            Op::Rope { x, heads } => self.rope(x, heads, batch)?,
+            Op::Rope { x, heads, table } => self.rope(x, heads, table, batch)?,
             Op::Attention {
                 layer,
                 q,
@@ -261,7 +261,12 @@ impl CpuBackend {
                 v,
                 out,
                 heads,
-            } => self.attention(layer, [q, k, v, out], heads, batch)?,
+                scores,
+            } => self.attention(layer, [q, k, v, out], heads, scores, batch)?,
+            Op::Softcap { x, len, cap } => {
+                self.need(x, len, "softcap x")?;
+                ops::softcap(&mut self.tensors[x.0 as usize][..len], cap);
+            }
             Op::Elementwise {
                 f,
                 out,
@@ -482,10 +487,11 @@ impl CpuBackend {
         Ok(())
     }
 
-    fn rope(&mut self, x: Tensor, heads: usize, batch: &Batch) -> Result<(), Error> {
+    fn rope(&mut self, x: Tensor, heads: usize, table: usize, batch: &Batch) -> Result<(), Error> {
         let cfg = self
             .rope
-            .clone()
+            .get(table)
+            .cloned()
             .ok_or_else(|| Error::from(BackendError::NoCache("RoPE")))?;
         let row = heads * cfg.head_dim;
         self.need(x, batch.tokens() * row, "rope x")?;
@@ -503,6 +509,7 @@ impl CpuBackend {
         layer: usize,
         [q, k, v, out]: [Tensor; 4],
         heads: usize,
+        scores: AttentionScores,
         batch: &Batch,
     ) -> Result<(), Error> {
         let kv = self.kv()?;
@@ -544,6 +551,7 @@ impl CpuBackend {
                 vc,
                 s.pos0,
                 shape,
+                scores,
             );
             self.tensors[out.0 as usize][rows.start * q_row..][..y.len()].copy_from_slice(&y);
             row0 += s.len;
@@ -576,6 +584,7 @@ impl CpuBackend {
             Elementwise::SiluMul => ops::silu_mul(a, b),
             Elementwise::ReluSquared => ops::relu_squared(a),
             Elementwise::ReluSquaredMul => ops::relu_squared_mul(a, b),
+            Elementwise::GeluMul => ops::gelu_mul(a, b),
         };
         self.tensors[out.0 as usize][..len].copy_from_slice(&y);
         Ok(())
@@ -712,7 +721,7 @@ impl Backend for CpuBackend {
         self.load_vector(name, &vec![0f32; len])
     }
 
-    fn init_cache(&mut self, kv: KvShape, rope: &RopeConfig) -> Result<(), Error> {
+    fn init_cache(&mut self, kv: KvShape, rope: &[RopeConfig]) -> Result<(), Error> {
         let len = kv.max_ctx * kv.n_kv_heads * kv.head_dim;
         self.cache = (0..kv.n_seqs)
             .map(|_| {
@@ -722,7 +731,7 @@ impl Backend for CpuBackend {
             })
             .collect();
         self.kv = Some(kv);
-        self.rope = Some(rope.clone());
+        self.rope = rope.to_vec();
         Ok(())
     }
 

@@ -21,8 +21,8 @@ pub mod profile;
 
 use crate::error::BatchError;
 pub use crate::pass::{
-    AttentionShape, Batch, Elementwise, Logits, Names, Op, Pass, Readback, RopeConfig, Span,
-    Tensor, Tokens, Weight,
+    AttentionScores, AttentionShape, Batch, Elementwise, Logits, Names, Op, Pass, Readback,
+    RopeConfig, Span, Tensor, Tokens, Weight,
 };
 use crate::quant::GgmlType;
 
@@ -228,6 +228,14 @@ pub trait Backend {
     /// Upload a weight in its file format.
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, crate::Error>;
 
+    /// Whether a block's weight of `dtype` that lies unchanged in local files
+    /// ([`WeightData::location`]) is read by the backend itself from there (the CUDA
+    /// backend under a GPU memory budget): the loader then reads none of its bytes and
+    /// passes `bytes` empty, so that loading reads the file once.
+    fn reads_located(&self, _dtype: GgmlType) -> bool {
+        false
+    }
+
     /// The operands a product of `rows` tokens through `w` takes
     /// ([`crate::pass::Activations`]): always F32 under [`Arithmetic::Exact`]; under
     /// [`Arithmetic::Fast`] what this backend runs fastest (int8 activations for one token
@@ -240,8 +248,9 @@ pub trait Backend {
     /// A zeroed activation buffer of `len` f32.
     fn alloc(&mut self, name: &str, len: usize) -> Result<Tensor, crate::Error>;
 
-    /// Create the KV cache and the RoPE table (once per model, before the first pass).
-    fn init_cache(&mut self, kv: KvShape, rope: &RopeConfig) -> Result<(), crate::Error>;
+    /// Create the KV cache and the RoPE tables (once per model, before the first pass):
+    /// [`Op::Rope`]'s `table` indexes `rope`.
+    fn init_cache(&mut self, kv: KvShape, rope: &[RopeConfig]) -> Result<(), crate::Error>;
 
     /// Bytes this backend holds for weights, activations and cache.
     fn bytes_used(&self) -> u64;

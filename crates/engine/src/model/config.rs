@@ -1,8 +1,8 @@
 //! A model's hyper-parameters, read from GGUF metadata (`<arch>.block_count`, ...).
 
 use crate::error::ModelError;
-use crate::formats::gguf::{GgufError, GgufFile};
-use crate::ops::{RopeConfig, RopeStyle};
+use crate::formats::gguf::{Array, GgufError, GgufFile, Value};
+use crate::ops::{AttentionScores, RopeConfig, RopeStyle};
 use crate::Error;
 
 /// The architectures we run.
@@ -25,6 +25,15 @@ pub enum Arch {
     /// at load; NeoX RoPE, with the per-pair frequency factors for short or long contexts
     /// (`rope_factors_short`/`_long`) where the file has them.
     Phi3,
+    /// `gemma2`: the embedding scaled by sqrt(dim); RMS norms before and after attention and
+    /// the FFN (the converters fold Gemma's `1 + w` into the weights); a GELU-gated FFN;
+    /// attention scores and final logits soft-capped; every other layer attending over a
+    /// sliding window (the even ones); NeoX RoPE.
+    Gemma2,
+    /// `gemma3`: Gemma 2's block with per-head q/k RMS norms and no soft caps (unless the file
+    /// states a final one); five of every six layers attend over a sliding window with their
+    /// own RoPE base (`rope.freq_base_swa`, 10,000 by default) and no linear scaling.
+    Gemma3,
 }
 
 impl Arch {
@@ -36,13 +45,20 @@ impl Arch {
             "qwen2" => Some(Arch::Qwen2),
             "qwen3" => Some(Arch::Qwen3),
             "phi3" => Some(Arch::Phi3),
+            "gemma2" => Some(Arch::Gemma2),
+            "gemma3" => Some(Arch::Gemma3),
             _ => None,
         }
     }
 
     /// Whether each head of q and k is RMS-normed before RoPE (`attn_q_norm`, `attn_k_norm`).
     pub fn has_qk_norm(self) -> bool {
-        self == Arch::Qwen3
+        matches!(self, Arch::Qwen3 | Arch::Gemma3)
+    }
+
+    /// Gemma's block: norms after attention and the FFN too, GELU gating.
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Arch::Gemma2 | Arch::Gemma3)
     }
 }
 
@@ -69,6 +85,48 @@ pub struct ModelConfig {
     /// `rope.scaling.attn_factor` (1 where absent): the rotated dimensions of q and k are
     /// scaled by it, so their scores by its square ([`crate::model::llama`] scales q's).
     pub rope_attn_factor: f32,
+    /// The RoPE of the layers with a sliding window where it differs from [`Self::rope`]
+    /// (Gemma 3's local layers): the session's table 1.
+    pub rope_local: Option<RopeConfig>,
+    /// The sliding window (`attention.sliding_window`; 0: none) and the layers that attend
+    /// over it.
+    pub window: usize,
+    pub window_layers: Vec<bool>,
+    /// Attention scores soft-capped at this (0: not; Gemma 2).
+    pub attn_softcap: f32,
+    /// The final logits soft-capped at this (0: not; Gemma 2).
+    pub final_softcap: f32,
+    /// Gemma: the embedding scaled by this (sqrt(dim)).
+    pub embed_scale: Option<f32>,
+    /// q multiplied by this before attention, beside the attention's own 1/sqrt(head_dim)
+    /// (Gemma 2 and 3 27B score by 1/sqrt(dim / n_heads) instead); 1 elsewhere.
+    pub q_multiplier: f32,
+}
+
+impl ModelConfig {
+    /// The RoPE tables a session creates ([`crate::pass::Op::Rope`]'s `table`).
+    pub fn ropes(&self) -> Vec<RopeConfig> {
+        std::iter::once(self.rope.clone())
+            .chain(self.rope_local.clone())
+            .collect()
+    }
+
+    /// The RoPE table of layer `layer`.
+    pub fn rope_table(&self, layer: usize) -> usize {
+        usize::from(self.rope_local.is_some() && self.windowed(layer))
+    }
+
+    fn windowed(&self, layer: usize) -> bool {
+        self.window > 0 && self.window_layers.get(layer).copied().unwrap_or(false)
+    }
+
+    /// What layer `layer`'s attention scores see: its window, the soft cap.
+    pub fn scores(&self, layer: usize) -> AttentionScores {
+        AttentionScores {
+            window: if self.windowed(layer) { self.window } else { 0 },
+            softcap: self.attn_softcap,
+        }
+    }
 }
 
 /// The largest width (embedding, FFN, attention heads times head size) and layer count a
@@ -182,7 +240,7 @@ impl ModelConfig {
         }
         let style = match arch {
             Arch::Llama => RopeStyle::Interleaved,
-            Arch::BitNet | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => RopeStyle::NeoX,
+            _ => RopeStyle::NeoX,
         };
         // Longrope's attention factor (Phi-3.5, Phi-3-128k, Phi-4-mini): llama.cpp scales the
         // rotated dimensions of q and k by it.
@@ -190,6 +248,100 @@ impl ModelConfig {
         let rope_original_context = int("rope.scaling.original_context_length", usize::MAX)?;
         let mut rope = RopeConfig::new(head_dim, theta, style);
         rope.rot_dim = rot_dim;
+        // Linear scaling: positions divided by the factor (llama.cpp's freq_scale). YaRN's
+        // extrapolation is not implemented: refused rather than run wrong.
+        let scaling = file.get(&key("rope.scaling.type")).map(|v| v.as_str());
+        match scaling {
+            None | Some(Some("linear")) => {
+                let factor = float("rope.scaling.factor", 1.0)?;
+                rope.freq_scale = 1.0 / factor;
+            }
+            Some(Some("yarn")) => {
+                return Err(bad(
+                    "rope.scaling.type",
+                    "yarn".into(),
+                    "linear or none (YaRN is not supported)",
+                ))
+            }
+            _ => {}
+        }
+        // Sliding windows: Gemma 2 every other layer (4096 unless stated), Gemma 3 five of six
+        // where the file states a window, other architectures every layer where it does; a
+        // stated pattern (`attention.sliding_window_pattern`: a period, or a flag per layer)
+        // wins.
+        let window = match (arch, int("attention.sliding_window", usize::MAX)?) {
+            (_, Some(w)) => w,
+            (Arch::Gemma2, None) => 4096,
+            _ => 0,
+        };
+        let period = match arch {
+            Arch::Gemma2 => 2,
+            Arch::Gemma3 => 6,
+            _ => 0,
+        };
+        let window_layers: Vec<bool> = match file.get(&key("attention.sliding_window_pattern")) {
+            Some(Value::Array(Array::Bool(flags))) if flags.len() == n_layers => flags.clone(),
+            Some(v) if v.as_array().is_some() => {
+                return Err(bad(
+                    "attention.sliding_window_pattern",
+                    "an array".into(),
+                    &format!("{n_layers} flags (one per layer) or a period"),
+                ))
+            }
+            found => {
+                let period = match found {
+                    Some(_) => {
+                        int("attention.sliding_window_pattern", MAX_LAYERS)?.unwrap_or(period)
+                    }
+                    None => period,
+                };
+                // llama.cpp's rule: with a period p, layer i is windowed where i % p < p - 1.
+                (0..n_layers)
+                    .map(|i| period == 0 || i % period.max(1) < period - 1)
+                    .collect()
+            }
+        };
+        let rope_local = match arch {
+            Arch::Gemma3 if window > 0 => {
+                let mut local =
+                    RopeConfig::new(head_dim, float("rope.freq_base_swa", 10_000.0)?, style);
+                local.rot_dim = rot_dim;
+                Some(local)
+            }
+            Arch::Gemma2 => match file.get(&key("rope.freq_base_swa")) {
+                Some(_) => {
+                    let mut local = rope.clone();
+                    local.theta = float("rope.freq_base_swa", theta)?;
+                    Some(local)
+                }
+                None => None,
+            },
+            _ => None,
+        };
+        let attn_softcap = match arch {
+            Arch::Gemma2 => float("attn_logit_softcapping", 50.0)? as f32,
+            _ => 0.0,
+        };
+        let final_softcap = match arch {
+            Arch::Gemma2 => float("final_logit_softcapping", 30.0)? as f32,
+            Arch::Gemma3 => float("final_logit_softcapping", f64::INFINITY).map(|c| {
+                if c.is_finite() {
+                    c as f32
+                } else {
+                    0.0
+                }
+            })?,
+            _ => 0.0,
+        };
+        // Gemma 2 27B (46 layers) and Gemma 3 27B (62) score by 1/sqrt(dim / n_heads), as
+        // llama.cpp and gemma_pytorch do (query_pre_attn_scalar; GGUF does not carry it).
+        let q_multiplier = match (arch, n_layers) {
+            (Arch::Gemma2, 46) | (Arch::Gemma3, 62) => {
+                ((head_dim as f64) / (dim as f64 / n_heads as f64)).sqrt() as f32
+            }
+            _ => 1.0,
+        };
+        let embed_scale = arch.is_gemma().then(|| (dim as f32).sqrt());
         let last_block = format!("blk.{}.attn_norm.weight", n_layers - 1);
         if file.tensor(&last_block).is_none() {
             return Err(ModelError::MissingLayers {
@@ -232,6 +384,13 @@ impl ModelConfig {
             rope,
             rope_original_context,
             rope_attn_factor,
+            rope_local,
+            window,
+            window_layers,
+            attn_softcap,
+            final_softcap,
+            embed_scale,
+            q_multiplier,
         })
     }
 }

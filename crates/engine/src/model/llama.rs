@@ -55,7 +55,8 @@ pub fn forward(
         }
         p.rope(q, c.n_heads);
         p.rope(k, c.n_kv_heads);
-        p.attention(i, [q, k, s.v], s.att, c.n_heads); // att: (n, n_heads, head_dim)
+        // att: (n, n_heads, head_dim), over a sliding window where the file states one.
+        p.attention_with(i, [q, k, s.v], s.att, c.n_heads, c.scores(i));
         p.matmul(l.wo, s.att, s.xb2, n); // xb2: (n, dim)
         p.add(s.x, s.xb2, n * dim);
         // FFN: x += down(silu(gate . xn) * (up . xn)), xn = norm(x).

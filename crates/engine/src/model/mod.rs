@@ -4,6 +4,7 @@
 
 pub mod bitnet;
 pub mod config;
+pub mod gemma;
 pub mod llama;
 pub mod rdrr;
 pub mod weights;
@@ -193,7 +194,7 @@ impl<B: Backend> Model<B> {
                 .kv_request()
                 .unwrap_or_else(|| KvType::default_for(&kv)),
         };
-        backend.init_cache(kv, &config.rope)?;
+        backend.init_cache(kv, &config.ropes())?;
         Ok(Model {
             config,
             backend,
@@ -221,6 +222,7 @@ impl<B: Backend> Model<B> {
             | config::Arch::Qwen3
             | config::Arch::Phi3 => llama::forward(c, w, s, n, &mut p)?,
             config::Arch::BitNet => bitnet::forward(c, w, s, n, &mut p)?,
+            config::Arch::Gemma2 | config::Arch::Gemma3 => gemma::forward(c, w, s, n, &mut p)?,
         }
         self.head(&batch.last_rows(), n, readback, &mut p)?;
         p.set_activations(|w, rows| self.backend.activations(w, rows));
@@ -249,6 +251,9 @@ impl<B: Backend> Model<B> {
             Readback::All => {
                 p.rms_norm(s.x, w.output_norm, s.xb, n, c.dim, c.eps); // xb: (n, dim)
                 p.matmul(w.output, s.xb, s.logits, n); // logits: (n, n_vocab)
+                if c.final_softcap > 0.0 {
+                    p.softcap(s.logits, n * c.n_vocab, c.final_softcap);
+                }
                 p.read(s.logits, n, c.n_vocab, readback);
             }
             Readback::Last | Readback::TopK(_) => {
@@ -264,6 +269,9 @@ impl<B: Backend> Model<B> {
                 };
                 p.rms_norm(last, w.output_norm, s.xb_last, rows, c.dim, c.eps);
                 p.matmul(w.output, s.xb_last, s.logits, rows); // logits: (spans, n_vocab)
+                if c.final_softcap > 0.0 {
+                    p.softcap(s.logits, rows * c.n_vocab, c.final_softcap);
+                }
                 p.read(s.logits, rows, c.n_vocab, readback);
             }
         }

@@ -117,6 +117,10 @@ pub struct LayerWeights {
     pub w_down: Weight,
     /// BitNet: norm of the FFN hidden state before `w_down`.
     pub ffn_sub_norm: Option<Tensor>,
+    /// Gemma: norms of the attention's and the FFN's outputs before the residual adds
+    /// (`post_attention_norm`, `post_ffw_norm`).
+    pub attn_post_norm: Option<Tensor>,
+    pub ffn_post_norm: Option<Tensor>,
 }
 
 /// Every weight of a model, as backend handles.
@@ -126,8 +130,11 @@ pub struct Weights {
     /// The LM head (`output.weight`, or the embedding when tied).
     pub output: Weight,
     /// Where the config has a RoPE attention factor `m`: `m^2` over each head's rotated
-    /// dimensions of q and 1 over the rest (`head_dim` values).
+    /// dimensions of q and 1 over the rest; where it has a q multiplier (Gemma 27B), that over
+    /// every dimension (`head_dim` values).
     pub q_scale: Option<Tensor>,
+    /// Gemma: sqrt(dim) over each embedding row (`dim` values).
+    pub embed_scale: Option<Tensor>,
     pub layers: Vec<LayerWeights>,
 }
 
@@ -156,7 +163,10 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
             }
             .into());
         }
-        let bytes = read_exact(self.src, name, dtype, rows as u64 * cols as u64).await?;
+        let location = self.src.location(name);
+        let bytes = self
+            .bytes_unless_located(name, dtype, rows as u64 * cols as u64, location.as_deref())
+            .await?;
         // Upstream llama.cpp's BitNet files carry a ternary weight's scale as its own tensor.
         let scale_name = format!("{}.scale", name.trim_end_matches(".weight"));
         let scale = match self.src.meta(&scale_name) {
@@ -166,7 +176,6 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
             }
             None => None,
         };
-        let location = self.src.location(name);
         let w = self.b.load_weight(WeightData {
             name,
             dtype,
@@ -208,8 +217,10 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
                     elements: cols as u64,
                     dtype: dtype.to_string(),
                 })? as usize;
-        let bytes = read_exact(self.src, name, dtype, rows as u64 * cols as u64).await?;
         let location = self.src.location(name);
+        let bytes = self
+            .bytes_unless_located(name, dtype, rows as u64 * cols as u64, location.as_deref())
+            .await?;
         let mut weights = Vec::new();
         let mut row = 0;
         for (i, &n) in parts.iter().enumerate() {
@@ -223,7 +234,7 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
                 dtype,
                 rows: n,
                 cols,
-                bytes: &bytes[range],
+                bytes: bytes.get(range.clone()).unwrap_or_default(),
                 scale: None,
                 layer: layer_of(name),
                 location: spans.as_deref(),
@@ -233,6 +244,40 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
             row += n;
         }
         Ok(weights)
+    }
+
+    /// A matrix's `n` values' bytes; none where the backend reads this block weight from its
+    /// files itself ([`Backend::reads_located`]), once the files are known to hold exactly
+    /// that many bytes.
+    async fn bytes_unless_located(
+        &mut self,
+        name: &str,
+        dtype: GgmlType,
+        n: u64,
+        location: Option<&[FileSpan]>,
+    ) -> Result<Vec<u8>, Error> {
+        match location {
+            Some(spans) if layer_of(name).is_some() && self.b.reads_located(dtype) => {
+                let need = dtype
+                    .tensor_bytes(n)
+                    .ok_or_else(|| ModelError::PartialBlocks {
+                        name: name.to_string(),
+                        elements: n,
+                        dtype: dtype.to_string(),
+                    })?;
+                let have: u64 = spans.iter().map(|s| s.len).sum();
+                if have != need {
+                    return Err(ModelError::WrongByteLength {
+                        name: name.to_string(),
+                        have,
+                        need,
+                    }
+                    .into());
+                }
+                Ok(Vec::new())
+            }
+            _ => read_exact(self.src, name, dtype, n).await,
+        }
     }
 
     /// A vector as f32.
@@ -248,6 +293,13 @@ impl<B: Backend, S: AsyncTensorSource> Loader<'_, B, S> {
             Some(_) => self.norm(name, len).await.map(Some),
             None => Ok(None),
         }
+    }
+
+    /// A vector of the model's constants (not from the file).
+    fn constant(&mut self, name: &str, v: &[f32]) -> Result<Tensor, Error> {
+        let t = self.b.load_vector(name, v)?;
+        self.names.tensor_named(t, name);
+        Ok(t)
     }
 
     /// A norm weight of `dim` values.
@@ -361,24 +413,35 @@ impl Weights {
                 } else {
                     None
                 },
+                attn_post_norm: match c.arch.is_gemma() {
+                    true => Some(l.norm(&n("post_attention_norm"), c.dim).await?),
+                    false => None,
+                },
+                ffn_post_norm: match c.arch.is_gemma() {
+                    true => Some(l.norm(&n("post_ffw_norm"), c.dim).await?),
+                    false => None,
+                },
             });
         }
-        let q_scale = match c.rope_attn_factor {
-            1.0 => None,
-            m => {
+        let q_scale = match (c.rope_attn_factor, c.q_multiplier) {
+            (1.0, 1.0) => None,
+            (m, k) => {
                 let v: Vec<f32> = (0..c.head_dim)
-                    .map(|i| if i < c.rope.rot_dim { m * m } else { 1.0 })
+                    .map(|i| if i < c.rope.rot_dim { m * m * k } else { k })
                     .collect();
-                let t = l.b.load_vector("rope.q_scale", &v)?;
-                l.names.tensor_named(t, "rope.q_scale");
-                Some(t)
+                Some(l.constant("rope.q_scale", &v)?)
             }
+        };
+        let embed_scale = match c.embed_scale {
+            Some(e) => Some(l.constant("embed_scale", &vec![e; c.dim])?),
+            None => None,
         };
         Ok(Weights {
             token_embd,
             output_norm,
             output,
             q_scale,
+            embed_scale,
             layers,
         })
     }

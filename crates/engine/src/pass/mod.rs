@@ -10,7 +10,7 @@
 
 mod print;
 
-pub use crate::ops::{AttentionShape, Elementwise, RopeConfig};
+pub use crate::ops::{AttentionScores, AttentionShape, Elementwise, RopeConfig};
 use crate::quant::GgmlType;
 pub use print::{readback_name, Names};
 
@@ -101,11 +101,16 @@ pub enum Op {
         out: Tensor,
         rows: usize,
     },
-    /// Rotate `x: (tokens, heads, head_dim)` in place, each token at its position.
-    Rope { x: Tensor, heads: usize },
+    /// Rotate `x: (tokens, heads, head_dim)` in place, each token at its position, by RoPE
+    /// table `table` (the session's configurations, [`crate::backend::Backend::init_cache`]).
+    Rope {
+        x: Tensor,
+        heads: usize,
+        table: usize,
+    },
     /// Append the tokens' `k`, `v` to layer `layer` of their sequence's cache at their
-    /// positions, then causal attention of `q` over that sequence's positions `0 ..= pos`:
-    /// `out: (tokens, heads, head_dim)`.
+    /// positions, then causal attention of `q` over that sequence's positions `0 ..= pos`
+    /// (or the window `scores` gives, with its soft cap): `out: (tokens, heads, head_dim)`.
     Attention {
         layer: usize,
         q: Tensor,
@@ -113,6 +118,7 @@ pub enum Op {
         v: Tensor,
         out: Tensor,
         heads: usize,
+        scores: AttentionScores,
     },
     /// `out[i] = f(first[i], second[i])` for `len` values (`first: None`: `out` itself).
     Elementwise {
@@ -138,6 +144,8 @@ pub enum Op {
         rows: usize,
         cols: usize,
     },
+    /// `x[i] = cap * tanh(x[i] / cap)` for `len` values (Gemma 2's final logits).
+    Softcap { x: Tensor, len: usize, cap: f32 },
     /// `dst[dst_row, ..cols] = src[row, ..cols]`.
     CopyRow {
         src: Tensor,
@@ -162,7 +170,7 @@ impl Op {
             Op::Embed { .. } => vec![],
             Op::RmsNorm { x, weight, .. } => vec![x, weight],
             Op::MatMul { x, .. } | Op::BitLinear { x, .. } => vec![x],
-            Op::Rope { x, .. } => vec![x],
+            Op::Rope { x, .. } | Op::Softcap { x, .. } => vec![x],
             Op::Attention { q, k, v, .. } => vec![q, k, v],
             Op::Elementwise {
                 out, first, second, ..
@@ -188,7 +196,7 @@ impl Op {
             | Op::Elementwise { out, .. }
             | Op::AddBias { out, .. }
             | Op::ScaleColumns { out, .. } => Some(out),
-            Op::Rope { x, .. } => Some(x),
+            Op::Rope { x, .. } | Op::Softcap { x, .. } => Some(x),
             Op::CopyRow { dst, .. } => Some(dst),
             Op::Read { .. } => None,
         }
@@ -254,10 +262,27 @@ impl Pass {
     }
 
     pub fn rope(&mut self, x: Tensor, heads: usize) {
-        self.ops.push(Op::Rope { x, heads });
+        self.rope_by(x, heads, 0);
     }
 
-    pub fn attention(&mut self, layer: usize, [q, k, v]: [Tensor; 3], out: Tensor, heads: usize) {
+    /// RoPE by the session's table `table` (Gemma 3's local and global layers differ).
+    pub fn rope_by(&mut self, x: Tensor, heads: usize, table: usize) {
+        self.ops.push(Op::Rope { x, heads, table });
+    }
+
+    pub fn attention(&mut self, layer: usize, qkv: [Tensor; 3], out: Tensor, heads: usize) {
+        self.attention_with(layer, qkv, out, heads, AttentionScores::default());
+    }
+
+    /// Attention whose scores are windowed or soft-capped as `scores` says.
+    pub fn attention_with(
+        &mut self,
+        layer: usize,
+        [q, k, v]: [Tensor; 3],
+        out: Tensor,
+        heads: usize,
+        scores: AttentionScores,
+    ) {
         self.ops.push(Op::Attention {
             layer,
             q,
@@ -265,7 +290,13 @@ impl Pass {
             v,
             out,
             heads,
+            scores,
         });
+    }
+
+    /// `x = cap * tanh(x / cap)` over `len` values.
+    pub fn softcap(&mut self, x: Tensor, len: usize, cap: f32) {
+        self.ops.push(Op::Softcap { x, len, cap });
     }
 
     /// `acc += x` over `len` values (a residual add).
@@ -276,6 +307,11 @@ impl Pass {
     /// `gate = silu(gate) * up` over `len` values.
     pub fn silu_mul(&mut self, gate: Tensor, up: Tensor, len: usize) {
         self.elementwise(Elementwise::SiluMul, gate, up, len);
+    }
+
+    /// `gate = gelu(gate) * up` over `len` values (GELU's tanh form).
+    pub fn gelu_mul(&mut self, gate: Tensor, up: Tensor, len: usize) {
+        self.elementwise(Elementwise::GeluMul, gate, up, len);
     }
 
     /// `gate = relu(gate)^2 * up` over `len` values.

@@ -100,7 +100,10 @@ impl Op {
                     t(out)
                 )
             }
-            Op::Rope { x, heads } => write!(s, "rope {} ({heads} heads)", t(x)),
+            Op::Rope { x, heads, table } => match table {
+                0 => write!(s, "rope {} ({heads} heads)", t(x)),
+                _ => write!(s, "rope {} ({heads} heads, table {table})", t(x)),
+            },
             Op::Attention {
                 layer,
                 q,
@@ -108,14 +111,25 @@ impl Op {
                 v,
                 out,
                 heads,
-            } => write!(
-                s,
-                "attention layer {layer} q={} k={} v={} -> {} ({heads} heads)",
-                t(q),
-                t(k),
-                t(v),
-                t(out)
-            ),
+                scores,
+            } => {
+                let mut extra = String::new();
+                if scores.window > 0 {
+                    extra += &format!(", window {}", scores.window);
+                }
+                if scores.softcap > 0.0 {
+                    extra += &format!(", soft cap {}", scores.softcap);
+                }
+                write!(
+                    s,
+                    "attention layer {layer} q={} k={} v={} -> {} ({heads} heads{extra})",
+                    t(q),
+                    t(k),
+                    t(v),
+                    t(out)
+                )
+            }
+            Op::Softcap { x, len, cap } => write!(s, "softcap {} ({len} values, cap {cap})", t(x)),
             Op::Elementwise {
                 f,
                 out,

@@ -99,6 +99,10 @@ impl Backend for AnyBackend {
         each!(self, b => b.load_weight(w))
     }
 
+    fn reads_located(&self, dtype: crate::quant::GgmlType) -> bool {
+        each!(self, b => b.reads_located(dtype))
+    }
+
     fn kv_request(&self) -> Option<crate::backend::KvType> {
         each!(self, b => b.kv_request())
     }
@@ -119,7 +123,7 @@ impl Backend for AnyBackend {
         each!(self, b => b.alloc(name, len))
     }
 
-    fn init_cache(&mut self, kv: KvShape, rope: &RopeConfig) -> Result<(), Error> {
+    fn init_cache(&mut self, kv: KvShape, rope: &[RopeConfig]) -> Result<(), Error> {
         each!(self, b => b.init_cache(kv, rope))
     }
 

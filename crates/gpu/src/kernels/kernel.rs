@@ -91,6 +91,10 @@ pub enum Kernel {
     Add,
     /// `out *= b` element-wise (with the driver's `cols`: scaling columns).
     Mul,
+    /// `gelu(g) * u` (GELU's tanh form).
+    GeluMul,
+    /// `x = cap * tanh(x / cap)` in place.
+    Softcap,
     Argmax,
     TopK,
     /// An empty dispatch (benchmarks measure the per-dispatch overhead with it).

@@ -75,6 +75,8 @@ impl Kernel {
             Kernel::SiluMul,
             Kernel::Add,
             Kernel::Mul,
+            Kernel::GeluMul,
+            Kernel::Softcap,
             Kernel::Argmax,
             Kernel::TopK,
             Kernel::Noop,

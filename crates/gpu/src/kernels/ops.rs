@@ -58,6 +58,8 @@ pub fn source(kernel: Kernel) -> Option<KernelSource> {
         Kernel::SiluMul => (&["elementwise.wgsl", "silu_mul.wgsl"], 256),
         Kernel::Add => (&["elementwise.wgsl", "add.wgsl"], 256),
         Kernel::Mul => (&["elementwise.wgsl", "mul.wgsl"], 256),
+        Kernel::GeluMul => (&["elementwise.wgsl", "gelu_mul.wgsl"], 256),
+        Kernel::Softcap => (&["elementwise.wgsl", "softcap.wgsl"], 256),
         Kernel::Argmax => (&["select_common.wgsl", "argmax.wgsl"], 256),
         Kernel::TopK => (&["select_common.wgsl", "top_k.wgsl"], 256),
         _ => return None,

@@ -73,6 +73,12 @@ gpu_uniform! {
         /// record of rows of this many values, whose factor the attend applies
         /// (`attention_norm.wgsl`); else 0.
         pub norm_cols: u32,
+        /// Keys a query sees: the last `window` positions up to its own (0: all before it).
+        pub window: u32,
+        /// Scores become `softcap * tanh(score / softcap)` (0: as they are).
+        pub softcap: f32,
+        pub pad0: u32,
+        pub pad1: u32,
         pub pad2: u32,
     }
 }
@@ -87,6 +93,11 @@ gpu_uniform! {
         pub gated: u32,
         /// 0: the second operand has `n` values; else it has `cols`, repeated over rows.
         pub cols: u32,
+        /// The soft cap of softcap.wgsl (unused by the others).
+        pub scalar: f32,
+        pub pad0: u32,
+        pub pad1: u32,
+        pub pad2: u32,
     }
 }
 

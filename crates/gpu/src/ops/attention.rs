@@ -14,7 +14,7 @@ use crate::kernels::ops::ATTENTION_COOP_WG as COOP_WG;
 use crate::kernels::Kernel;
 use crate::matmul::{grid, Dispatch};
 use crate::{GpuContext, GpuError, Pooled};
-use tritium_core::ops::RopeStyle;
+use tritium_core::ops::{AttentionScores, RopeStyle};
 
 const MODE_APPEND: u32 = 0;
 const MODE_ATTEND: u32 = 1;
@@ -149,9 +149,13 @@ pub struct AttentionCall<'a> {
     /// One token cut into pieces: combine them in the attend dispatch where the platform
     /// allows ([`AttentionOp::combines_in_attend`]) instead of a dispatch of their own.
     pub combine_in_attend: bool,
+    /// A window and soft cap of the scores (the cooperative-matrix attention takes neither:
+    /// a call with them attends without it).
+    pub scores: AttentionScores,
 }
 
-/// Append the new K/V at `position`, then `out = softmax(q k^T / sqrt(head_dim)) v` causally.
+/// Append the new K/V at `position`, then `out = softmax(q k^T / sqrt(head_dim)) v` causally
+/// (over a window of keys and with soft-capped scores where [`AttentionCall::scores`] says).
 pub struct AttentionOp {
     append: Dispatch,
     attend: Dispatch,
@@ -181,6 +185,7 @@ impl AttentionOp {
             splits,
             rope,
             combine_in_attend,
+            scores,
         } = call;
         let (k_cache, v_cache) = match (cache.k.get(layer), cache.v.get(layer)) {
             (Some(k), Some(v)) => (k, v),
@@ -211,7 +216,12 @@ impl AttentionOp {
             format!("head_dim {d} needs more than {wg} threads per workgroup")
         })?;
         let pipeline = ctx.kernel(kernel, Some(wg))?;
-        let coop = Self::uses_coop(ctx, cache.dtype, d, n_tokens, splits);
+        let coop = scores == AttentionScores::default()
+            && Self::uses_coop(ctx, cache.dtype, d, n_tokens, splits);
+        let window = u32::try_from(scores.window).unwrap_or(u32::MAX);
+        check(scores.softcap >= 0.0 && scores.softcap.is_finite(), || {
+            format!("an attention soft cap of {}", scores.softcap)
+        })?;
         let coop_pipeline = match coop {
             true => Some(ctx.kernel(Kernel::AttentionCoop(d), Some(COOP_WG))?),
             false => None,
@@ -306,6 +316,8 @@ impl AttentionOp {
                     && (mode == MODE_COMBINE || (in_attend && mode == MODE_ATTEND)),
             ),
             norm_cols: io.norm.map_or(0, |(_, cols)| cols),
+            window,
+            softcap: scores.softcap,
             ..Default::default()
         };
         let max_dim = ctx.limits.max_compute_workgroups_per_dimension;

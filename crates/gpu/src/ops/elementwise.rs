@@ -1,5 +1,5 @@
-//! Element-wise ops: ReLU² (optionally gated), SiLU-gated product and residual add, each out of
-//! place or in place.
+//! Element-wise ops: ReLU² (optionally gated), SiLU- and GELU-gated products and residual add,
+//! each out of place or in place; products and sums by columns; soft caps.
 
 use super::{check, need, pipeline};
 use crate::kernels::Kernel;
@@ -14,6 +14,7 @@ fn kernel(f: Elementwise) -> Kernel {
         Elementwise::Add => Kernel::Add,
         Elementwise::SiluMul => Kernel::SiluMul,
         Elementwise::ReluSquared | Elementwise::ReluSquaredMul => Kernel::ReluSquared,
+        Elementwise::GeluMul => Kernel::GeluMul,
     }
 }
 
@@ -59,6 +60,7 @@ impl ElementwiseOp {
                 in_place: u32::from(first.is_none()),
                 gated: u32::from(f == Elementwise::ReluSquaredMul),
                 cols: 0,
+                ..Default::default()
             },
         );
         // Unused bindings still need a buffer, one that is not `out`.
@@ -152,11 +154,43 @@ impl ElementwiseOp {
                 in_place: 1,
                 gated: 0,
                 cols,
+                ..Default::default()
             },
         );
         let bind_group = ctx.bind(&pipeline, &[&params, row, out, row]);
         Ok(Self::dispatched(
             ctx, pipeline, wg, bind_group, n, params, None,
+        ))
+    }
+
+    /// `x[i] = cap * tanh(x[i] / cap)` over `n` values, in place.
+    pub fn softcap(ctx: &GpuContext, x: &wgpu::Buffer, n: u32, cap: f32) -> Result<Self, GpuError> {
+        need("softcap x", x, u64::from(n) * 4)?;
+        check(n > 0, || "a soft cap over zero elements".into())?;
+        check(cap > 0.0 && cap.is_finite(), || {
+            format!("a soft cap of {cap}")
+        })?;
+        let (pipeline, wg) = pipeline(ctx, Kernel::Softcap)?;
+        let params = ctx.uniform(
+            "elementwise.params",
+            &ElementwiseParams {
+                n,
+                in_place: 1,
+                scalar: cap,
+                ..Default::default()
+            },
+        );
+        // The unused bindings take a buffer of their own (no other may alias `x`).
+        let spare = ctx.storage("softcap.unused", 4)?;
+        let bind_group = ctx.bind(&pipeline, &[&params, &spare, x, &spare]);
+        Ok(Self::dispatched(
+            ctx,
+            pipeline,
+            wg,
+            bind_group,
+            n,
+            params,
+            Some(spare),
         ))
     }
 

@@ -15,6 +15,7 @@ use crate::ops::{
 };
 use crate::q8::{norm_record_bytes, record_bytes};
 use crate::GpuContext;
+use tritium_core::ops::AttentionScores;
 
 /// Causal GQA attention: the history (positions before pos0) is appended by one op, then the
 /// op under test appends the new rows and attends, decode split over the context or not.
@@ -50,7 +51,42 @@ pub(super) async fn attention(ctx: &GpuContext, dtype: KvDtype) -> Result<Stats,
         (4, 2, 256),
         (6, 1, 64),
     ] {
-        stats.merge(attention_cases(ctx, dtype, [n_heads, n_kv, d], None).await?);
+        stats.merge(attention_cases(ctx, dtype, [n_heads, n_kv, d], None, PLAIN, &CASES).await?);
+    }
+    Ok(stats)
+}
+
+/// Scores as they are: every earlier key, no soft cap.
+const PLAIN: AttentionScores = AttentionScores {
+    window: 0,
+    softcap: 0.0,
+};
+
+/// Windows of keys and soft-capped scores (Mistral's and Gemma's): windows of 1, 50 and 300
+/// keys (one key; tiles and pieces that start inside the window; a window wider than some
+/// queries' contexts), a soft cap of 5 (q and k as the plain checks, whose scores reach well
+/// past it) alone and with a window. The bound is the plain one over the keys the window
+/// leaves: capping moves no score error up (|d/ds cap tanh(s / cap)| <= 1), and a score
+/// becomes at most `cap` in size; tanh's own error, `cap * 16 eps` more per score.
+pub(super) async fn attention_windowed(ctx: &GpuContext, dtype: KvDtype) -> Result<Stats, String> {
+    let cases = [
+        (1100, 0, 17, None),
+        (1100, 260, 17, Some(14)),
+        (1100, 1000, 1, None),
+        (1100, 1000, 1, Some(64)),
+        (1100, 130, 17, Some(1)),
+        (1100, 0, 200, None),
+    ];
+    let mut stats = Stats::default();
+    for (heads, window, softcap) in [
+        ([9usize, 3, 64], 50, 0.0),
+        ([6, 1, 64], 300, 0.0),
+        ([8, 2, 128], 1, 0.0),
+        ([9, 3, 64], 0, 5.0),
+        ([4, 2, 256], 50, 5.0),
+    ] {
+        let scores = AttentionScores { window, softcap };
+        stats.merge(attention_cases(ctx, dtype, heads, None, scores, &cases).await?);
     }
     Ok(stats)
 }
@@ -85,46 +121,26 @@ pub(super) async fn attention_rope(ctx: &GpuContext, dtype: KvDtype) -> Result<S
         ([8, 2, 64], llama32),
         ([4, 1, 64], partial),
     ] {
-        stats.merge(attention_cases(ctx, dtype, heads, Some(&cfg)).await?);
+        stats.merge(attention_cases(ctx, dtype, heads, Some(&cfg), PLAIN, &CASES).await?);
     }
     Ok(stats)
 }
+
+/// (max_ctx, pos0, n_tokens, splits) of the checks.
+type Case = (u32, usize, usize, Option<u32>);
 
 async fn attention_cases(
     ctx: &GpuContext,
     dtype: KvDtype,
     [n_heads, n_kv, d]: [usize; 3],
     rope: Option<&tritium_core::ops::RopeConfig>,
+    scores: AttentionScores,
+    cases: &[Case],
 ) -> Result<Stats, String> {
-    // (max_ctx, pos0, n_tokens, splits): splits None lets the op choose (14 pieces here, 26
-    // or 52 at 4096; one on CPU adapters), Some(64) leaves most pieces empty (a different
-    // number per token with 17 tokens), Some(1) streams every tile in one workgroup
-    // (positions 260 and 1000 cross the 256-key tiles).
-    // (1100, 1080, 17): the last keys' 16-key tiles reach past max_ctx (cooperative matrices).
-    // (1100, 40, 1, Some(64)): a decode whose keys fit one piece (main_decode's lone piece,
-    // which writes its output without the combine) while the others hold none.
-    // The last case's keys grow along the context (row j times 1 + j / 16), so each step of
-    // keys raises the rows' maxima by far more than the cooperative kernel lets a stale
-    // maximum stand (its TAU): that kernel's rescaling of O runs at most steps.
-    let cases: [(u32, usize, usize, Option<u32>); 16] = [
-        (1100, 0, 17, None),
-        (1100, 40, 1, Some(64)),
-        (1100, 0, 17, Some(1)),
-        (1100, 0, 17, Some(64)),
-        (1100, 260, 17, Some(14)),
-        (1100, 1, 1, None),
-        (1100, 130, 1, None),
-        (1100, 1000, 1, None),
-        (1100, 1000, 1, Some(1)),
-        (1100, 1000, 1, Some(64)),
-        (1100, 130, 17, Some(1)),
-        (1100, 260, 17, None),
-        (4096, 4095, 1, None),
-        (1100, 1080, 17, None),
-        (1100, 0, 100, None),
-        (1100, 0, 200, None),
-    ];
-    let growing = cases.len() - 1;
+    let growing = match cases.len() == CASES.len() {
+        true => cases.len() - 1,
+        false => usize::MAX,
+    };
     let table = match rope {
         Some(cfg) => Some(RopeTable::new(ctx, cfg).map_err(gpu_err)?),
         None => None,
@@ -156,6 +172,7 @@ async fn attention_cases(
             (max_ctx, pos0, n_tokens, splits),
             shape,
             table.as_ref(),
+            scores,
             [&q, &k, &v],
         )
         .await?;
@@ -182,8 +199,9 @@ async fn attention_cases(
             KvDtype::F16 => (to_f16(&k), to_f16(&v), 2f64.powi(-10)),
             KvDtype::F32 => (k.clone(), v.clone(), 0.0),
         };
-        let want = wide(&cpu::attention(&q, &k_ref, &v_ref, pos0, shape));
-        let coop = AttentionOp::uses_coop(ctx, dtype, d as u32, n_tokens as u32, splits);
+        let want = wide(&cpu::attention(&q, &k_ref, &v_ref, pos0, shape, scores));
+        let coop = scores == PLAIN
+            && AttentionOp::uses_coop(ctx, dtype, d as u32, n_tokens as u32, splits);
         let (u_q, sum_eps) = match coop {
             true => (2f64.powi(-11), 2.0),
             false => (0.0, 1.0),
@@ -192,7 +210,7 @@ async fn attention_cases(
         let max_abs = |x: &[f32]| x.iter().fold(0.0f64, |m, v| m.max(f64::from(v.abs())));
         let (k_max, v_max) = (max_abs(&k_ref), max_abs(&v_ref));
         let v_abs: Vec<f32> = v_ref.iter().map(|x| x.abs()).collect();
-        let a = cpu::attention(&q, &k_ref, &v_abs, pos0, shape);
+        let a = cpu::attention(&q, &k_ref, &v_abs, pos0, shape, scores);
         let scale = 1.0 / (d as f64).sqrt();
         // `un`: the relative error of q, k and v beyond the reference's (0, or a norm's
         // factor applied in the kernel).
@@ -201,10 +219,11 @@ async fn attention_cases(
             for (row, qh) in q.chunks(d).enumerate() {
                 let (t, h) = (row / n_heads, row % n_heads);
                 let kvh = h / (n_heads / n_kv);
-                let keys = pos0 + t + 1;
+                let first = scores.first_key(pos0 + t);
+                let keys = pos0 + t + 1 - first;
                 let rqh = &rq[row * d..][..d];
                 let (mut c, mut rot) = (0.0f64, 0.0f64);
-                for j in 0..keys {
+                for j in first..pos0 + t + 1 {
                     let at = (j * n_kv + kvh) * d;
                     let (kr, rkj) = (&k_ref[at..][..d], &rk[at..][..d]);
                     let mut dot = 0.0;
@@ -218,7 +237,15 @@ async fn attention_cases(
                     rot = rot.max(scale * moved);
                 }
                 let q_tiny = if coop { d as f64 * tiny * k_max } else { 0.0 };
-                let ds = c * (u + 2.0 * un + u_q + sum_eps * (d as f64 + 2.0) * EPS) + q_tiny + rot;
+                let cap = f64::from(scores.softcap);
+                let tanh_err = if cap > 0.0 { cap * 16.0 * EPS } else { 0.0 };
+                let ds = c * (u + 2.0 * un + u_q + sum_eps * (d as f64 + 2.0) * EPS)
+                    + q_tiny
+                    + rot
+                    + tanh_err;
+                if cap > 0.0 {
+                    c = c.min(cap);
+                }
                 let rel = (2.0 * ds).exp_m1()
                     + u
                     + un
@@ -241,8 +268,12 @@ async fn attention_cases(
         });
         let what = format!(
             "attention {n_heads}/{n_kv} heads of {d}, {dtype:?} cache of {max_ctx}, \
-             {n_tokens} tokens at {pos0}, splits {splits:?}{roped}{}",
-            if coop { ", cooperative matrices" } else { "" }
+             {n_tokens} tokens at {pos0}, splits {splits:?}{roped}{}{}",
+            if coop { ", cooperative matrices" } else { "" },
+            match scores == PLAIN {
+                true => String::new(),
+                false => format!(", window {}, soft cap {}", scores.window, scores.softcap),
+            }
         );
         stats.merge(compare(&what, &got, &want, &bound_with(0.0))?);
         // From a norm record (q, k, v 8 times larger, the factor 1/8 applied by the kernel):
@@ -261,6 +292,35 @@ async fn attention_cases(
     }
     Ok(stats)
 }
+
+// (max_ctx, pos0, n_tokens, splits): splits None lets the op choose (14 pieces here, 26
+// or 52 at 4096; one on CPU adapters), Some(64) leaves most pieces empty (a different
+// number per token with 17 tokens), Some(1) streams every tile in one workgroup
+// (positions 260 and 1000 cross the 256-key tiles).
+// (1100, 1080, 17): the last keys' 16-key tiles reach past max_ctx (cooperative matrices).
+// (1100, 40, 1, Some(64)): a decode whose keys fit one piece (main_decode's lone piece,
+// which writes its output without the combine) while the others hold none.
+// The last case's keys grow along the context (row j times 1 + j / 16), so each step of
+// keys raises the rows' maxima by far more than the cooperative kernel lets a stale
+// maximum stand (its TAU): that kernel's rescaling of O runs at most steps.
+const CASES: [Case; 16] = [
+    (1100, 0, 17, None),
+    (1100, 40, 1, Some(64)),
+    (1100, 0, 17, Some(1)),
+    (1100, 0, 17, Some(64)),
+    (1100, 260, 17, Some(14)),
+    (1100, 1, 1, None),
+    (1100, 130, 1, None),
+    (1100, 1000, 1, None),
+    (1100, 1000, 1, Some(1)),
+    (1100, 1000, 1, Some(64)),
+    (1100, 130, 17, Some(1)),
+    (1100, 260, 17, None),
+    (4096, 4095, 1, None),
+    (1100, 1080, 17, None),
+    (1100, 0, 100, None),
+    (1100, 0, 200, None),
+];
 
 /// Round to f16 and back (nearest even).
 fn to_f16(x: &[f32]) -> Vec<f32> {
@@ -285,6 +345,7 @@ async fn run_attention(
     (max_ctx, pos0, n_tokens, splits): (u32, usize, usize, Option<u32>),
     shape: tritium_core::ops::AttentionShape,
     rope: Option<&RopeTable>,
+    scores: AttentionScores,
     [q, k, v]: [&[f32]; 3],
 ) -> Result<Attended, String> {
     let (n_heads, n_kv, d) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
@@ -312,6 +373,7 @@ async fn run_attention(
             splits: None,
             rope,
             combine_in_attend: true,
+            scores: PLAIN,
         };
         let hist = AttentionOp::new(ctx, &cache, &position, io, call).map_err(gpu_err)?;
         submit(ctx, |pass| hist.record_append(pass));
@@ -342,6 +404,7 @@ async fn run_attention(
         splits,
         rope,
         combine_in_attend: true,
+        scores,
     };
     let op = AttentionOp::new(ctx, &cache, &position, io(), call).map_err(gpu_err)?;
     // NaN in every piece's partial result, as stale pieces of an earlier, longer pass would

@@ -8,7 +8,7 @@
 //! summation bound `n * eps * sum |terms|` (any order); each check states its own. `eps` is
 //! f32's 2^-23; the twins round their f64 result to f32 once, which adds `eps * |want|`.
 
-use super::attention::{attention, attention_rope};
+use super::attention::{attention, attention_rope, attention_windowed};
 use super::harness::{
     compare, gpu_err, poisoned, read_f32, read_u32, rope_bound, submit, upload_f32, wide, Check,
     Rng, Stats, EPS,
@@ -38,6 +38,14 @@ pub const CHECKS: &[Check] = &[
         run: |ctx| Box::pin(attention(ctx, KvDtype::F16)),
     },
     Check {
+        name: "ops/attention_windowed_f32_cache",
+        run: |ctx| Box::pin(attention_windowed(ctx, KvDtype::F32)),
+    },
+    Check {
+        name: "ops/attention_windowed_f16_cache",
+        run: |ctx| Box::pin(attention_windowed(ctx, KvDtype::F16)),
+    },
+    Check {
         name: "ops/attention_rope_f32_cache",
         run: |ctx| Box::pin(attention_rope(ctx, KvDtype::F32)),
     },
@@ -62,8 +70,16 @@ pub const CHECKS: &[Check] = &[
         run: |ctx| Box::pin(elementwise(ctx, Elementwise::SiluMul)),
     },
     Check {
+        name: "ops/gelu_mul",
+        run: |ctx| Box::pin(elementwise(ctx, Elementwise::GeluMul)),
+    },
+    Check {
         name: "ops/add",
         run: |ctx| Box::pin(elementwise(ctx, Elementwise::Add)),
+    },
+    Check {
+        name: "ops/softcap",
+        run: |ctx| Box::pin(softcap(ctx)),
     },
     Check {
         name: "ops/argmax",
@@ -252,20 +268,36 @@ async fn elementwise(ctx: &GpuContext, f: Elementwise) -> Result<Stats, String> 
         let mut rng = Rng(n as u64 * 13 + f as u64);
         let a = rng.vec(n, 6.0);
         let b = rng.vec(n, 3.0);
-        let (want, rel): (Vec<f32>, Vec<f64>) = match f {
-            Elementwise::Add => (cpu::add(&a, &b), vec![1.0; n]),
+        // Each bound is `rel |want| + abs` in units of eps.
+        let zero = vec![0.0; n];
+        let (want, rel, abs): (Vec<f32>, Vec<f64>, Vec<f64>) = match f {
+            Elementwise::Add => (cpu::add(&a, &b), vec![1.0; n], zero),
             Elementwise::SiluMul => (
                 cpu::silu_mul(&a, &b),
                 a.iter().map(|g| 10.0 + 2.0 * f64::from(g.abs())).collect(),
+                zero,
             ),
-            Elementwise::ReluSquared => (cpu::relu_squared(&a), vec![3.0; n]),
-            Elementwise::ReluSquaredMul => (cpu::relu_squared_mul(&a, &b), vec![4.0; n]),
+            Elementwise::ReluSquared => (cpu::relu_squared(&a), vec![3.0; n], zero),
+            Elementwise::ReluSquaredMul => (cpu::relu_squared_mul(&a, &b), vec![4.0; n], zero),
+            // z's 4 roundings move tanh by at most 4 |z| tanh'(z) <= 2 eps, tanh itself is
+            // off by up to 8 ulp of 1: 1 + tanh(z) by 10 eps absolute, which is relative
+            // where g > 0 (1 + tanh >= 1) and, where g < 0, at most 5 |g u| eps on the
+            // result; then 3 roundings of the products: 16 relative, 8 |g u| absolute.
+            Elementwise::GeluMul => (
+                cpu::gelu_mul(&a, &b),
+                vec![16.0; n],
+                a.iter()
+                    .zip(&b)
+                    .map(|(g, u)| 8.0 * f64::from((g * u).abs()))
+                    .collect(),
+            ),
         };
         let want = wide(&want);
         let bound: Vec<f64> = want
             .iter()
             .zip(&rel)
-            .map(|(w, r)| w.abs() * r * EPS)
+            .zip(&abs)
+            .map(|((w, r), a)| (w.abs() * r + a) * EPS)
             .collect();
         let ab = upload_f32(ctx, "a", &a)?;
         let bb = upload_f32(ctx, "b", &b)?;
@@ -287,6 +319,34 @@ async fn elementwise(ctx: &GpuContext, f: Elementwise) -> Result<Stats, String> 
                 &bound,
             )?);
         }
+    }
+    Ok(stats)
+}
+
+/// Soft caps of 30 and 0.5 over values up to 60 in size, n = 7 and 17 * 2560: the division
+/// (2.5 ulp, which moves tanh by at most as much relatively), tanh (8 ulp of 1, absolute),
+/// the product and the twin's rounding: `(4 |want| + 10 cap) eps`.
+async fn softcap(ctx: &GpuContext) -> Result<Stats, String> {
+    let mut stats = Stats::default();
+    for (n, cap) in [(7usize, 30.0f32), (17 * 2560, 30.0), (17 * 2560, 0.5)] {
+        let x = Rng(n as u64 + 5).vec(n, 60.0);
+        let mut want = x.clone();
+        cpu::softcap(&mut want, cap);
+        let want = wide(&want);
+        let bound: Vec<f64> = want
+            .iter()
+            .map(|w| (4.0 * w.abs() + 10.0 * f64::from(cap)) * EPS)
+            .collect();
+        let xb = upload_f32(ctx, "x", &x)?;
+        let op = ElementwiseOp::softcap(ctx, &xb, n as u32, cap).map_err(gpu_err)?;
+        submit(ctx, |pass| op.record(pass));
+        let got = read_f32(ctx, &xb, n).await?;
+        stats.merge(compare(
+            &format!("softcap {cap} n {n}"),
+            &got,
+            &want,
+            &bound,
+        )?);
     }
     Ok(stats)
 }

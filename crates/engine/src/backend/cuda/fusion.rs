@@ -38,6 +38,8 @@ pub(super) enum Fused {
         v: Tensor,
         out: Tensor,
         heads: usize,
+        table: usize,
+        scores: AttentionScores,
         quant: bool,
     },
     /// Two or three one-token products (int8 or BitLinear) of one format and width over the
@@ -273,9 +275,17 @@ impl CudaBackend {
                     products,
                 })
             }
-            Op::Rope { x: qx, heads } => {
+            Op::Rope {
+                x: qx,
+                heads,
+                table,
+            } => {
                 let (
-                    Some(&Op::Rope { x: kx, heads: kh }),
+                    Some(&Op::Rope {
+                        x: kx,
+                        heads: kh,
+                        table: kt,
+                    }),
                     Some(&Op::Attention {
                         layer,
                         q,
@@ -283,15 +293,17 @@ impl CudaBackend {
                         v,
                         out,
                         heads: ah,
+                        scores,
                     }),
                 ) = (ops.get(1), ops.get(2))
                 else {
                     return None;
                 };
                 let kv = self.kv().ok()?;
-                let head_dim = self.rope.as_ref()?.1.head_dim;
+                let head_dim = self.rope.get(table)?.1.head_dim;
                 (qx == q
                     && kx == k
+                    && kt == table
                     && q != k
                     && heads == ah
                     && kh == kv.n_kv_heads
@@ -304,6 +316,8 @@ impl CudaBackend {
                         v,
                         out,
                         heads,
+                        table,
+                        scores,
                         quant: kv.head_dim % 32 == 0
                             && matches!(ops.get(3), Some(&Op::MatMul {
                                 w,
@@ -417,10 +431,12 @@ impl CudaBackend {
                 v,
                 out,
                 heads,
+                table,
+                scores,
                 quant,
             } => {
                 let kv = self.kv()?;
-                let (freqs, cfg) = self.rope.as_ref().ok_or(BackendError::NoCache("RoPE"))?;
+                let (freqs, cfg) = self.rope.get(table).ok_or(BackendError::NoCache("RoPE"))?;
                 let (kc, vc) = {
                     let (k, v) = &self.cache[layer];
                     (k.ptr(), v.ptr())
@@ -443,7 +459,7 @@ impl CudaBackend {
                 ];
                 let name = format!("rope_store_{}", kv_kind(kv.dtype));
                 self.launch(&name, (n, 1), 256, &args)?;
-                let quantized = self.attend(layer, q, out, heads, n, max_len, quant)?;
+                let quantized = self.attend(layer, q, out, heads, n, max_len, quant, scores)?;
                 self.quantized = match quantized {
                     true => Some(Quantized {
                         x: out,

@@ -26,8 +26,8 @@ use tritium_native_gds::{Arg, Blas, Device, DeviceBuffer, GdsError, GemmType, Gr
 use tritium_native_gds::{Event, Kernel, Module};
 
 use super::{
-    check_batch, Arithmetic, Backend, Batch, Elementwise, KvShape, KvType, Limits, Logits, Names,
-    Op, Pass, Readback, Tensor, Tokens, VramBudget, Weight, WeightData,
+    check_batch, Arithmetic, AttentionScores, Backend, Batch, Elementwise, KvShape, KvType, Limits,
+    Logits, Names, Op, Pass, Readback, Tensor, Tokens, VramBudget, Weight, WeightData,
 };
 use crate::error::{BackendError, BatchError};
 use crate::ops::{RopeConfig, RopeStyle};
@@ -204,7 +204,8 @@ pub struct CudaBackend {
     kv: Option<KvShape>,
     /// Per layer, keys and values: `(n_seqs, max_ctx, n_kv_heads * head_dim)`.
     cache: Vec<(DeviceBuffer, DeviceBuffer)>,
-    rope: Option<(DeviceBuffer, RopeConfig)>,
+    /// The RoPE tables ([`crate::pass::Op::Rope`]'s `table`): frequencies and configuration.
+    rope: Vec<(DeviceBuffer, RopeConfig)>,
     tokens: TokenArrays,
     scratch: Scratch,
     have: Needs,
@@ -270,7 +271,7 @@ impl CudaBackend {
             weights: Vec::new(),
             kv: None,
             cache: Vec::new(),
-            rope: None,
+            rope: Vec::new(),
             tokens,
             scratch: Scratch::default(),
             have: Needs::default(),
@@ -566,6 +567,7 @@ fn elementwise_code(f: Elementwise) -> u32 {
         Elementwise::SiluMul => 1,
         Elementwise::ReluSquared => 2,
         Elementwise::ReluSquaredMul => 3,
+        Elementwise::GeluMul => 4,
     }
 }
 

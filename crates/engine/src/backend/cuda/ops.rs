@@ -16,15 +16,18 @@ impl CudaBackend {
         n: usize,
         max_len: usize,
         quant: bool,
+        scores: AttentionScores,
     ) -> Result<bool, Error> {
         let kv = self.kv()?;
+        // The flash and grouped kernels attend without windows or soft caps.
+        let plain = scores == AttentionScores::default();
         let kind = kv_kind(kv.dtype);
         let (pos, seq) = (self.tokens.pos.ptr(), self.tokens.seq.ptr());
         let (kc, vc) = {
             let (k, v) = &self.cache[layer];
             (k.ptr(), v.ptr())
         };
-        if Self::flash(&kv, n) {
+        if plain && Self::flash(&kv, n) {
             let args = [
                 Arg::Ptr(self.ptr(q)),
                 Arg::Ptr(kc),
@@ -52,7 +55,7 @@ impl CudaBackend {
             (split, max_len.div_ceil(split))
         };
         let part = Self::scratch_ptr(&self.scratch.part);
-        if GROUP_HEAD_DIMS.contains(&kv.head_dim) {
+        if plain && GROUP_HEAD_DIMS.contains(&kv.head_dim) {
             let args = [
                 Arg::Ptr(self.ptr(q)),
                 Arg::Ptr(kc),
@@ -87,6 +90,8 @@ impl CudaBackend {
                 Arg::U32(kv.max_ctx as u32),
                 Arg::U32(split as u32),
                 Arg::U32(nsplit as u32),
+                Arg::U32(u32::try_from(scores.window).unwrap_or(u32::MAX)),
+                Arg::F32(scores.softcap),
             ];
             self.launch(
                 &format!("attention_part_{kind}"),
@@ -239,8 +244,8 @@ impl CudaBackend {
                 }
                 Ok(())
             }
-            Op::Rope { x, heads } => {
-                let (freqs, cfg) = self.rope.as_ref().ok_or(BackendError::NoCache("RoPE"))?;
+            Op::Rope { x, heads, table } => {
+                let (freqs, cfg) = self.rope.get(table).ok_or(BackendError::NoCache("RoPE"))?;
                 let args = [
                     Arg::Ptr(self.ptr(x)),
                     Arg::Ptr(pos),
@@ -259,6 +264,7 @@ impl CudaBackend {
                 v,
                 out,
                 heads,
+                scores,
             } => {
                 let kv = self.kv()?;
                 let kv_row = kv.n_kv_heads * kv.head_dim;
@@ -282,7 +288,7 @@ impl CudaBackend {
                     256,
                     &store,
                 )?;
-                self.attend(layer, q, out, heads, n, max_len, false)
+                self.attend(layer, q, out, heads, n, max_len, false, scores)
                     .map(|_| ())
             }
             Op::Elementwise {
@@ -303,6 +309,10 @@ impl CudaBackend {
                     Arg::U32(len as u32),
                 ];
                 self.launch("elementwise", (len.div_ceil(256), 1), 256, &args)
+            }
+            Op::Softcap { x, len, cap } => {
+                let args = [Arg::Ptr(self.ptr(x)), Arg::U32(len as u32), Arg::F32(cap)];
+                self.launch("softcap", (len.div_ceil(256), 1), 256, &args)
             }
             Op::AddBias {
                 out,

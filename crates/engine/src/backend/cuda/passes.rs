@@ -144,6 +144,11 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn reads_located(&self, dtype: GgmlType) -> bool {
+        // I2_S carries its scale and codes that are checked at load in its bytes.
+        self.vram_budget.is_some() && dtype != GgmlType::I2_S
+    }
+
     fn load_weight(&mut self, w: WeightData<'_>) -> Result<Weight, Error> {
         let unsupported = |why: String| {
             Error::from(BackendError::UnsupportedWeight {
@@ -166,9 +171,18 @@ impl Backend for CudaBackend {
             ))
         })? as usize;
         let n = w.rows as u64 * w.cols as u64;
-        let own_scale = quant::tensor_scale(w.dtype, w.bytes, n as usize)?.unwrap_or(1.0);
         let data_len = row_bytes * w.rows;
-        if w.bytes.len() < data_len {
+        let deferred = match (self.vram_budget, w.layer, w.location) {
+            (Some(_), Some(layer), Some(spans)) => Some((layer, spans)),
+            _ => None,
+        };
+        // Bytes the loader left unread (`reads_located`): read from the files once placed.
+        let unread = w.bytes.is_empty() && deferred.is_some() && self.reads_located(w.dtype);
+        let own_scale = match unread {
+            true => 1.0,
+            false => quant::tensor_scale(w.dtype, w.bytes, n as usize)?.unwrap_or(1.0),
+        };
+        if !unread && w.bytes.len() < data_len {
             return Err(BackendError::WeightBytes {
                 name: w.name.to_string(),
                 have: w.bytes.len(),
@@ -179,7 +193,7 @@ impl Backend for CudaBackend {
             }
             .into());
         }
-        let data = &w.bytes[..data_len];
+        let data = w.bytes.get(..data_len).unwrap_or_default();
         // Codes the reference refuses (I2_S code 3) are refused here too, not computed.
         if w.dtype == GgmlType::I2_S {
             if let Some(at) = data
@@ -199,7 +213,7 @@ impl Backend for CudaBackend {
             GgmlType::Q6_K => data_len / 210 * Q6K_SLOT,
             _ => data_len,
         };
-        if let (Some(_), Some(layer), Some(spans)) = (self.vram_budget, w.layer, w.location) {
+        if let Some((layer, spans)) = deferred {
             self.deferred.push(stream::Deferred {
                 weight: self.weights.len(),
                 layer,
@@ -266,7 +280,7 @@ impl Backend for CudaBackend {
         Ok(Tensor(self.tensors.len() as u32 - 1))
     }
 
-    fn init_cache(&mut self, kv: KvShape, rope: &RopeConfig) -> Result<(), Error> {
+    fn init_cache(&mut self, kv: KvShape, rope: &[RopeConfig]) -> Result<(), Error> {
         let elems = kv.n_seqs * kv.max_ctx * kv.n_kv_heads * kv.head_dim;
         let bytes = elems
             * match kv.dtype {
@@ -280,12 +294,15 @@ impl Backend for CudaBackend {
             self.cache.push((k, v));
         }
         self.bytes += (2 * bytes * kv.n_layers) as u64;
-        let freqs = rope.inv_freqs();
-        let fbuf = self.dev.alloc(freqs.len().max(1) * 8).map_err(gds)?;
-        self.dev
-            .upload(fbuf.ptr(), bytemuck::cast_slice(&freqs))
-            .map_err(gds)?;
-        self.rope = Some((fbuf, rope.clone()));
+        self.rope.clear();
+        for r in rope {
+            let freqs = r.inv_freqs();
+            let fbuf = self.dev.alloc(freqs.len().max(1) * 8).map_err(gds)?;
+            self.dev
+                .upload(fbuf.ptr(), bytemuck::cast_slice(&freqs))
+                .map_err(gds)?;
+            self.rope.push((fbuf, r.clone()));
+        }
         self.kv = Some(kv);
         self.graphs.clear();
         if !self.deferred.is_empty() {

@@ -80,8 +80,8 @@ impl CudaBackend {
                         needs.wide = needs.wide.max(cw.rows * cw.cols);
                     }
                 }
-                Op::Rope { x, heads } => {
-                    let cfg = &self.rope.as_ref().ok_or(BackendError::NoCache("RoPE"))?.1;
+                Op::Rope { x, heads, table } => {
+                    let cfg = &self.rope.get(table).ok_or(BackendError::NoCache("RoPE"))?.1;
                     self.need(x, n * heads * cfg.head_dim, "rope x")?;
                     if cfg.rot_dim > MAX_HEAD_DIM {
                         return Err(BackendError::UnsupportedWeight {
@@ -101,6 +101,7 @@ impl CudaBackend {
                     v,
                     out,
                     heads,
+                    ..
                 } => {
                     let kv = self.kv()?;
                     if layer >= kv.n_layers {
@@ -164,6 +165,16 @@ impl CudaBackend {
                 } => {
                     self.need(out, rows * cols, "by-column op out")?;
                     self.need(row, cols, "by-column op row")?;
+                }
+                Op::Softcap { x, len, cap } => {
+                    self.need(x, len, "softcap x")?;
+                    if !(cap > 0.0 && cap.is_finite()) {
+                        return Err(BackendError::UnsupportedWeight {
+                            name: "softcap".into(),
+                            why: format!("a soft cap of {cap}"),
+                        }
+                        .into());
+                    }
                 }
                 Op::CopyRow {
                     src,

@@ -122,7 +122,7 @@ impl GpuBackend {
                 let cols = self.weight(w).cols as usize;
                 Some(self.q8_records(x, cols)?)
             }
-            GpuOp::Attention(_, [.., out], heads, _, true, _) => {
+            GpuOp::Attention(_, [.., out], heads, _, true, ..) => {
                 Some(self.q8_records(out, heads * self.head_dim())?)
             }
             GpuOp::Quantize(x, _, cols) | GpuOp::RmsNormQuantize(_, _, x, _, cols, _) => {
@@ -164,7 +164,7 @@ impl GpuBackend {
             GpuOp::SiluMulQuantizeQ8(_, _, _, Some((normed, _))) => {
                 Some(norms.made.get(&normed).cloned().ok_or_else(missing)?)
             }
-            GpuOp::Attention(_, [q, ..], _, _, _, true) => {
+            GpuOp::Attention(_, [q, ..], _, _, _, true, _) => {
                 let normed = norms.products.get(&q).copied().ok_or_else(missing)?;
                 Some(norms.made.get(&normed).cloned().ok_or_else(missing)?)
             }
@@ -358,8 +358,8 @@ impl GpuBackend {
                             &need(record.as_ref())?,
                         )?)
                     }
-                    GpuOp::Rope(x, heads) => {
-                        let table = s.rope.as_ref().ok_or_else(|| {
+                    GpuOp::Rope(x, heads, table) => {
+                        let table = s.rope.get(*table).ok_or_else(|| {
                             GpuError::Validation("RoPE before its table was created".into())
                         })?;
                         Step::Rope(RopeOp::new(
@@ -371,7 +371,7 @@ impl GpuBackend {
                             *heads as u32,
                         )?)
                     }
-                    GpuOp::Attention(layer, [q, k, v, out], heads, rope, _, _) => {
+                    GpuOp::Attention(layer, [q, k, v, out], heads, rope, _, _, scores) => {
                         let io = AttentionBuffers {
                             q: s.buf(*q),
                             k: s.buf(*k),
@@ -380,10 +380,10 @@ impl GpuBackend {
                             records: records.as_ref(),
                             norm: norm.as_ref().map(|(r, cols)| (r, *cols as u32)),
                         };
-                        let rope = match (rope, &s.rope) {
-                            (false, _) => None,
-                            (true, Some(t)) => Some(t),
-                            (true, None) => {
+                        let rope = match rope.map(|t| s.rope.get(t)) {
+                            None => None,
+                            Some(Some(t)) => Some(t),
+                            Some(None) => {
                                 return Err(GpuError::Validation(
                                     "RoPE before its table was created".into(),
                                 ))
@@ -396,6 +396,7 @@ impl GpuBackend {
                             splits: s.attention_splits,
                             rope,
                             combine_in_attend: s.combine_in_attend,
+                            scores: scores.scores(),
                         };
                         Step::Attention(AttentionOp::new(
                             &s.ctx,
@@ -415,6 +416,12 @@ impl GpuBackend {
                             *len as u32,
                         )?)
                     }
+                    GpuOp::Softcap(x, len, cap) => Step::Elementwise(ElementwiseOp::softcap(
+                        &s.ctx,
+                        s.buf(*x),
+                        *len as u32,
+                        f32::from_bits(*cap),
+                    )?),
                     GpuOp::AddBias(out, bias, rows, cols) => {
                         Step::Elementwise(ElementwiseOp::add_bias(
                             &s.ctx,

@@ -57,7 +57,7 @@ pub struct GpuBackend {
     kv: Option<KvShape>,
     /// The KV cache's element type; `None`: f16 where the device has `shader-f16`.
     kv_dtype: Option<KvDtype>,
-    rope: Option<RopeTable>,
+    rope: Vec<RopeTable>,
     position: Position,
     /// Token ids of the pass (`max_batch` u32).
     ids: wgpu::Buffer,
@@ -108,7 +108,7 @@ impl GpuBackend {
             caches: Vec::new(),
             kv: None,
             kv_dtype: None,
-            rope: None,
+            rope: Vec::new(),
             position,
             ids,
             top: None,
@@ -243,7 +243,7 @@ impl GpuBackend {
     }
 
     fn has_rope(&self) -> bool {
-        self.rope.is_some()
+        !self.rope.is_empty()
     }
 
     /// Whether a one-token attention over `n_heads` query heads can take q, k and v as
@@ -442,7 +442,7 @@ impl Backend for GpuBackend {
         Ok(Tensor(self.buffers.len() as u32 - 1))
     }
 
-    fn init_cache(&mut self, kv: KvShape, rope: &RopeConfig) -> Result<(), Error> {
+    fn init_cache(&mut self, kv: KvShape, rope: &[RopeConfig]) -> Result<(), Error> {
         // f16 is stored with pack2x16float, which needs no device feature.
         let dtype = match kv.dtype {
             crate::backend::KvType::F16 => KvDtype::F16,
@@ -464,7 +464,10 @@ impl Backend for GpuBackend {
             * dtype.bytes();
         self.caches = caches;
         self.kv = Some(kv);
-        self.rope = Some(RopeTable::new(&self.ctx, rope)?);
+        self.rope = rope
+            .iter()
+            .map(|r| RopeTable::new(&self.ctx, r))
+            .collect::<Result<_, _>>()?;
         self.tapes.clear();
         Ok(())
     }

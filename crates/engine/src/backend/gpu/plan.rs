@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use super::rules;
 use super::GpuBackend;
-use crate::backend::{Elementwise, Op, Readback, Tensor, Weight};
+use crate::backend::{AttentionScores, Elementwise, Op, Readback, Tensor, Weight};
 use crate::gpu::bitlinear::NormBitLinearMode;
 use crate::gpu::q8::has_q8_matvec;
 use crate::gpu::GpuError;
@@ -66,10 +66,22 @@ pub enum GpuOp {
     /// A one-token integer-dot product (weight, input) added to its residual, which also
     /// writes the norm record of the sum for the RMSNorm (weight, output, eps bits) after it.
     MatvecQ8AddNorm(Weight, Tensor, Tensor, Tensor, Tensor, u32),
-    Rope(Tensor, usize),
-    /// Layer, q/k/v/out, query heads, RoPE folded in, the output's q8 records written too,
-    /// q/k/v products of a norm record whose factor the attention applies.
-    Attention(usize, [Tensor; 4], usize, bool, bool, bool),
+    /// x, heads, RoPE table.
+    Rope(Tensor, usize, usize),
+    /// Layer, q/k/v/out, query heads, the RoPE table folded in, the output's q8 records
+    /// written too, q/k/v products of a norm record whose factor the attention applies, the
+    /// scores' window and soft cap.
+    Attention(
+        usize,
+        [Tensor; 4],
+        usize,
+        Option<usize>,
+        bool,
+        bool,
+        ScoresKey,
+    ),
+    /// x, values, the cap's bits: `x = cap * tanh(x / cap)`.
+    Softcap(Tensor, usize, u32),
     Elementwise(Elementwise, Tensor, Option<Tensor>, Option<Tensor>, usize),
     /// out, bias, rows, cols: `out[r, :] += bias`.
     AddBias(Tensor, Tensor, usize, usize),
@@ -79,6 +91,42 @@ pub enum GpuOp {
     CopyRow(Tensor, usize, usize, Tensor, usize),
     /// logits, rows, vocab, k.
     TopK(Tensor, usize, usize, usize),
+}
+
+/// An attention's window and soft cap, as plan keys ([`AttentionScores`] with the cap's bits).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ScoresKey {
+    pub window: usize,
+    pub softcap_bits: u32,
+}
+
+impl ScoresKey {
+    pub fn of(s: AttentionScores) -> Self {
+        ScoresKey {
+            window: s.window,
+            softcap_bits: s.softcap.to_bits(),
+        }
+    }
+
+    pub fn scores(self) -> AttentionScores {
+        AttentionScores {
+            window: self.window,
+            softcap: f32::from_bits(self.softcap_bits),
+        }
+    }
+
+    /// The plan line's suffix (empty for plain scores).
+    fn describe(self) -> String {
+        let s = self.scores();
+        let mut out = String::new();
+        if s.window > 0 {
+            out += &format!(", window {}", s.window);
+        }
+        if s.softcap > 0.0 {
+            out += &format!(", soft cap {}", s.softcap);
+        }
+        out
+    }
 }
 
 /// What a tensor's int8 records are, as the ops that make and read them know them.
@@ -121,7 +169,7 @@ impl GpuOp {
             },
             MatvecQ8Pair(..) => vec![],
             MatvecQ8AddNorm(_, _, r, w, ..) => vec![*r, *w],
-            Rope(x, _) => vec![*x],
+            Rope(x, ..) | Softcap(x, ..) => vec![*x],
             Attention(_, [q, k, v, _], ..) => vec![*q, *k, *v],
             Elementwise(_, out, first, second, _) => [Some(first.unwrap_or(*out)), *second]
                 .into_iter()
@@ -145,7 +193,8 @@ impl GpuOp {
             | RmsNormQuantize(_, _, out, ..)
             | RmsNormQuantizeQ8(_, _, out, ..)
             | MatvecQ8(_, _, out, ..)
-            | Rope(out, _)
+            | Rope(out, ..)
+            | Softcap(out, ..)
             | Elementwise(_, out, ..)
             | AddBias(out, ..)
             | ScaleColumns(out, ..)
@@ -193,7 +242,7 @@ impl GpuOp {
             QuantizeQ8(x, cols) => Some(Records::Q8(x, cols)),
             RmsNormQuantizeQ8(_, _, out, dim, _) => Some(Records::Q8(out, dim)),
             SiluMulQuantizeQ8(g, _, len, _) => Some(Records::Q8(g, len)),
-            Attention(_, [.., out], heads, _, true, _) => Some(Records::Q8(out, heads * head_dim)),
+            Attention(_, [.., out], heads, _, true, ..) => Some(Records::Q8(out, heads * head_dim)),
             Quantize(x, _, cols) | RmsNormQuantize(_, _, x, _, cols, _) => {
                 Some(Records::BitLinear(x, cols))
             }
@@ -401,7 +450,8 @@ impl GpuBackend {
                     }
                 }
             }
-            Op::Rope { x, heads } => out.push(GpuOp::Rope(x, heads)),
+            Op::Rope { x, heads, table } => out.push(GpuOp::Rope(x, heads, table)),
+            Op::Softcap { x, len, cap } => out.push(GpuOp::Softcap(x, len, cap.to_bits())),
             Op::Attention {
                 layer,
                 q,
@@ -409,13 +459,15 @@ impl GpuBackend {
                 v,
                 out: o,
                 heads,
+                scores,
             } => out.push(GpuOp::Attention(
                 layer,
                 [q, k, v, o],
                 heads,
+                None,
                 false,
                 false,
-                false,
+                ScoresKey::of(scores),
             )),
             Op::Elementwise {
                 f,
@@ -495,13 +547,18 @@ impl GpuBackend {
                 let shapes: Vec<String> = ws.iter().map(weight).collect();
                 format!("rms_norm+bitlinear {mode:?} {}", shapes.join(" + "))
             }
-            K::Rope(_, heads) => format!("rope {n}x{heads} heads"),
-            K::Attention(_, _, heads, rope, q8, norm) => format!(
-                "{}attention{}{} {n}x{heads} heads",
+            K::Rope(_, heads, table) => match table {
+                0 => format!("rope {n}x{heads} heads"),
+                t => format!("rope {n}x{heads} heads, table {t}"),
+            },
+            K::Attention(_, _, heads, rope, q8, norm, scores) => format!(
+                "{}attention{}{} {n}x{heads} heads{}",
                 if *norm { "rms_norm factor+" } else { "" },
-                if *rope { "+rope" } else { "" },
-                if *q8 { "+quantize_q8" } else { "" }
+                if rope.is_some() { "+rope" } else { "" },
+                if *q8 { "+quantize_q8" } else { "" },
+                scores.describe()
             ),
+            K::Softcap(_, len, cap) => format!("softcap {} {len}", f32::from_bits(*cap)),
             K::Elementwise(f, _, _, _, len) => format!("{f:?} {len}"),
             K::AddBias(_, _, rows, cols) => format!("add bias {rows}x{cols}"),
             K::ScaleColumns(_, _, rows, cols) => format!("scale columns {rows}x{cols}"),

@@ -301,16 +301,17 @@ pub(super) fn fold_rope(b: &GpuBackend, ops: &mut Vec<GpuOp>) {
     let mut i = 0;
     while i + 2 < ops.len() {
         if let (
-            &GpuOp::Rope(a, ha),
-            &GpuOp::Rope(c, hc),
-            &GpuOp::Attention(l, t, h, false, q8, norm),
+            &GpuOp::Rope(a, ha, ta),
+            &GpuOp::Rope(c, hc, tc),
+            &GpuOp::Attention(l, t, h, None, q8, norm, scores),
         ) = (&ops[i], &ops[i + 1], &ops[i + 2])
         {
             let [q, k, ..] = t;
             let (qh, kh) = ((q, h), (k, kv_heads));
             let pair = ((a, ha), (c, hc));
-            if q != k && (pair == (qh, kh) || pair == (kh, qh)) {
-                ops.splice(i..i + 3, [GpuOp::Attention(l, t, h, true, q8, norm)]);
+            if q != k && ta == tc && (pair == (qh, kh) || pair == (kh, qh)) {
+                let folded = GpuOp::Attention(l, t, h, Some(ta), q8, norm, scores);
+                ops.splice(i..i + 3, [folded]);
             }
         }
         i += 1;
@@ -327,11 +328,11 @@ pub(super) fn attention_q8(b: &GpuBackend, ops: &mut Vec<GpuOp>, tokens: usize) 
     let head_dim = b.head_dim();
     let mut i = 0;
     while i + 1 < ops.len() {
-        if let (&GpuOp::Attention(l, t, h, rope, false, norm), &GpuOp::QuantizeQ8(x, cols)) =
+        if let (&GpuOp::Attention(l, t, h, rope, false, norm, s), &GpuOp::QuantizeQ8(x, cols)) =
             (&ops[i], &ops[i + 1])
         {
             if x == t[3] && cols == h * head_dim && b.attention_quantizes(h) {
-                ops.splice(i..i + 2, [GpuOp::Attention(l, t, h, rope, true, norm)]);
+                ops.splice(i..i + 2, [GpuOp::Attention(l, t, h, rope, true, norm, s)]);
             }
         }
         i += 1;
@@ -451,13 +452,13 @@ fn add_norm_at(b: &GpuBackend, ops: &[GpuOp], i: usize) -> Option<AddNormFold> {
         // Llama's attention inputs (RoPE, linear, may come between).
         ([_, _, _], _) => {
             let mut k = j;
-            while let Some(GpuOp::Rope(t, _)) = ops.get(k) {
+            while let Some(GpuOp::Rope(t, ..)) = ops.get(k) {
                 if !outs[..2].contains(t) {
                     return None;
                 }
                 k += 1;
             }
-            let GpuOp::Attention(_, [q, kk, v, out], heads, _, _, false) = *ops.get(k)? else {
+            let GpuOp::Attention(_, [q, kk, v, out], heads, _, _, false, _) = *ops.get(k)? else {
                 return None;
             };
             let fits = [q, kk, v] == [outs[0], outs[1], outs[2]]
@@ -499,7 +500,7 @@ fn apply_add_norm(ops: &mut Vec<GpuOp>, i: usize, f: AddNormFold) {
         | GpuOp::Elementwise(Elementwise::SiluMul, g, None, Some(u), len) => {
             GpuOp::SiluMulQuantizeQ8(g, u, len, Some((normed, dim)))
         }
-        GpuOp::Attention(l, t, h, rope, q8, _) => GpuOp::Attention(l, t, h, rope, q8, true),
+        GpuOp::Attention(l, t, h, rope, q8, _, s) => GpuOp::Attention(l, t, h, rope, q8, true, s),
         other => other,
     };
     // The norm is done by the add (its record) and the consumer (its factor).

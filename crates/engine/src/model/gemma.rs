@@ -1,0 +1,74 @@
+//! The Gemma 2 and Gemma 3 pass: the embedding scaled by sqrt(dim); per block, pre- and
+//! post-norms around attention and around a GELU-gated FFN, each output added to the residual
+//! stream after its post-norm. Attention is grouped-query with NeoX RoPE; Gemma 3 RMS-norms
+//! each head of q and k first. Windowed layers attend over the last `window` positions (Gemma 3
+//! with its own RoPE table there), and Gemma 2 soft-caps the scores; its final logits are
+//! soft-capped in the head ([`super::Model::ops`]).
+
+use super::{ModelConfig, RunState, Weights};
+use crate::error::ModelError;
+use crate::pass::Pass;
+use crate::Error;
+
+/// The embedding and every block for a pass of `n` tokens; leaves the residual stream in
+/// `s.x`.
+pub fn forward(
+    c: &ModelConfig,
+    w: &Weights,
+    s: &RunState,
+    n: usize,
+    p: &mut Pass,
+) -> Result<(), Error> {
+    let dim = c.dim;
+    p.embed(w.token_embd, s.x); // x: (n, dim)
+    if let Some(e) = w.embed_scale {
+        p.scale_columns(s.x, e, n, dim); // x *= sqrt(dim)
+    }
+    for (i, l) in w.layers.iter().enumerate() {
+        let missing = |name: &str| -> Error {
+            ModelError::MissingTensor {
+                name: format!("blk.{i}.{name}.weight"),
+            }
+            .into()
+        };
+        let post_attn = l
+            .attn_post_norm
+            .ok_or_else(|| missing("post_attention_norm"))?;
+        let post_ffn = l.ffn_post_norm.ok_or_else(|| missing("post_ffw_norm"))?;
+        // Attention: x += norm(wo . attention(rope(wq . xn), rope(wk . xn), wv . xn)).
+        p.rms_norm(s.x, l.attn_norm, s.xb, n, dim, c.eps); // xb: (n, dim)
+        p.matmul(l.wq, s.xb, s.q, n); // q: (n, n_heads, head_dim)
+        p.matmul(l.wk, s.xb, s.k, n); // k: (n, n_kv_heads, head_dim)
+        p.matmul(l.wv, s.xb, s.v, n); // v: (n, n_kv_heads, head_dim)
+        let (q, k) = match (l.q_norm, l.k_norm, s.q_normed, s.k_normed) {
+            (None, None, ..) => (s.q, s.k),
+            (Some(qn), Some(kn), Some(q), Some(k)) => {
+                // Gemma 3: each head of q and k RMS-normed over head_dim.
+                p.rms_norm(s.q, qn, q, n * c.n_heads, c.head_dim, c.eps);
+                p.rms_norm(s.k, kn, k, n * c.n_kv_heads, c.head_dim, c.eps);
+                (q, k)
+            }
+            _ => return Err(missing("attn_q_norm and attn_k_norm")),
+        };
+        if let Some(m) = w.q_scale {
+            p.scale_columns(q, m, n * c.n_heads, c.head_dim); // the 27B models' score scale
+        }
+        let table = c.rope_table(i);
+        p.rope_by(q, c.n_heads, table);
+        p.rope_by(k, c.n_kv_heads, table);
+        // att: (n, n_heads, head_dim)
+        p.attention_with(i, [q, k, s.v], s.att, c.n_heads, c.scores(i));
+        p.matmul(l.wo, s.att, s.xb2, n); // xb2: (n, dim)
+        p.rms_norm(s.xb2, post_attn, s.xb, n, dim, c.eps);
+        p.add(s.x, s.xb, n * dim);
+        // FFN: x += norm(down(gelu(gate . xn) * (up . xn))), xn = norm(x).
+        p.rms_norm(s.x, l.ffn_norm, s.xb, n, dim, c.eps);
+        p.matmul(l.w_gate, s.xb, s.hb, n); // hb: (n, ffn_dim)
+        p.matmul(l.w_up, s.xb, s.hb2, n); // hb2: (n, ffn_dim)
+        p.gelu_mul(s.hb, s.hb2, n * c.ffn_dim); // hb = gelu(hb) * hb2
+        p.matmul(l.w_down, s.hb, s.xb2, n); // xb2: (n, dim)
+        p.rms_norm(s.xb2, post_ffn, s.xb, n, dim, c.eps);
+        p.add(s.x, s.xb, n * dim);
+    }
+    Ok(())
+}

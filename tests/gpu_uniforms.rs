@@ -469,3 +469,72 @@ fn pipeline_constants_process_for_every_kernel() {
         "only {processed} kernel variants processed"
     );
 }
+
+/// The browser's build carries the shader files without their comments (crates/gpu/build.rs):
+/// every kernel in every variant assembled from those files is the same program as from the
+/// full files — the same SPIR-V once naga has applied the pipeline constants, as wgpu does
+/// natively.
+#[test]
+fn comment_free_shaders_compile_the_same() {
+    use tritium::gpu::kernels::wgsl_comments::strip_comments;
+    let stripped: std::collections::HashMap<&str, String> =
+        tritium::gpu::kernels::registered_files()
+            .into_iter()
+            .map(|name| {
+                let text = std::fs::read_to_string(format!("{SHADERS}/{name}")).unwrap();
+                (name, strip_comments(&text))
+            })
+            .collect();
+    let spirv = |kernel: Kernel, entry: &str, wgsl: &str| {
+        let (module, info) = parse_and_validate(kernel, wgsl);
+        let mut constants = naga::back::PipelineConstants::default();
+        constants.insert("WG".into(), 64.0);
+        for (name, value) in kernel.constants() {
+            constants.insert(name.into(), value);
+        }
+        let entry = Some((naga::ShaderStage::Compute, entry));
+        let (module, info) =
+            naga::back::pipeline_constants::process_overrides(&module, &info, entry, &constants)
+                .ok()?;
+        let options = naga::back::spv::Options {
+            lang_version: (1, 3),
+            ..Default::default()
+        };
+        naga::back::spv::write_vec(&module, &info, &options, None).ok()
+    };
+    let variants = [(true, true), (true, false), (false, true), (false, false)];
+    let mut compared = 0;
+    for (kernel, (f16, subgroups)) in Kernel::all()
+        .into_iter()
+        .flat_map(|k| variants.map(|v| (k, v)))
+    {
+        let variant = Variant { f16, subgroups };
+        let (Some(source), Ok(full)) = (kernel.source(), kernel.wgsl(variant)) else {
+            continue;
+        };
+        let code = kernel
+            .wgsl_with(variant, |name| stripped.get(name).map(String::as_str))
+            .unwrap();
+        assert!(
+            code.len() < full.len(),
+            "{}: no comments removed",
+            kernel.label()
+        );
+        assert_eq!(
+            code.lines().count(),
+            full.lines().count(),
+            "{}",
+            kernel.label()
+        );
+        let want = spirv(kernel, source.entry, &full);
+        assert_eq!(
+            spirv(kernel, source.entry, &code),
+            want,
+            "{} {:?}",
+            kernel.label(),
+            (f16, subgroups)
+        );
+        compared += usize::from(want.is_some());
+    }
+    assert!(compared >= 100, "only {compared} kernel variants compiled");
+}

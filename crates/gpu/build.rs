@@ -1,9 +1,14 @@
 //! Writes `$OUT_DIR/shaders.rs`: a table of every `.wgsl` file under `shaders/`, by its path
 //! there, with its text (`include_str!`), which the kernel registry (`src/kernels/kernel.rs`)
-//! searches by name. A new kernel or dtype brings its files and nothing lists them.
+//! searches by name. A new kernel or dtype brings its files and nothing lists them. The
+//! browser's build takes each file without its comments (`src/kernels/wgsl_comments.rs`,
+//! written to `$OUT_DIR/wgsl/`): the package carries only the code.
 
 use std::path::{Path, PathBuf};
 use std::{env, fs};
+
+#[path = "src/kernels/wgsl_comments.rs"]
+mod wgsl_comments;
 
 /// The files of the cooperative-matrix prefill: WebGPU has no cooperative matrices, so the
 /// browser's build leaves them out (its package is smaller; the kernels that need them do not
@@ -22,6 +27,7 @@ fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets the manifest dir"));
     let shaders = root.join("shaders");
     println!("cargo:rerun-if-changed=shaders");
+    println!("cargo:rerun-if-changed=src/kernels/wgsl_comments.rs");
     for name in NATIVE_ONLY {
         assert!(shaders.join(name).is_file(), "build.rs: no shaders/{name}");
     }
@@ -41,16 +47,32 @@ fn main() {
         .filter(|(name, _)| !(wasm && NATIVE_ONLY.contains(&name.as_str())))
         .collect();
     names.sort();
+    let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let mut out = String::from("static SHADERS: &[(&str, &str)] = &[\n");
     for (name, path) in &names {
+        let path = if wasm {
+            let text = fs::read_to_string(path)
+                .unwrap_or_else(|e| panic!("build.rs: {}: {e}", path.display()));
+            let code = wgsl_comments::strip_comments(&text);
+            assert!(
+                !code.contains("/*") && !code.contains("*/"),
+                "build.rs: shaders/{name} has a block comment; use // comments"
+            );
+            let stripped = out_dir.join("wgsl").join(name);
+            fs::create_dir_all(stripped.parent().expect("a file under wgsl/"))
+                .expect("create $OUT_DIR/wgsl/");
+            fs::write(&stripped, code).expect("write a comment-free shader file");
+            stripped
+        } else {
+            path.clone()
+        };
         out.push_str(&format!(
             "    ({name:?}, include_str!({:?})),\n",
             path.display().to_string()
         ));
     }
     out.push_str("];\n");
-    let dest = Path::new(&env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("shaders.rs");
-    fs::write(dest, out).expect("write shaders.rs");
+    fs::write(out_dir.join("shaders.rs"), out).expect("write shaders.rs");
 }
 
 /// Every `.wgsl` file under `dir`, recursively.

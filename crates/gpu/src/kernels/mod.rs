@@ -17,6 +17,7 @@ pub mod ops;
 pub mod params;
 pub mod q8;
 pub mod ternary;
+pub mod wgsl_comments;
 
 use std::borrow::Cow;
 
@@ -222,6 +223,16 @@ impl Kernel {
     /// The full WGSL text for a variant: enable directives, the reduction helpers that fit the
     /// variant, then the kernel's files.
     pub fn wgsl(self, variant: Variant) -> Result<String, GpuError> {
+        self.wgsl_with(variant, shader_file)
+    }
+
+    /// [`Kernel::wgsl`] assembled from the shader files `file` gives by name (tests assemble
+    /// the browser's comment-free files with it natively).
+    pub fn wgsl_with<'a>(
+        self,
+        variant: Variant,
+        file: impl Fn(&str) -> Option<&'a str>,
+    ) -> Result<String, GpuError> {
         let src = self
             .source()
             .ok_or_else(|| GpuError::Unsupported(self.label()))?;
@@ -245,7 +256,7 @@ impl Kernel {
             "reduce_shared.wgsl"
         };
         for name in ["common.wgsl", reduce].iter().chain(src.files.iter()) {
-            let body = shader_file(name).ok_or_else(|| GpuError::Shader {
+            let body = file(name).ok_or_else(|| GpuError::Shader {
                 kernel: self.label(),
                 message: format!("shader file {name} is not registered"),
             })?;

@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // End to end in headless Chromium (WebGPU on SwiftShader): greedy generation from the real
-// SmolLM2 GGUF, and from the tiny Qwen2, Qwen3 and Phi-3 models of tests/fixtures/arch (their
-// tokens checked against llama.cpp's by tests/arch_reference.rs), must give exactly the tokens
-// the native binary gives for the same prompt, both with exact arithmetic (f32 products and KV
-// cache: the arithmetic the page and the CPU backend then share).
+// SmolLM2 GGUF, and from the tiny Qwen2, Qwen3, Phi-3, Gemma 2 and Gemma 3 models of
+// tests/fixtures/arch (their tokens checked against llama.cpp's by tests/arch_reference.rs),
+// must give exactly the tokens the native binary gives for the same prompt, both with exact
+// arithmetic (f32 products and KV cache: the arithmetic the page and the CPU backend then
+// share).
 //
 //   scripts/build-wasm-test.sh && node tests/browser/run-generate.mjs
 //
@@ -25,7 +26,7 @@ const timeoutS = Number(process.env.GENERATE_TIMEOUT_S ?? 900);
 const cases = [
   { dir: join(repo, 'models'), url: '/models/', model: 'SmolLM2-135M-Instruct.Q4_1.gguf',
     prompt: 'The capital of France is', n: 6 },
-  ...['qwen2', 'qwen3', 'phi3'].map((arch) => ({ dir: join(repo, 'tests', 'fixtures', 'arch'),
+  ...['qwen2', 'qwen3', 'phi3', 'gemma2', 'gemma3'].map((arch) => ({ dir: join(repo, 'tests', 'fixtures', 'arch'),
     url: '/arch/', model: `tiny-${arch}.gguf`, prompt: 'once upon a time', n: 12 })),
 ];
 

@@ -21,7 +21,7 @@ dd if="$F" of=/dev/null bs=64M iflag=direct 2>&1 | tail -1 | tee "$O/dd-direct.t
 # Again: a virtual disk's host may cache what was just read, so the first and later reads of
 # one file can differ.
 dd if="$F" of=/dev/null bs=64M iflag=direct 2>&1 | tail -1 | tee "$O/dd-direct-again.txt"
-(cd "$O" && tritium bench gds "$F" --rounds 3 --json > "$O/bench-gds.json" 2> "$O/bench-gds.err")
+(cd "$O" && tritium bench gds "$F" --rounds 5 --json > "$O/bench-gds.json" 2> "$O/bench-gds.err")
 # cuFile's compatibility mode asked for in its configuration (and its log kept), then forced.
 cat > /tmp/cufile-compat.json <<JSON
 { "logging": { "dir": "$O", "level": "INFO" }, "properties": { "allow_compat_mode": true } }
@@ -43,6 +43,6 @@ if [ "${GDS_UDEV_SHIM:-0}" = 1 ] && grep -q "ID_FS_USAGE" "$O"/*.log 2>/dev/null
   CUFILE_ENV_PATH_JSON=/tmp/cufile-compat.json tritium bench gds "$F" --rounds 5 --json > "$O/bench-gds-shim.json" 2> "$O/bench-gds-shim.err"
   ls "$O"/*.log && tail -n 12 "$O"/*.log | cut -c1-220
 fi
-tritium bench gds "$F" --rounds 3 --staged --json > "$O/bench-gds-staged.json" 2> "$O/bench-gds-staged.err"
+tritium bench gds "$F" --rounds 5 --staged --json > "$O/bench-gds-staged.json" 2> "$O/bench-gds-staged.err"
 dd if="$F" of=/dev/null bs=64M iflag=direct 2>&1 | tail -1 | tee "$O/dd-direct-last.txt"
 for f in "$O"/bench-gds*.json; do echo "$(basename "$f"): $(cat "$f") $(cat "${f%.json}.err")"; done

@@ -4,7 +4,11 @@
 //! `llama-1b-q4k` a Llama-3.2-1B-shaped model in Q4_K with Q6_K `attn_v`/`ffn_down` and a Q6_K
 //! tied embedding (the Q4_K_M pattern, simplified: every layer's `attn_v`/`ffn_down` is Q6_K);
 //! `qwen3-0.6b-q4k` Qwen3-0.6B's shapes (heads of 128 over a 1024-wide model, per-head q/k
-//! norms, a 151,936-token tied embedding) in the same pattern.
+//! norms, a 151,936-token tied embedding) in the same pattern; `gemma3-1b-q4k` Gemma-3-1B's
+//! (1152 wide, 26 blocks, 4 query heads of 256 over one KV head, post-norms, five of six
+//! layers over a 512-position window, a 262,144-token tied embedding), where the matrices whose
+//! rows are not whole 256-value blocks (those 1152 wide) take Q5_0 and Q8_0 instead, as
+//! llama.cpp's quantizer falls back for them.
 
 use std::io::Write;
 use std::path::Path;
@@ -37,10 +41,25 @@ pub struct SynthSpec {
     pub weights: GgmlType,
     pub v_down: GgmlType,
     pub embedding: GgmlType,
+    /// Gemma 3's block (post-norms) with its sliding window (`attention.sliding_window`).
+    pub gemma_window: Option<u64>,
 }
 
 impl SynthSpec {
-    /// `bitnet-2b4t`, `llama-1b-q4k` or `qwen3-0.6b-q4k`.
+    /// `t`, or llama.cpp's fallback where rows of `cols` are not whole blocks of it.
+    fn fitting(t: GgmlType, cols: u64) -> GgmlType {
+        match t.block() {
+            Some(b) if cols % b.block_elems != 0 => match t {
+                GgmlType::Q6_K => GgmlType::Q8_0,
+                _ => GgmlType::Q5_0,
+            },
+            _ => t,
+        }
+    }
+}
+
+impl SynthSpec {
+    /// `bitnet-2b4t`, `llama-1b-q4k`, `qwen3-0.6b-q4k` or `gemma3-1b-q4k`.
     pub fn named(name: &str) -> Option<SynthSpec> {
         match name {
             "bitnet-2b4t" => Some(SynthSpec {
@@ -58,6 +77,7 @@ impl SynthSpec {
                 weights: GgmlType::I2_S,
                 v_down: GgmlType::I2_S,
                 embedding: GgmlType::F16,
+                gemma_window: None,
             }),
             "llama-1b-q4k" => Some(SynthSpec {
                 arch: "llama",
@@ -74,6 +94,7 @@ impl SynthSpec {
                 weights: GgmlType::Q4_K,
                 v_down: GgmlType::Q6_K,
                 embedding: GgmlType::Q6_K,
+                gemma_window: None,
             }),
             "qwen3-0.6b-q4k" => Some(SynthSpec {
                 arch: "qwen3",
@@ -90,6 +111,24 @@ impl SynthSpec {
                 weights: GgmlType::Q4_K,
                 v_down: GgmlType::Q6_K,
                 embedding: GgmlType::Q6_K,
+                gemma_window: None,
+            }),
+            "gemma3-1b-q4k" => Some(SynthSpec {
+                arch: "gemma3",
+                dim: 1152,
+                n_layers: 26,
+                n_heads: 4,
+                n_kv_heads: 1,
+                ffn: 6912,
+                vocab: 262_144,
+                ctx: 32_768,
+                theta: 1_000_000.0,
+                head_dim: Some(256),
+                qk_norm: true,
+                weights: GgmlType::Q4_K,
+                v_down: GgmlType::Q6_K,
+                embedding: GgmlType::Q6_K,
+                gemma_window: Some(512),
             }),
             _ => None,
         }
@@ -127,6 +166,12 @@ fn random_tensor(rng: &mut ChaCha8Rng, dtype: GgmlType, n: u64) -> Result<Vec<u8
         GgmlType::Q6_K => {
             for block in data.chunks_exact_mut(210) {
                 block[208..210].copy_from_slice(&h(0.0005));
+            }
+        }
+        GgmlType::Q5_0 | GgmlType::Q8_0 => {
+            let size = if dtype == GgmlType::Q5_0 { 22 } else { 34 };
+            for block in data.chunks_exact_mut(size) {
+                block[0..2].copy_from_slice(&h(0.002));
             }
         }
         GgmlType::F16 => {
@@ -174,6 +219,9 @@ pub fn write(spec: &SynthSpec, layers: Option<u64>, out: &Path) -> Result<u64, E
     // llama.cpp's `llama-bench` loads the same file for a side-by-side run.
     w.add("tokenizer.ggml.model", Value::String("none".into()))?;
     let head_dim = s.head_dim.unwrap_or(s.dim / s.n_heads);
+    if let Some(window) = s.gemma_window {
+        w.add(kv("attention.sliding_window"), Value::U32(window as u32))?;
+    }
     if let Some(hd) = s.head_dim {
         w.add(kv("attention.key_length"), Value::U32(hd as u32))?;
         w.add(kv("attention.value_length"), Value::U32(hd as u32))?;
@@ -181,6 +229,7 @@ pub fn write(spec: &SynthSpec, layers: Option<u64>, out: &Path) -> Result<u64, E
     let (q, kvd) = (s.n_heads * head_dim, s.n_kv_heads * head_dim);
     let mut add = |w: &mut GgufWriter, name: String, t: GgmlType, shape: &[u64]| {
         let n = shape.iter().product();
+        let t = SynthSpec::fitting(t, shape[shape.len() - 1]);
         let data = random_tensor(&mut rng, t, n)?;
         w.add_tensor(name, t, shape, data).map_err(Error::from)
     };
@@ -210,6 +259,10 @@ pub fn write(spec: &SynthSpec, layers: Option<u64>, out: &Path) -> Result<u64, E
         if bitnet {
             add(&mut w, n("attn_sub_norm"), GgmlType::F32, &[q])?;
             add(&mut w, n("ffn_sub_norm"), GgmlType::F32, &[s.ffn])?;
+        }
+        if s.gemma_window.is_some() {
+            add(&mut w, n("post_attention_norm"), GgmlType::F32, &[s.dim])?;
+            add(&mut w, n("post_ffw_norm"), GgmlType::F32, &[s.dim])?;
         }
     }
     let io = |e: std::io::Error| Error::Io {

@@ -148,7 +148,7 @@ fn print_profiles(
 pub fn synth(kind: &str, out: &std::path::Path, layers: Option<u64>) -> Result<ExitCode, Error> {
     let spec = crate::bench::synth::SynthSpec::named(kind).ok_or_else(|| {
         Error::Usage(format!(
-            "unknown synthetic model {kind} (bitnet-2b4t, llama-1b-q4k or qwen3-0.6b-q4k)"
+            "unknown synthetic model {kind} (bitnet-2b4t, llama-1b-q4k, qwen3-0.6b-q4k or gemma3-1b-q4k)"
         ))
     })?;
     let bytes = crate::bench::synth::write(&spec, layers, out)?;

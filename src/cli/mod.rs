@@ -121,8 +121,9 @@ enum Command {
         output: PathBuf,
     },
     /// Write a synthetic GGUF with a real model's shapes and random weights (for benchmarks):
-    /// bitnet-2b4t (BitNet b1.58 2B4T, I2_S), llama-1b-q4k (Llama-3.2-1B shapes, Q4_K/Q6_K) or
-    /// qwen3-0.6b-q4k (Qwen3-0.6B shapes, Q4_K/Q6_K).
+    /// bitnet-2b4t (BitNet b1.58 2B4T, I2_S), llama-1b-q4k (Llama-3.2-1B shapes, Q4_K/Q6_K),
+    /// qwen3-0.6b-q4k (Qwen3-0.6B shapes, Q4_K/Q6_K) or gemma3-1b-q4k (Gemma-3-1B shapes,
+    /// Q4_K/Q6_K, Q5_0/Q8_0 where rows are not whole 256-value blocks).
     #[cfg(feature = "gpu")]
     Synth {
         kind: String,

@@ -545,3 +545,94 @@ fn broken_qwen_and_phi3_files_are_refused_by_name() {
     });
     refused(&b, "rope_factors_long.weight");
 }
+
+/// `fixture` with metadata `key` set to `value` (added where absent), tensors unchanged.
+fn with_metadata(fixture: &str, key: &str, value: tritium::formats::gguf::Value) -> GgufFile {
+    let bytes = std::fs::read(root().join(fixture)).unwrap();
+    let file = GgufFile::read(&bytes).unwrap();
+    let mut w = GgufWriter::new();
+    let mut seen = false;
+    for (k, v) in &file.metadata {
+        let v = if k == key {
+            seen = true;
+            value.clone()
+        } else {
+            v.clone()
+        };
+        w.add(k.clone(), v).unwrap();
+    }
+    if !seen {
+        w.add(key.to_string(), value).unwrap();
+    }
+    for t in &file.tensors {
+        let data = file.read_tensor(&bytes, &t.name).unwrap();
+        w.add_tensor(t.name.clone(), t.dtype, &t.shape(), data)
+            .unwrap();
+    }
+    let mut out = Vec::new();
+    w.write(&mut out).unwrap();
+    GgufFile::read(&out).unwrap()
+}
+
+/// What the configuration makes of the windows, RoPE tables and soft caps the files state (or
+/// leave to each architecture's defaults), which the logits tests above then exercise: Gemma
+/// 2's even layers windowed, Gemma 3's five of six with their own table, a file of another
+/// architecture that states a window (as Mistral's do) windowed in every layer, and YaRN
+/// scaling refused by name.
+#[test]
+fn windows_tables_and_caps_follow_the_metadata() {
+    use tritium::formats::gguf::Value;
+    use tritium::model::ModelConfig;
+    let config = |f: &GgufFile| ModelConfig::from_gguf(f).unwrap();
+    let read = |name: &str| {
+        let bytes = std::fs::read(root().join(name)).unwrap();
+        GgufFile::read(&bytes).unwrap()
+    };
+    let g2 = config(&read("tests/fixtures/arch/tiny-gemma2.gguf"));
+    assert_eq!(
+        (g2.window, g2.window_layers.clone()),
+        (8, vec![true, false])
+    );
+    assert_eq!((g2.attn_softcap, g2.final_softcap), (4.0, 8.0));
+    assert_eq!(g2.embed_scale, Some(8.0));
+    assert_eq!(g2.ropes().len(), 1, "Gemma 2: one RoPE for every layer");
+    assert_eq!((g2.scores(0).window, g2.scores(1).window), (8, 0));
+
+    let g3 = config(&read("tests/fixtures/arch/tiny-gemma3.gguf"));
+    assert_eq!(g3.window_layers, vec![true, true, true, true, true, false]);
+    assert_eq!((g3.attn_softcap, g3.final_softcap), (0.0, 0.0));
+    let ropes = g3.ropes();
+    assert_eq!(ropes.len(), 2);
+    assert_eq!((ropes[0].theta, ropes[0].freq_scale), (1e6, 1.0 / 8.0));
+    assert_eq!((ropes[1].theta, ropes[1].freq_scale), (1e4, 1.0));
+    assert_eq!((g3.rope_table(0), g3.rope_table(5)), (1, 0));
+    // A stated period wins over the architecture's.
+    let g3p = config(&with_metadata(
+        "tests/fixtures/arch/tiny-gemma3.gguf",
+        "gemma3.attention.sliding_window_pattern",
+        Value::U32(2),
+    ));
+    assert_eq!(
+        g3p.window_layers,
+        vec![true, false, true, false, true, false]
+    );
+
+    // A window stated by a Llama-family file (Mistral's) covers every layer.
+    let mistral = config(&with_metadata(
+        "tests/fixtures/arch/tiny-qwen2.gguf",
+        "qwen2.attention.sliding_window",
+        Value::U32(4),
+    ));
+    assert!(mistral.window_layers.iter().all(|&w| w) && mistral.window == 4);
+    assert_eq!(mistral.scores(1).window, 4);
+    let plain = config(&read("tests/fixtures/arch/tiny-qwen2.gguf"));
+    assert_eq!((plain.window, plain.scores(0).window), (0, 0));
+
+    let yarn = with_metadata(
+        "tests/fixtures/arch/tiny-qwen3.gguf",
+        "qwen3.rope.scaling.type",
+        Value::String("yarn".into()),
+    );
+    let e = ModelConfig::from_gguf(&yarn).unwrap_err().to_string();
+    assert!(e.contains("rope.scaling.type") && e.contains("yarn"), "{e}");
+}

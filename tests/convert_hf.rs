@@ -93,7 +93,8 @@ fn write_safetensors(path: &Path, tensors: &[StTensor], data: &mut dyn FnMut(usi
     f.flush().unwrap();
 }
 
-/// GGUF name -> transformers name (Llama, BitNet, Qwen2, Qwen3).
+/// GGUF name -> transformers name (Llama, BitNet, Qwen2, Qwen3, Phi-3; Gemma's norms by
+/// [`gemma_hf_name`]).
 fn hf_name(gguf: &str) -> String {
     let map = [
         ("attn_norm", "input_layernorm"),
@@ -123,6 +124,23 @@ fn hf_name(gguf: &str) -> String {
             format!("model.layers.{layer}.{hf}.{kind}")
         }
     }
+}
+
+/// Gemma's transformers names: its norm after attention is `post_attention_layernorm`, the
+/// FFN's `pre_feedforward_layernorm` and `post_feedforward_layernorm`.
+fn gemma_hf_name(gguf: &str) -> String {
+    let norms = [
+        ("post_attention_norm", "post_attention_layernorm"),
+        ("ffn_norm", "pre_feedforward_layernorm"),
+        ("post_ffw_norm", "post_feedforward_layernorm"),
+    ];
+    if let Some(rest) = gguf.strip_prefix("blk.") {
+        let (layer, rest) = rest.split_once('.').unwrap();
+        if let Some((_, hf)) = norms.iter().find(|(g, _)| rest == format!("{g}.weight")) {
+            return format!("model.layers.{layer}.{hf}.weight");
+        }
+    }
+    hf_name(gguf)
 }
 
 /// The inverse of llama.cpp's `permute(w, n_head)`: numpy's
@@ -488,11 +506,13 @@ fn write_arch_checkpoint(dir: &Path, arch: &str) -> (PathBuf, String) {
         .iter()
         .filter(|t| !t.name.starts_with("rope_factors"))
         .collect();
+    let gemma = arch.starts_with("gemma");
     let tensors: Vec<StTensor> = kept
         .iter()
         .map(|t| StTensor {
             name: match (arch, t.name.ends_with("ffn_up.weight")) {
                 ("phi3", true) => hf_name(&t.name).replace("mlp.up_proj", "mlp.gate_up_proj"),
+                _ if gemma => gemma_hf_name(&t.name),
                 _ => hf_name(&t.name),
             },
             dtype: "F32",
@@ -501,7 +521,12 @@ fn write_arch_checkpoint(dir: &Path, arch: &str) -> (PathBuf, String) {
         })
         .collect();
     write_safetensors(&ck.join("model.safetensors"), &tensors, &mut |i| {
-        let v = values(&kept[i].name);
+        let mut v = values(&kept[i].name);
+        // Gemma's norms: transformers keeps w where GGUF stores 1 + w (the fixture's values
+        // are multiples of 2^-20, so both ways are exact in f32).
+        if gemma && kept[i].name.ends_with("norm.weight") {
+            v.iter_mut().for_each(|x| *x -= 1.0);
+        }
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
     });
     let heads = get("attention.head_count");
@@ -512,6 +537,8 @@ fn write_arch_checkpoint(dir: &Path, arch: &str) -> (PathBuf, String) {
         "architectures": [match arch {
             "qwen2" => "Qwen2ForCausalLM",
             "qwen3" => "Qwen3ForCausalLM",
+            "gemma2" => "Gemma2ForCausalLM",
+            "gemma3" => "Gemma3ForCausalLM",
             _ => "Phi3ForCausalLM",
         }],
         "model_type": arch,
@@ -543,19 +570,39 @@ fn write_arch_checkpoint(dir: &Path, arch: &str) -> (PathBuf, String) {
             "long_factor": values("rope_factors_long.weight"),
         });
     }
+    if gemma {
+        let act = config.as_object_mut().unwrap();
+        act.remove("hidden_act");
+        act.insert("hidden_activation".into(), json!("gelu_pytorch_tanh"));
+        config["sliding_window"] = json!(8);
+        config["query_pre_attn_scalar"] = json!(head_dim);
+    }
+    if arch == "gemma2" {
+        config["rope_theta"] = json!(10000.0);
+        config["attn_logit_softcapping"] = json!(4.0);
+        config["final_logit_softcapping"] = json!(8.0);
+        // transformers' Gemma 2: the even layers slide.
+        config["layer_types"] = json!(["sliding_attention", "full_attention"]);
+    }
+    if arch == "gemma3" {
+        config["rope_local_base_freq"] = json!(10000.0);
+        config["rope_scaling"] = json!({"rope_type": "linear", "factor": 8.0});
+        config["sliding_window_pattern"] = json!(6);
+    }
     std::fs::write(ck.join("config.json"), config.to_string()).unwrap();
     std::fs::write(ck.join("tokenizer.json"), gguf_tokenizer_json(&gguf, dir)).unwrap();
     (ck, gguf)
 }
 
-/// Qwen2 (q/k/v biases), Qwen3 (per-head q/k norms) and Phi-3 (stacked matrices, longrope):
+/// Qwen2 (q/k/v biases), Qwen3 (per-head q/k norms), Phi-3 (stacked matrices, longrope) and
+/// Gemma 2 and 3 (norms stored as 1 + w, windows, soft caps, Gemma 3's linear RoPE scaling):
 /// `--quantize f16 --to gguf` gives back the fixture's tensors byte for byte (F16 values
-/// survive F32 and back exactly; norms, biases and RoPE factors stay F32), Phi-3's attention
-/// factor as the fixture has it, and the same logits.
+/// survive F32 and back exactly; norms, biases and RoPE factors stay F32), the metadata that
+/// shapes the pass as the fixture has it, and the same logits.
 #[test]
 fn arch_checkpoints_convert_to_the_fixtures_of_the_same_weights() {
     let dir = tempfile::tempdir().unwrap();
-    for arch in ["qwen2", "qwen3", "phi3"] {
+    for arch in ["qwen2", "qwen3", "phi3", "gemma2", "gemma3"] {
         let work = dir.path().join(arch);
         std::fs::create_dir(&work).unwrap();
         let (ck, gguf) = write_arch_checkpoint(&work, arch);
@@ -576,6 +623,16 @@ fn arch_checkpoints_convert_to_the_fixtures_of_the_same_weights() {
         };
         let keys: &[&str] = match arch {
             "phi3" => &["rope.dimension_count", "rope.scaling.attn_factor"],
+            "gemma2" => &[
+                "attention.sliding_window",
+                "attn_logit_softcapping",
+                "final_logit_softcapping",
+            ],
+            "gemma3" => &[
+                "attention.sliding_window",
+                "rope.scaling.type",
+                "rope.scaling.factor",
+            ],
             _ => &[],
         };
         for key in keys {

@@ -151,6 +151,12 @@ def weights(arch, c, n_vocab):
     mat = lambda rows, cols, gain=1.0: (rng.standard_normal((rows, cols)) * gain /
                                          np.sqrt(cols)).astype(np.float16)
     vec = lambda n, mean, sd: (mean + sd * rng.standard_normal(n)).astype(np.float32)
+    if arch.startswith("gemma"):
+        # Gemma's norms are stored as 1 + w (transformers keeps w): multiples of 2^-20, so that
+        # w = stored - 1 and back are exact in f32 (tests/convert_hf.rs converts them back).
+        plain = vec
+        vec = lambda n, mean, sd: (np.round(plain(n, mean, sd) * 2.0**20) / 2.0**20).astype(
+            np.float32)
     # Gemma scales the embedding by sqrt(dim) (8) itself.
     w = {"token_embd.weight": mat(n_vocab, dim, 1.0 if arch.startswith("gemma") else 8.0)}
     for i in range(c["layers"]):

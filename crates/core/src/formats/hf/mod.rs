@@ -59,6 +59,18 @@ pub enum HfArch {
     /// Phi-3 / Phi-3.5 / Phi-4: q/k/v in one matrix (`qkv_proj`), gate/up in one
     /// (`gate_up_proj`), longrope factors in the config.
     Phi3,
+    /// Gemma 2: norms before and after attention and the FFN (stored as `w`, computing
+    /// `1 + w`), GELU gating, soft caps, a sliding window on every other layer.
+    Gemma2,
+    /// Gemma 3: Gemma 2's block with per-head q/k norms, no soft caps, five of six layers
+    /// windowed with their own RoPE base.
+    Gemma3,
+}
+
+impl HfArch {
+    pub fn is_gemma(self) -> bool {
+        matches!(self, HfArch::Gemma2 | HfArch::Gemma3)
+    }
 }
 
 /// `config.json`, the fields the conversion reads.
@@ -86,6 +98,16 @@ pub struct HfConfig {
     pub rms_norm_eps: Option<f64>,
     pub tie_word_embeddings: Option<bool>,
     pub hidden_act: Option<String>,
+    /// Gemma's name for `hidden_act`.
+    pub hidden_activation: Option<String>,
+    /// Gemma: the window of the local layers, their period (Gemma 3; or the per-layer
+    /// `layer_types`), their RoPE base (Gemma 3), the soft caps (Gemma 2).
+    pub sliding_window: Option<u64>,
+    pub sliding_window_pattern: Option<u64>,
+    pub layer_types: Option<Vec<String>>,
+    pub rope_local_base_freq: Option<f64>,
+    pub attn_logit_softcapping: Option<f64>,
+    pub final_logit_softcapping: Option<f64>,
     pub attention_bias: Option<bool>,
     pub mlp_bias: Option<bool>,
     pub bos_token_id: Option<Json>,
@@ -111,9 +133,12 @@ impl HfConfig {
             Some("Qwen2ForCausalLM") => Ok(HfArch::Qwen2),
             Some("Qwen3ForCausalLM") => Ok(HfArch::Qwen3),
             Some("Phi3ForCausalLM") => Ok(HfArch::Phi3),
+            Some("Gemma2ForCausalLM") => Ok(HfArch::Gemma2),
+            Some("Gemma3ForCausalLM") => Ok(HfArch::Gemma3),
             Some(other) => Err(HfError::Unsupported(format!(
                 "config.json: architecture {other} is not supported (LlamaForCausalLM, \
-                 BitNetForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)"
+                 BitNetForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, \
+                 Gemma2ForCausalLM, Gemma3ForCausalLM)"
             ))),
             None => Err(HfError::Config("no `architectures`".into())),
         }
@@ -169,11 +194,45 @@ impl HfConfig {
         Some((list("short_factor")?, list("long_factor")?, orig))
     }
 
-    /// RoPE base frequency: `rope_theta`, or `rope_parameters.rope_theta`, default 10000.
+    /// RoPE base frequency: `rope_theta`, or `rope_parameters.rope_theta` (Gemma 3 in
+    /// transformers 5: `rope_parameters.full_attention.rope_theta`), default 10000.
     pub fn rope_theta(&self) -> f64 {
+        let p = self.rope_parameters.as_ref();
         self.rope_theta
-            .or_else(|| self.rope_parameters.as_ref()?.get("rope_theta")?.as_f64())
+            .or_else(|| p?.get("rope_theta")?.as_f64())
+            .or_else(|| p?.get("full_attention")?.get("rope_theta")?.as_f64())
             .unwrap_or(10_000.0)
+    }
+
+    /// Linear RoPE scaling's factor (`rope_scaling: {rope_type: linear, factor}`; Gemma 3's
+    /// global layers), where the config has it.
+    pub fn linear_rope_factor(&self) -> Option<f64> {
+        let s = self.scaling()?;
+        let s = s.get("full_attention").unwrap_or(s);
+        let kind = s.get("rope_type").or_else(|| s.get("type"))?.as_str()?;
+        (kind == "linear").then(|| s.get("factor")?.as_f64())?
+    }
+
+    /// Gemma 3: the RoPE base of the windowed layers (`rope_local_base_freq`, or transformers
+    /// 5's `rope_parameters.sliding_attention.rope_theta`).
+    pub fn rope_local_base(&self) -> Option<f64> {
+        self.rope_local_base_freq.or_else(|| {
+            self.rope_parameters
+                .as_ref()?
+                .get("sliding_attention")?
+                .get("rope_theta")?
+                .as_f64()
+        })
+    }
+
+    /// Gemma: which layers attend over the sliding window, where the config says it per layer
+    /// (`layer_types`) or by a period (`sliding_window_pattern`).
+    pub fn window_layers(&self) -> Option<Vec<bool>> {
+        if let Some(types) = &self.layer_types {
+            return Some(types.iter().map(|t| t == "sliding_attention").collect());
+        }
+        let p = self.sliding_window_pattern?.max(1);
+        Some((0..self.num_hidden_layers).map(|i| i % p < p - 1).collect())
     }
 
     /// The first id of `bos_token_id` / `eos_token_id` (a number or a list).
@@ -213,7 +272,8 @@ impl HfConfig {
                         .into(),
                 ));
             }
-            if kind.as_str() != Some("default") && !(arch == HfArch::Phi3 && longrope) {
+            let linear = arch == HfArch::Gemma3 && kind.as_str() == Some("linear");
+            if kind.as_str() != Some("default") && !(arch == HfArch::Phi3 && longrope) && !linear {
                 return Err(HfError::Unsupported(format!(
                     "config.json: RoPE scaling {kind} is not supported"
                 )));
@@ -222,8 +282,13 @@ impl HfConfig {
         let want = match arch {
             HfArch::Llama | HfArch::Qwen2 | HfArch::Qwen3 | HfArch::Phi3 => "silu",
             HfArch::BitNet => "relu2",
+            HfArch::Gemma2 | HfArch::Gemma3 => "gelu_pytorch_tanh",
         };
-        match self.hidden_act.as_deref() {
+        match self
+            .hidden_activation
+            .as_deref()
+            .or(self.hidden_act.as_deref())
+        {
             None => Ok(()),
             Some(act) if act == want => Ok(()),
             Some(act) => Err(HfError::Unsupported(format!(

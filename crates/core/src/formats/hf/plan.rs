@@ -61,6 +61,9 @@ impl Quantization {
 pub enum TensorRecipe {
     /// Read the float tensor, permute its rows for RoPE when `rope_heads` is set, quantize.
     Float { hf: String, rope_heads: Option<u64> },
+    /// A Gemma norm: `1 + w` (transformers computes `x * (1 + w)`; GGUF stores the factor), the
+    /// sum rounded to the checkpoint's own float type as llama.cpp's converter computes it.
+    ShiftedNorm { hf: String },
     /// Values from the config (Phi-3's RoPE factors).
     Values(Vec<f32>),
     /// BitNet's packed 2-bit weights (`uint8 [rows/4, cols]`) and their `weight_scale`, which
@@ -134,6 +137,26 @@ const PHI3_LAYER_TENSORS: [(&str, &str, bool); 6] = [
     ("mlp.down_proj", "ffn_down", true),
 ];
 
+/// Gemma's per-layer tensors (its norm after attention is `post_attention_norm`, the one
+/// before the FFN `pre_feedforward_layernorm`).
+const GEMMA_LAYER_TENSORS: [(&str, &str, bool); 12] = [
+    ("input_layernorm", "attn_norm", false),
+    ("self_attn.q_proj", "attn_q", true),
+    ("self_attn.k_proj", "attn_k", true),
+    ("self_attn.v_proj", "attn_v", true),
+    ("self_attn.q_norm", "attn_q_norm", false),
+    ("self_attn.k_norm", "attn_k_norm", false),
+    ("self_attn.o_proj", "attn_output", true),
+    ("post_attention_layernorm", "post_attention_norm", false),
+    ("pre_feedforward_layernorm", "ffn_norm", false),
+    ("mlp.gate_proj", "ffn_gate", true),
+    ("mlp.up_proj", "ffn_up", true),
+    ("mlp.down_proj", "ffn_down", true),
+];
+
+/// Gemma 2's: no q/k norms, a norm after the FFN.
+const GEMMA2_EXTRA: (&str, &str, bool) = ("post_feedforward_layernorm", "post_ffw_norm", false);
+
 /// The GGUF architecture name.
 fn gguf_arch(arch: HfArch) -> &'static str {
     match arch {
@@ -142,12 +165,14 @@ fn gguf_arch(arch: HfArch) -> &'static str {
         HfArch::Qwen2 => "qwen2",
         HfArch::Qwen3 => "qwen3",
         HfArch::Phi3 => "phi3",
+        HfArch::Gemma2 => "gemma2",
+        HfArch::Gemma3 => "gemma3",
     }
 }
 
-/// Whether the checkpoint's embeddings are tied (no separate LM head).
+/// Whether the checkpoint's embeddings are tied (no separate LM head; Gemma's always are).
 fn tied(ck: &HfCheckpoint<'_>) -> bool {
-    ck.config.tie_word_embeddings.unwrap_or(false) || !ck.has("lm_head.weight")
+    ck.config.tie_word_embeddings.unwrap_or(ck.arch.is_gemma()) || !ck.has("lm_head.weight")
 }
 
 /// The GGUF tensors of the checkpoint, in GGUF order, with their types. Every tensor of the
@@ -196,6 +221,18 @@ pub fn plan(ck: &HfCheckpoint<'_>, q: Quantization) -> Result<Vec<OutputTensor>,
         });
         Ok(())
     };
+    // A Gemma norm, its factor `1 + w` stored.
+    let shifted = |used: &mut std::collections::BTreeSet<String>,
+                   out: &mut Vec<OutputTensor>,
+                   hf: &str,
+                   name: &str|
+     -> Result<(), HfError> {
+        float(used, out, hf, name, None)?;
+        if let Some(t) = out.last_mut() {
+            t.recipe = TensorRecipe::ShiftedNorm { hf: hf.to_string() };
+        }
+        Ok(())
+    };
     float(
         &mut used,
         &mut out,
@@ -205,19 +242,29 @@ pub fn plan(ck: &HfCheckpoint<'_>, q: Quantization) -> Result<Vec<OutputTensor>,
     )?;
     let bitnet = ck.arch == HfArch::BitNet;
     let scale_divides = ck.config.quantization_field("linear_class") != Some("autobitlinear");
+    let gemma_tensors: Vec<(&str, &str, bool)> = GEMMA_LAYER_TENSORS
+        .into_iter()
+        .chain(std::iter::once(GEMMA2_EXTRA))
+        .collect();
     let layer_tensors: &[(&str, &str, bool)] = match ck.arch {
         HfArch::Phi3 => &PHI3_LAYER_TENSORS,
+        HfArch::Gemma2 | HfArch::Gemma3 => &gemma_tensors,
         _ => &LAYER_TENSORS,
     };
+    let has_qk_norm = matches!(ck.arch, HfArch::Qwen3 | HfArch::Gemma3);
     for i in 0..c.num_hidden_layers {
         for &(suffix, gguf, linear) in layer_tensors {
             let sub_norm = gguf.ends_with("sub_norm");
             let qk_norm = gguf.ends_with("k_norm") || gguf.ends_with("q_norm");
-            if (sub_norm && !bitnet) || (qk_norm && ck.arch != HfArch::Qwen3) {
+            if (sub_norm && !bitnet) || (qk_norm && !has_qk_norm) {
                 continue;
             }
             let hf = format!("model.layers.{i}.{suffix}.weight");
             let name = format!("blk.{i}.{gguf}.weight");
+            if ck.arch.is_gemma() && !linear {
+                shifted(&mut used, &mut out, &hf, &name)?;
+                continue;
+            }
             let rope_heads = match (ck.arch, gguf) {
                 (HfArch::Llama, "attn_q") => Some(c.num_attention_heads),
                 (HfArch::Llama, "attn_k") => Some(c.n_kv_heads()),
@@ -261,13 +308,22 @@ pub fn plan(ck: &HfCheckpoint<'_>, q: Quantization) -> Result<Vec<OutputTensor>,
             }
         }
     }
-    float(
-        &mut used,
-        &mut out,
-        "model.norm.weight",
-        "output_norm.weight",
-        None,
-    )?;
+    if ck.arch.is_gemma() {
+        shifted(
+            &mut used,
+            &mut out,
+            "model.norm.weight",
+            "output_norm.weight",
+        )?;
+    } else {
+        float(
+            &mut used,
+            &mut out,
+            "model.norm.weight",
+            "output_norm.weight",
+            None,
+        )?;
+    }
     if !tied(ck) {
         float(&mut used, &mut out, "lm_head.weight", "output.weight", None)?;
     } else if ck.has("lm_head.weight") {
@@ -461,6 +517,16 @@ pub fn tensor_bytes(
             }
             Ok(quantize(t.dtype, &values, row_len)?)
         }
+        TensorRecipe::ShiftedNorm { hf } => {
+            let (dtype, _) = ck.info(hf)?;
+            let round = |x: f32| match dtype {
+                Dtype::BF16 => half::bf16::from_f32(x).to_f32(),
+                Dtype::F16 => half::f16::from_f32(x).to_f32(),
+                _ => x,
+            };
+            let values: Vec<f32> = ck.f32(hf)?.iter().map(|&w| round(w + 1.0)).collect();
+            Ok(quantize(t.dtype, &values, row_len)?)
+        }
         TensorRecipe::Values(values) => Ok(quantize(t.dtype, values, row_len)?),
         TensorRecipe::PackedTernary {
             hf,
@@ -537,6 +603,39 @@ pub fn gguf_metadata(
         };
         add("rope.scaling.original_context_length", u32v(orig));
         add("rope.scaling.attn_factor", Value::F32(factor as f32));
+    }
+    if arch.is_gemma() {
+        // As llama.cpp's Gemma converters: the window, its layers where the config states
+        // them, the soft caps, Gemma 3's local RoPE base and linear scaling.
+        if let Some(w) = config.sliding_window {
+            add("attention.sliding_window", u32v(w));
+        }
+        if let Some(layers) = config.window_layers() {
+            add(
+                "attention.sliding_window_pattern",
+                Value::Array(crate::formats::gguf::Array::Bool(layers)),
+            );
+        }
+        if arch == HfArch::Gemma2 {
+            let cap = |v: Option<f64>, default: f64| Value::F32(v.unwrap_or(default) as f32);
+            add(
+                "attn_logit_softcapping",
+                cap(config.attn_logit_softcapping, 50.0),
+            );
+            add(
+                "final_logit_softcapping",
+                cap(config.final_logit_softcapping, 30.0),
+            );
+        } else if let Some(c) = config.final_logit_softcapping {
+            add("final_logit_softcapping", Value::F32(c as f32));
+        }
+        if let (HfArch::Gemma3, Some(base)) = (arch, config.rope_local_base()) {
+            add("rope.freq_base_swa", Value::F32(base as f32));
+        }
+        if let Some(f) = config.linear_rope_factor() {
+            add("rope.scaling.type", Value::String("linear".into()));
+            add("rope.scaling.factor", Value::F32(f as f32));
+        }
     }
     if let Some(id) = q.file_type_id() {
         m.push(("general.file_type".into(), Value::U32(id)));

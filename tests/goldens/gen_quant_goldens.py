@@ -23,7 +23,9 @@ Container format (self-describing, all binaries little-endian, no headers):
 
 Quantizable in gguf-py (input + gguf-py bytes + gguf-py dequant): F32, F16, BF16, Q4_0, Q4_1,
 Q5_0, Q5_1, Q8_0, TQ1_0, TQ2_0. Dequant-only (random blocks + gguf-py dequant): Q4_K, Q5_K,
-Q6_K, with finite f16 scales of sane magnitude plus a few extreme blocks. I2_S is not in gguf-py
+Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M and MXFP4,
+with finite f16 scales of sane magnitude plus a few extreme blocks (MXFP4: E8M0 scales), and for
+the IQ types grid indices that use every row of the type's grid. I2_S is not in gguf-py
 and is tested from hand-built blocks in Rust.
 """
 
@@ -164,6 +166,105 @@ def random_kquant_blocks(qtype, n_blocks, seed):
 
 
 # --------------------------------------------------------------------------------------------
+# Random blocks for the other dequant-only types: Q2_K, Q3_K, the IQ types and MXFP4.
+
+# Byte offsets of each type's f16 scale fields (IQ1_M's scale is spread over four nibbles and
+# MXFP4's is an E8M0 byte; both are set apart below).
+F16_FIELDS = {
+    T.Q2_K: [80, 82],  # d, dmin
+    T.Q3_K: [108],
+    T.IQ4_NL: [0], T.IQ4_XS: [0],
+    T.IQ2_XXS: [0], T.IQ2_XS: [0], T.IQ2_S: [0],
+    T.IQ3_XXS: [0], T.IQ3_S: [0],
+    T.IQ1_S: [0],
+}
+
+
+def set_iq1m_scale(block, bits):
+    """IQ1_M: the f16 scale's 4 nibbles are the top nibbles of the 4 u16 at bytes 48..56."""
+    sc = block[48:56].copy().view(np.uint16)
+    for i in range(4):
+        sc[i] = (int(sc[i]) & 0x0FFF) | (((int(bits) >> (4 * i)) & 0xF) << 12)
+    block[48:56] = sc.view(np.uint8)
+
+
+def set_grid_index(qtype, block, k, idx):
+    """Make the k-th grid lookup of an IQ block use grid row idx (all other bits kept)."""
+    if qtype == T.IQ2_XXS:  # 8 x (4 index bytes, u32 signs/scale), 32 lookups
+        block[2 + 8 * (k // 4) + k % 4] = idx
+    elif qtype == T.IQ2_XS:  # 32 u16: 9-bit index, 7-bit sign index
+        v = block[2 + 2 * k : 4 + 2 * k].copy().view(np.uint16)
+        v[0] = (int(v[0]) & 0xFE00) | idx
+        block[2 + 2 * k : 4 + 2 * k] = v.view(np.uint8)
+    elif qtype == T.IQ2_S:  # qs[32] low 8 bits, qh[8] 2 bits each (after 32 sign bytes)
+        block[2 + k] = idx & 0xFF
+        at, sh = 66 + k // 4, 2 * (k % 4)
+        block[at] = (int(block[at]) & ~(3 << sh) & 0xFF) | ((idx >> 8) << sh)
+    elif qtype == T.IQ3_XXS:  # qs[64], 64 lookups
+        block[2 + k] = idx
+    elif qtype == T.IQ3_S:  # qs[64] low 8 bits, qh[8] 1 bit each
+        block[2 + k] = idx & 0xFF
+        at, sh = 66 + k // 8, k % 8
+        block[at] = (int(block[at]) & ~(1 << sh) & 0xFF) | ((idx >> 8) << sh)
+    elif qtype == T.IQ1_S:  # qs[32] low 8 bits, qh u16[8] 3 bits each
+        block[2 + k] = idx & 0xFF
+        v = block[34 + 2 * (k // 4) : 36 + 2 * (k // 4)].copy().view(np.uint16)
+        sh = 3 * (k % 4)
+        v[0] = (int(v[0]) & ~(7 << sh) & 0xFFFF) | ((idx >> 8) << sh)
+        block[34 + 2 * (k // 4) : 36 + 2 * (k // 4)] = v.view(np.uint8)
+    elif qtype == T.IQ1_M:  # qs[32] low 8 bits, qh[16] 3 bits per nibble
+        block[k] = idx & 0xFF
+        at, sh = 32 + k // 2, 4 * (k % 2)
+        block[at] = (int(block[at]) & ~(7 << sh) & 0xFF) | ((idx >> 8) << sh)
+    else:
+        raise ValueError(qtype)
+
+
+# (grid rows, lookups per block) of the IQ types: the goldens cycle through every row.
+GRIDS = {
+    T.IQ2_XXS: (256, 32), T.IQ2_XS: (512, 32), T.IQ2_S: (1024, 32),
+    T.IQ3_XXS: (256, 64), T.IQ3_S: (512, 64),
+    T.IQ1_S: (2048, 32), T.IQ1_M: (2048, 32),
+}
+
+
+def random_blocks(qtype, n_blocks, seed):
+    """Random bytes, with finite f16 scales of sane magnitude (10^-6..1, a tenth negative) and a
+    few extreme ones (0, -0, 65504, the smallest subnormal) in the first blocks; the IQ types'
+    grid indices cycle through every grid row."""
+    rng = np.random.default_rng(seed)
+    _, type_size = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, size=(n_blocks, type_size), dtype=np.uint8)
+    extremes = [0.0, -0.0, 65504.0, None]  # None: the smallest subnormal
+    for b in range(n_blocks):
+        if qtype == T.MXFP4:
+            # E8M0: mostly 2^-20..2^10; the first blocks take 0, 1, 2 (the sub-normal
+            # halves), 127 and 254 (2^126: 12 * 2^126 is still finite).
+            raw[b, 0] = [0, 1, 2, 127, 254][b] if b < 5 else rng.integers(107, 138)
+            continue
+        scales = []
+        for _ in F16_FIELDS.get(qtype, [None]):
+            if b < len(extremes):
+                v = extremes[b]
+                bits = 1 if v is None else int(np.array([v], np.float16).view(np.uint16)[0])
+            else:
+                mag = 10.0 ** rng.uniform(-6, 0)
+                sign = -1.0 if rng.random() < 0.1 else 1.0
+                bits = int(np.array([sign * mag], np.float16).view(np.uint16)[0])
+            scales.append(bits)
+        if qtype == T.IQ1_M:
+            set_iq1m_scale(raw[b], scales[0])
+        else:
+            for off, bits in zip(F16_FIELDS[qtype], scales):
+                raw[b, off : off + 2] = np.array([bits], np.uint16).view(np.uint8)
+        if qtype in GRIDS:
+            rows, per_block = GRIDS[qtype]
+            for k in range(per_block):
+                set_grid_index(qtype, raw[b], k, (b * per_block + k) % rows)
+    return raw.reshape(-1)
+
+
+# --------------------------------------------------------------------------------------------
 
 
 def write_f32(path, arr):
@@ -219,6 +320,19 @@ def main():
     # Dequant-only K-quants: random blocks.
     for seed, qtype, n_blocks in [(30, T.Q4_K, 49), (31, T.Q5_K, 49), (32, T.Q6_K, 49)]:
         add(qtype.name.lower(), qtype, None, random_kquant_blocks(qtype, n_blocks, seed))
+
+    # The other dequant-only types: random blocks. The IQ types take enough blocks to use every
+    # grid row at least once.
+    more = [
+        (40, T.Q2_K, 33), (41, T.Q3_K, 33), (42, T.IQ4_NL, 65), (43, T.IQ4_XS, 33),
+        (44, T.IQ3_XXS, 9), (45, T.IQ3_S, 17), (46, T.IQ2_XXS, 17), (47, T.IQ2_XS, 17),
+        (48, T.IQ2_S, 33), (49, T.IQ1_S, 65), (50, T.IQ1_M, 65), (51, T.MXFP4, 65),
+    ]
+    for seed, qtype, n_blocks in more:
+        if qtype in GRIDS:
+            rows, per_block = GRIDS[qtype]
+            assert n_blocks * per_block >= rows, qtype
+        add(qtype.name.lower(), qtype, None, random_blocks(qtype, n_blocks, seed))
 
     index = {
         "generator": "tests/goldens/gen_quant_goldens.py",

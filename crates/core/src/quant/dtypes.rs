@@ -20,6 +20,10 @@
 
 pub mod float;
 pub mod i2s;
+pub mod iq4_nl;
+pub mod iq4_xs;
+pub mod q2_k;
+pub mod q3_k;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q4_k;
@@ -71,12 +75,16 @@ registry! {
     Q5_0 => q5_0::Q5_0,
     Q5_1 => q5_1::Q5_1,
     Q8_0 => q8_0::Q8_0,
+    Q2_K => q2_k::Q2_K,
+    Q3_K => q3_k::Q3_K,
     Q4_K => q4_k::Q4_K,
     Q5_K => q5_k::Q5_K,
     Q6_K => q6_k::Q6_K,
     TQ1_0 => tq1_0::TQ1_0,
     TQ2_0 => tq2_0::TQ2_0,
     I2_S => i2s::I2_S,
+    IQ4_NL => iq4_nl::IQ4_NL,
+    IQ4_XS => iq4_xs::IQ4_XS,
 }
 
 #[cfg(test)]

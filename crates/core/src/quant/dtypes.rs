@@ -20,8 +20,16 @@
 
 pub mod float;
 pub mod i2s;
+pub mod iq1_m;
+pub mod iq1_s;
+pub mod iq2_s;
+pub mod iq2_xs;
+pub mod iq2_xxs;
+pub mod iq3_s;
+pub mod iq3_xxs;
 pub mod iq4_nl;
 pub mod iq4_xs;
+pub mod mxfp4;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -85,6 +93,14 @@ registry! {
     I2_S => i2s::I2_S,
     IQ4_NL => iq4_nl::IQ4_NL,
     IQ4_XS => iq4_xs::IQ4_XS,
+    IQ3_XXS => iq3_xxs::IQ3_XXS,
+    IQ3_S => iq3_s::IQ3_S,
+    IQ2_XXS => iq2_xxs::IQ2_XXS,
+    IQ2_XS => iq2_xs::IQ2_XS,
+    IQ2_S => iq2_s::IQ2_S,
+    IQ1_S => iq1_s::IQ1_S,
+    IQ1_M => iq1_m::IQ1_M,
+    MXFP4 => mxfp4::MXFP4,
 }
 
 #[cfg(test)]

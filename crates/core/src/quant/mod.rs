@@ -9,11 +9,14 @@
 //! - `float`: the [`F16Le`] scale field and the f16/bf16 conversions;
 //! - `legacy`: the 32-weight block formats' helpers;
 //! - `kquants`: the 256-weight K-quant super-blocks' reference quantizers and header layout;
+//! - `iquants`: the IQ2/IQ3/IQ1 formats' grid tables (`iq_grids`, generated from gguf-py by
+//!   `tests/goldens/gen_iq_grids.py`) and grid-row decode;
 //! - `ternary`: upstream ggml's ternary types' trit packing;
 //! - [`planes`]: the upload layouts the GPU kernels read;
 //! - `block`: the traits ([`Block`], [`Dtype`]) and the kernel data ([`Kernels`]).
 //!
-//! Dequantization is bit identical to gguf-py 0.19 (tested against goldens it wrote);
+//! Dequantization is bit identical to gguf-py 0.19 (tested against goldens it wrote; Q2_K,
+//! Q3_K, the IQ types and MXFP4 are dequantize-only and CPU-only);
 //! quantization matches gguf-py/ggml byte for byte where they define it (Q8_0, the other legacy
 //! types, TQ1_0, TQ2_0, F16, BF16) and ggml's reference quantizers for Q4_K, Q5_K and Q6_K
 //! (tested against llama.cpp's bytes). [`ftype`] picks each tensor's type the way
@@ -24,6 +27,8 @@ mod block;
 mod dtype;
 pub mod dtypes;
 mod float;
+mod iq_grids;
+mod iquants;
 mod kquants;
 mod legacy;
 pub mod planes;

@@ -140,6 +140,18 @@ fn golden(arch: &str) -> Golden {
 }
 
 fn tritium(args: &[&str]) -> Output {
+    let o = tritium_output(args);
+    assert!(
+        o.status.success(),
+        "tritium {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// The tritium binary's output for `args`, whatever its exit.
+fn tritium_output(args: &[&str]) -> Output {
     let bin = std::env::var_os("TRITIUM_BIN").map_or_else(
         || PathBuf::from(env!("CARGO_BIN_EXE_tritium")),
         PathBuf::from,
@@ -150,14 +162,7 @@ fn tritium(args: &[&str]) -> Output {
     if std::env::var_os("VK_ICD_FILENAMES").is_none() && Path::new(lvp).exists() {
         cmd.env("VK_ICD_FILENAMES", lvp);
     }
-    let o = cmd.output().expect("the tritium binary runs");
-    assert!(
-        o.status.success(),
-        "tritium {} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
+    cmd.output().expect("the tritium binary runs")
 }
 
 fn run_json(args: &[&str]) -> Value {
@@ -635,4 +640,80 @@ fn windows_tables_and_caps_follow_the_metadata() {
     );
     let e = ModelConfig::from_gguf(&yarn).unwrap_err().to_string();
     assert!(e.contains("rope.scaling.type") && e.contains("yarn"), "{e}");
+}
+
+/// Qwen2's fixture with its q, k and v matrices in `dtype` (random blocks with tame scales):
+/// the quantization types the CPU dequantizes but no GPU kernel reads yet.
+fn with_matrices_in(dtype: GgmlType) -> Vec<u8> {
+    rewritten("tests/fixtures/arch/tiny-qwen2.gguf", &|n, d, s, x| {
+        if !(n.ends_with("attn_q.weight")
+            || n.ends_with("attn_k.weight")
+            || n.ends_with("attn_v.weight"))
+        {
+            return Some((d, s, x));
+        }
+        let elems: u64 = s.iter().product();
+        let mut bytes = vec![0u8; dtype.tensor_bytes(elems).unwrap() as usize];
+        let mut state = 0x9e3779b97f4a7c15u64 ^ elems;
+        for b in &mut bytes {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            *b = (state >> 56) as u8;
+        }
+        tritium::quant::tame(dtype, &mut bytes);
+        if dtype == GgmlType::MXFP4 {
+            // Blocks of 17 bytes led by an e8m0 scale, 2^(e - 127): 2^-7 to 2^-4 here.
+            for block in bytes.chunks_exact_mut(17) {
+                block[0] = 120 + block[0] % 4;
+            }
+        }
+        Some((dtype, s, bytes))
+    })
+}
+
+/// Files whose matrices are in the types the CPU dequantizes (crates/core's gguf-py goldens)
+/// but no GPU kernel reads yet: the CPU runs them; the GPU backend refuses them with a message
+/// that names the type, never a panic (CUDA's load refuses every type it has no kernel for by
+/// name: `format_suffix`).
+#[test]
+fn new_quantization_types_run_on_the_cpu_and_are_refused_by_name_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    // The types of 32-value blocks (the tiny model's rows are 64 long; the K and IQ2/IQ3
+    // types take rows of whole 256-value blocks, and their dequantization takes the same path).
+    for dtype in [GgmlType::IQ4_NL, GgmlType::MXFP4] {
+        let path = dir.path().join(format!("{dtype}.gguf"));
+        std::fs::write(&path, with_matrices_in(dtype)).unwrap();
+        let model = path.to_str().unwrap();
+        let v = run_json(&[
+            "run",
+            model,
+            "--ids",
+            "1,2,3",
+            "--max-tokens",
+            "4",
+            "--temperature",
+            "0",
+            "--backend",
+            "cpu",
+            "--json",
+        ]);
+        assert_eq!(v["generated_ids"].as_array().unwrap().len(), 4, "{dtype}");
+        let o = tritium_output(&[
+            "run",
+            model,
+            "--ids",
+            "1,2,3",
+            "--max-tokens",
+            "2",
+            "--backend",
+            "gpu",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{dtype} on the GPU: {err}");
+        assert!(
+            !err.contains("panicked") && err.contains(&dtype.to_string()),
+            "{dtype}: {err}"
+        );
+    }
 }

@@ -472,9 +472,13 @@ impl CudaBackend {
     }
 
     /// Whether a pass of `n` tokens attends with `flash_attention_*` (tensor cores over an f16
-    /// cache, more tokens than a graph takes, a head dimension it is built for).
-    fn flash(kv: &KvShape, n: usize) -> bool {
-        kv.dtype == KvType::F16 && n > GRAPH_MAX_TOKENS && FLASH_HEAD_DIMS.contains(&kv.head_dim)
+    /// cache, more tokens than a graph takes, a head dimension it is built for, scores with
+    /// no window or soft cap): the one rule for the launch and for sizing the split scratch.
+    fn flash(kv: &KvShape, n: usize, scores: AttentionScores) -> bool {
+        kv.dtype == KvType::F16
+            && n > GRAPH_MAX_TOKENS
+            && FLASH_HEAD_DIMS.contains(&kv.head_dim)
+            && scores == AttentionScores::default()
     }
 
     /// Positions per attention split, and splits, of a captured (few-token) pass: enough

@@ -27,7 +27,7 @@ impl CudaBackend {
             let (k, v) = &self.cache[layer];
             (k.ptr(), v.ptr())
         };
-        if plain && Self::flash(&kv, n) {
+        if Self::flash(&kv, n, scores) {
             let args = [
                 Arg::Ptr(self.ptr(q)),
                 Arg::Ptr(kc),

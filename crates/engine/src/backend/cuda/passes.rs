@@ -410,7 +410,12 @@ impl Backend for CudaBackend {
             .unzip();
         self.upload_u32(self.tokens.pos.ptr(), &pos)?;
         self.upload_u32(self.tokens.seq.ptr(), &seq)?;
-        if self.kv.as_ref().is_some_and(|kv| Self::flash(kv, n)) {
+        // The tiles of a plain attention's flash kernel (unused by windowed or capped ones).
+        if self
+            .kv
+            .as_ref()
+            .is_some_and(|kv| Self::flash(kv, n, AttentionScores::default()))
+        {
             let tiles = flash_tiles(&pass.batch);
             self.upload_u32(self.tokens.tiles.ptr(), &tiles)?;
             self.tiles = tiles.len() / 2;

@@ -101,7 +101,7 @@ impl CudaBackend {
                     v,
                     out,
                     heads,
-                    ..
+                    scores,
                 } => {
                     let kv = self.kv()?;
                     if layer >= kv.n_layers {
@@ -125,7 +125,7 @@ impl CudaBackend {
                     self.need(k, n * kv_row, "attention k")?;
                     self.need(v, n * kv_row, "attention v")?;
                     self.need(out, n * q_row, "attention out")?;
-                    let splits = if Self::flash(&kv, n) {
+                    let splits = if Self::flash(&kv, n, scores) {
                         0
                     } else if n <= GRAPH_MAX_TOKENS {
                         Self::graph_splits(&kv).1

@@ -417,6 +417,16 @@ impl Backend for GpuBackend {
             }
             .into());
         };
+        if crate::quant::kernels(w.dtype).is_none() {
+            return Err(BackendError::UnsupportedWeight {
+                name: w.name.to_string(),
+                why: format!(
+                    "{} weights have no GPU kernels yet (the CPU backend runs them: --backend cpu)",
+                    w.dtype
+                ),
+            }
+            .into());
+        }
         let mut gw = self
             .ctx
             .upload_weight(w.name, w.dtype, rows, cols, w.bytes)?;

@@ -177,9 +177,17 @@ impl CudaBackend {
         })?;
         let sizes64: Vec<u64> = sizes.iter().map(|&s| s as u64).collect();
         let schedule = Schedule::plan(&sizes64, avail, 2, false).map_err(|e| {
+            let why = match e {
+                tritium_native_gds::cache::BudgetError::TooSmall { need, largest, .. } => format!(
+                    "{budget} bytes leaves {avail} for the blocks beside what stays on the device \
+                     ({fixed} bytes), less than the two streaming slots of the largest block need \
+                     ({need} bytes: 2 x {largest})"
+                ),
+                e => e.to_string(),
+            };
             Error::from(BackendError::UnsupportedWeight {
                 name: "the GPU memory budget".into(),
-                why: e.to_string(),
+                why,
             })
         })?;
         let mut files: HashMap<PathBuf, WeightFile> = HashMap::new();

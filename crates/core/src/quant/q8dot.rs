@@ -10,7 +10,8 @@
 //!    A block whose `amax` is below [`Q8_MIN_AMAX`] (or not finite) is stored as zeros.
 //! 2. Each weight block is read as exact integer codes in groups that share one f32 scale
 //!    and offset (`w = scale * code + offset`: Q4_K `(d*sc) * q - dmin*m` per 32, Q6_K
-//!    `(d*sc) * (q - 32)` per 16, Q4_0 `d * (q - 8)`, Q4_1 `d * q + m`, ...), with the f32
+//!    `(d*sc) * (q - 32)` per 16, Q4_0 `d * (q - 8)`, Q4_1 `d * q + m`, IQ4_NL
+//!    `d * KVALUES[q]` with the table's int8 values as the codes, ...), with the f32
 //!    products the CPU dequantization forms (so `scale * code + offset` is the dequantized
 //!    weight before its final rounding).
 //! 3. Per group, the integer sums `sum(code * x_q)` and `sum(x_q)` are exact; the group adds
@@ -257,7 +258,8 @@ impl Q8Acts {
 /// A row's integer form (the codes, as i16, and per group the scale and offset of
 /// [`IntBlock`]'s groups) and its per-group terms: scratch of the fast product, one per worker,
 /// grown to the longest row it has seen. Every integer form's codes fit in i8 (Q8_0's
-/// -128..=127, Q6_K's -32..=31, the 5-bit formats' 0..=31 or -16..=15, ternary -1..=2); i16 is
+/// -128..=127, IQ4_NL's table -127..=113, Q6_K's -32..=31, the 5-bit formats' 0..=31 or
+/// -16..=15, ternary -1..=2); i16 is
 /// what the product multiplies (see [`Q8Dot`]).
 #[derive(Clone, Debug, Default)]
 pub struct Q8Scratch {
@@ -668,11 +670,19 @@ mod tests {
             GgmlType::Q6_K,
             GgmlType::TQ1_0,
             GgmlType::TQ2_0,
+            GgmlType::IQ4_NL,
         ] {
             let w: Vec<f32> = (0..512)
                 .map(|i| ((i * 53 % 97) as f32 - 48.0) / 40.0)
                 .collect();
-            let data = quantize(dtype, &w).unwrap();
+            // IQ4_NL has no quantizer: random blocks with tame scales.
+            let data = if crate::quant::can_quantize(dtype) {
+                quantize(dtype, &w).unwrap()
+            } else {
+                let mut b = Rng(5).bytes(dtype.row_bytes(512).unwrap() as usize);
+                crate::quant::tame(dtype, &mut b);
+                b
+            };
             let deq = dequantize(dtype, &data, 512).unwrap();
             let x: Vec<f32> = (0..512)
                 .map(|i| ((i * 29 % 255) as f32 - 127.0) / 64.0)

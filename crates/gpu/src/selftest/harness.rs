@@ -46,6 +46,18 @@ impl Rng {
     }
 }
 
+/// Random file bytes for `n` weights of a type without a quantizer (IQ4_NL), where the checks
+/// cannot put random values through `quant::quantize`: every code equally likely, each f16
+/// scale made finite and below 2 in magnitude (`quant::tame`).
+pub fn tame_blocks(dtype: GgmlType, n: usize, rng: &mut Rng) -> Result<Vec<u8>, String> {
+    let len = dtype
+        .tensor_bytes(n as u64)
+        .ok_or_else(|| format!("{n} {dtype} weights are not whole blocks"))?;
+    let mut data = rng.bytes(len as usize);
+    crate::quant::tame(dtype, &mut data);
+    Ok(data)
+}
+
 pub fn gpu_err(e: GpuError) -> String {
     e.to_string()
 }

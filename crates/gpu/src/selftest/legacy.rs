@@ -3,7 +3,8 @@
 //! `crate::quant::dequantize` of the same bytes.
 //!
 //! Weights are random floats in [-1, 1) put through `crate::quant::quantize`, so every block
-//! is one the real quantizer could write. Shapes: rows 576, 1536, 7 and 40 (and 5, 3),
+//! is one the real quantizer could write; IQ4_NL, which has no quantizer, takes random blocks
+//! with tame scales (every code, |d| < 2: `harness::tame_blocks`). Shapes: rows 576, 1536, 7 and 40 (and 5, 3),
 //! columns 576, 1536, 288 = 9 blocks (the block formats need whole blocks) and 4128 (more than
 //! one staged chunk of x), plus row lengths that are not a multiple of 4 or 8 for F32/F16
 //! (their element-wise path); every shape whole and split into at least three chunks (mostly
@@ -27,7 +28,7 @@
 
 use super::harness::{
     added_to_residual, compare, coop_bound, coop_checks, gpu_err, poisoned, read_f32,
-    reference_matmul, run_matmul, submit, upload_f32, PerDtype, Rng, Stats,
+    reference_matmul, run_matmul, submit, tame_blocks, upload_f32, PerDtype, Rng, Stats,
 };
 use crate::embedding::EmbeddingOp;
 use crate::kernels::Kernel;
@@ -77,8 +78,12 @@ fn random_weight(
     seed: u64,
 ) -> Result<(Vec<u8>, Vec<f32>), String> {
     let mut rng = Rng(seed);
-    let values = rng.vec(rows * cols, 1.0);
-    let bytes = quant::quantize(dtype, &values).map_err(|e| e.to_string())?;
+    let bytes = if quant::can_quantize(dtype) {
+        let values = rng.vec(rows * cols, 1.0);
+        quant::quantize(dtype, &values).map_err(|e| e.to_string())?
+    } else {
+        tame_blocks(dtype, rows * cols, &mut rng)?
+    };
     let decoded = quant::dequantize(dtype, &bytes, rows * cols).map_err(|e| e.to_string())?;
     Ok((bytes, decoded))
 }

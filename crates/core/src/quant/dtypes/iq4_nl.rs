@@ -62,7 +62,11 @@ impl Block<32> for BlockIQ4NL {
     const INT_FORM: Option<fn(&Self) -> IntBlock> = Some(|b| {
         let mut codes = [0i16; 32];
         table_codes(&b.qs, &mut codes);
-        IntBlock::one_group(codes.iter().map(|&c| i32::from(c)).collect(), b.d.to_f32(), 0.0)
+        IntBlock::one_group(
+            codes.iter().map(|&c| i32::from(c)).collect(),
+            b.d.to_f32(),
+            0.0,
+        )
     });
     const INT_DECODE: Option<IntDecode<Self, 32>> = Some(|b, codes, scales, offsets| {
         table_codes(&b.qs, codes);

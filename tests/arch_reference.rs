@@ -650,7 +650,7 @@ fn windows_tables_and_caps_follow_the_metadata() {
 }
 
 /// Qwen2's fixture with its q, k and v matrices in `dtype` (random blocks with tame scales):
-/// the quantization types the CPU dequantizes but no GPU kernel reads yet.
+/// quantization types the CPU dequantizes that have no quantizer here.
 fn with_matrices_in(dtype: GgmlType) -> Vec<u8> {
     rewritten("tests/fixtures/arch/tiny-qwen2.gguf", &|n, d, s, x| {
         if !(n.ends_with("attn_q.weight")
@@ -675,37 +675,63 @@ fn with_matrices_in(dtype: GgmlType) -> Vec<u8> {
                 block[0] = 120 + block[0] % 4;
             }
         }
+        if dtype == GgmlType::IQ4_NL {
+            // Blocks of 18 bytes led by an f16 scale d, its exponent set to 7 or 8 (sign and
+            // mantissa kept): |d| in [2^-8, 2^-6), so the weights d * KVALUES[q] stay below 1.8.
+            for block in bytes.chunks_exact_mut(18) {
+                let bits = u16::from_le_bytes([block[0], block[1]]);
+                let bits = (bits & 0x83ff) | ((7 + (bits >> 10) % 2) << 10);
+                block[..2].copy_from_slice(&bits.to_le_bytes());
+            }
+        }
         Some((dtype, s, bytes))
     })
 }
 
-/// Files whose matrices are in the types the CPU dequantizes (crates/core's gguf-py goldens)
-/// but no GPU kernel reads yet: the CPU runs them; the GPU backend refuses them with a message
-/// that names the type, never a panic (CUDA's load refuses every type it has no kernel for by
-/// name: `format_suffix`).
+/// Files whose matrices are in types the CPU dequantizes (crates/core's gguf-py goldens) that
+/// have no quantizer here. IQ4_NL (32-value blocks, so the tiny model's rows of 64 take it)
+/// runs on the CPU and on the wgpu backend, which gives the CPU's greedy tokens with `--exact`
+/// and runs its int8-activation decode without it. MXFP4 has no GPU kernel yet: the CPU runs
+/// it, and the GPU backend refuses it with a message that names the type, never a panic
+/// (CUDA's load refuses every type it has no kernel for by name: `format_suffix`, IQ4_NL too).
 #[test]
 fn new_quantization_types_run_on_the_cpu_and_are_refused_by_name_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
-    // The types of 32-value blocks (the tiny model's rows are 64 long; the K and IQ2/IQ3
-    // types take rows of whole 256-value blocks, and their dequantization takes the same path).
-    for dtype in [GgmlType::IQ4_NL, GgmlType::MXFP4] {
-        let path = dir.path().join(format!("{dtype}.gguf"));
-        std::fs::write(&path, with_matrices_in(dtype)).unwrap();
-        let model = path.to_str().unwrap();
-        let v = run_json(&[
+    let greedy = |model: &str, extra: &[&str]| -> Vec<u64> {
+        let mut args = vec![
             "run",
             model,
             "--ids",
             "1,2,3",
             "--max-tokens",
-            "4",
+            "6",
             "--temperature",
             "0",
-            "--backend",
-            "cpu",
             "--json",
-        ]);
-        assert_eq!(v["generated_ids"].as_array().unwrap().len(), 4, "{dtype}");
+        ];
+        args.extend_from_slice(extra);
+        let v = run_json(&args);
+        let ids: Vec<u64> = v["generated_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 6, "{model} {extra:?}");
+        ids
+    };
+    for dtype in [GgmlType::IQ4_NL, GgmlType::MXFP4] {
+        let path = dir.path().join(format!("{dtype}.gguf"));
+        std::fs::write(&path, with_matrices_in(dtype)).unwrap();
+        let model = path.to_str().unwrap();
+        let cpu = greedy(model, &["--backend", "cpu", "--exact"]);
+        if dtype == GgmlType::IQ4_NL {
+            let gpu = greedy(model, &["--backend", "gpu", "--exact"]);
+            assert_eq!(gpu, cpu, "{dtype}: the GPU's greedy tokens with --exact");
+            // The fast arithmetic too (int8 activations in decode, through the table's codes).
+            greedy(model, &["--backend", "gpu"]);
+            continue;
+        }
         let o = tritium_output(&[
             "run",
             model,

@@ -345,31 +345,34 @@ fn dtype_snapshot_is_unchanged() {
     // a soft cap (its parameters and attend loops), the driver a scalar, and the gelu_mul and
     // softcap kernels and their checks were added (2026-12-07, Gemma); "properties" and "cpu"
     // when the CPU learnt to dequantize Q2_K, Q3_K, the IQ types and MXFP4 (their own lines
-    // only: every other type's lines compared equal, TRITIUM_SNAPSHOT_DUMP before and after).
+    // only: every other type's lines compared equal, TRITIUM_SNAPSHOT_DUMP before and after);
+    // every section when IQ4_NL got GPU kernels and an integer form (IQ4_NL's lines only, every
+    // other line compared equal, dumped before and after: its kernels, planes, dispatch,
+    // properties, CPU integer dot and self-test names).
     let want = [
         (
             "kernels",
-            "5e60b7d9de3981e60045f4191ce5a64f08122dcf091460c9efbb34095a6d6b11",
+            "8ef5a374b865afaae1a8c3d8fa4352b0cdab187dddb4743c8c7bb14b06db4973",
         ),
         (
             "planes",
-            "8de549231d630ed6522dbb4152c4e7952207c81ac2cf843fb37d65de62eb83fe",
+            "8ae71eaaa82c811096f155ce43b3176b0bc29d98e12e5f633c6b2a931ebf7cf3",
         ),
         (
             "dispatch",
-            "d89d3631b7dcc03f5213eacfd110f07b8a086ff6906ca42941d5ffcb176b7ea7",
+            "c8b7eab892056739499bc30e8fa80b994d1fced4704d5bc6696bc26c3b22b043",
         ),
         (
             "properties",
-            "782241fee9e2807398f64e16abb166193be581bba60801aff1464a4dbf689139",
+            "dd4c2d17cc76814946bb973c9d37b38d0fcef1dd548882d171e6bc9832fa585b",
         ),
         (
             "cpu",
-            "49c7b7ed0bf2c9540b2b3c9679e15084399b2c83f50c1b00960feb6d62eb0e0c",
+            "c81dc3a14d2a4d64e6d38713186a40c9ff1c2e69308adc090f1a33aa1096160a",
         ),
         (
             "selftest",
-            "e5e10ff1e519ce26bb4249709920bb1721d063772d01adeee2e3c650057fcf69",
+            "f2c04cd7f8e2c2a76e8c2cf369c59663acb6dd0e40bfa928080db1cfa475ecb9",
         ),
     ];
     let mut bad = Vec::new();

@@ -7,7 +7,8 @@
 //! its own prepended file (its [`Kernels::decode`], `shaders/quant/legacy_<format>.wgsl`,
 //! helpers in `shaders/quant/legacy_blocks.wgsl`): `decode_block` (32 weights, exactly the
 //! CPU's values; matmul and embedding) and `block_dot` (the same block's dot product with x;
-//! matvec). No shader is copied per format.
+//! matvec). No shader is copied per format. IQ4_NL is a member with Q4_0's layout, its 4-bit
+//! codes mapped through ggml's `kvalues_iq4nl` to int8 values (`quant/legacy_iq4_nl.wgsl`).
 //!
 //! # Layout on the GPU
 //! The blocks are 18 to 34 bytes: in the file's array of structs almost no block starts on a

@@ -16,7 +16,7 @@
 //!   It holds because the kernels multiply the *exact* dequantized weights (scales are f16 and
 //!   codes at most 8 bits, so `d * q` is exact in f32 and `d * q + m` is one rounding, the
 //!   same as the CPU's; see `shaders/quant/legacy_blocks.wgsl`) by x, or the exact codes and
-//!   then the exact scale d (Q4_0, Q5_0, Q8_0 in the matvec: each product is then the
+//!   then the exact scale d (Q4_0, Q5_0, Q8_0, IQ4_NL in the matvec: each product is then the
 //!   weight's times a power of two, and |d (q - o)| = |w|), and sum the products in f32 in
 //!   some order, each step rounding once: at most about `(cols + 2) * eps / 2 * sum |w x|`.
 //!   The random-x checks leave that bound loose on long rows, so the matvec also runs x with

@@ -693,7 +693,8 @@ fn with_matrices_in(dtype: GgmlType) -> Vec<u8> {
 /// runs on the CPU and on the wgpu backend, which gives the CPU's greedy tokens with `--exact`
 /// and runs its int8-activation decode without it. MXFP4 has no GPU kernel yet: the CPU runs
 /// it, and the GPU backend refuses it with a message that names the type, never a panic
-/// (CUDA's load refuses every type it has no kernel for by name: `format_suffix`, IQ4_NL too).
+/// (CUDA's load refuses every type it has no kernel for by name, `format_suffix`; its IQ4_NL
+/// products are checked by `tritium selftest --backend cuda`, `backend/check.rs`'s FORMATS).
 #[test]
 fn new_quantization_types_run_on_the_cpu_and_are_refused_by_name_elsewhere() {
     let dir = tempfile::tempdir().unwrap();

@@ -103,6 +103,34 @@ struct FMT_Q4_0 {
     }
     CHUNK_FROM_INT(false)
 };
+// ggml's kvalues_iq4nl [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89,
+// 113] as int8 bytes, four per word (code 4k + j is byte j of word k); the table's values for
+// the four codes in bits 0..3 of the bytes of x, packed likewise.
+DEV int qiq4nl4(u32 x) {
+    u32 r = 0;
+    for (int j = 0; j < 4; ++j) {
+        u32 n = x >> (8 * j) & 15u;
+        u32 w = n < 8 ? (n < 4 ? 0xbfad9881u : 0xf6eaddcfu) : (n < 12 ? 0x26190d01u : 0x71594535u);
+        r |= (w >> (8 * (n & 3u)) & 255u) << (8 * j);
+    }
+    return (int)r;
+}
+// IQ4_NL: d f16 | qs[16] (Q4_0's layout); w = d * KVALUES[q], the codes the table's values.
+struct FMT_IQ4_NL {
+    static constexpr int BE = 32, BB = 18;
+    static constexpr bool HAS_INT = true;
+    SDEV int int_chunk(const u8* b, int, int q[8], float s[2], float o[2]) {
+        for (int i = 0; i < 4; ++i) {
+            u32 w = ld32(b + 2 + 4 * i);
+            q[i] = qiq4nl4(w & 0x0f0f0f0fu);
+            q[i + 4] = qiq4nl4(w >> 4 & 0x0f0f0f0fu);
+        }
+        s[0] = ldf16(b);
+        o[0] = 0.0f;
+        return 1;
+    }
+    CHUNK_FROM_INT(false)
+};
 // Q4_1: d f16 | m f16 | qs[16]; w = d * q + m.
 struct FMT_Q4_1 {
     static constexpr int BE = 32, BB = 20;
@@ -312,5 +340,5 @@ struct FMT_I2_S {
 #define FOR_EACH_INT_FORMAT(X)                                                               \
     X(q4_0, FMT_Q4_0) X(q4_1, FMT_Q4_1) X(q5_0, FMT_Q5_0) X(q5_1, FMT_Q5_1) X(q8_0, FMT_Q8_0) \
     X(q4_k, FMT_Q4_K) X(q5_k, FMT_Q5_K) X(q6_k, FMT_Q6_K) X(tq1_0, FMT_TQ1_0)               \
-    X(tq2_0, FMT_TQ2_0) X(i2_s, FMT_I2_S)
+    X(tq2_0, FMT_TQ2_0) X(i2_s, FMT_I2_S) X(iq4_nl, FMT_IQ4_NL)
 #define FOR_EACH_FORMAT(X) X(f32, FMT_F32) X(f16, FMT_F16) X(bf16, FMT_BF16) FOR_EACH_INT_FORMAT(X)

@@ -45,6 +45,7 @@ pub fn format_suffix(ggml_name: &str) -> Option<&'static str> {
         "TQ1_0" => "tq1_0",
         "TQ2_0" => "tq2_0",
         "I2_S" => "i2_s",
+        "IQ4_NL" => "iq4_nl",
         _ => return None,
     })
 }

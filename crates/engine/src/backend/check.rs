@@ -263,7 +263,7 @@ fn compare_passes(
 }
 
 /// The formats the checks cover.
-pub const FORMATS: [GgmlType; 14] = [
+pub const FORMATS: [GgmlType; 15] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -278,6 +278,7 @@ pub const FORMATS: [GgmlType; 14] = [
     GgmlType::TQ1_0,
     GgmlType::TQ2_0,
     GgmlType::I2_S,
+    GgmlType::IQ4_NL,
 ];
 
 /// Run every check whose name starts with `prefix` on backends made by `make` (a fresh one

@@ -348,31 +348,32 @@ fn dtype_snapshot_is_unchanged() {
     // only: every other type's lines compared equal, TRITIUM_SNAPSHOT_DUMP before and after);
     // every section when IQ4_NL got GPU kernels and an integer form (IQ4_NL's lines only, every
     // other line compared equal, dumped before and after: its kernels, planes, dispatch,
-    // properties, CPU integer dot and self-test names).
+    // properties, CPU integer dot and self-test names); every section when IQ4_XS got GPU
+    // kernels (as a K-quant) and an integer form (IQ4_XS's lines only, likewise compared).
     let want = [
         (
             "kernels",
-            "8ef5a374b865afaae1a8c3d8fa4352b0cdab187dddb4743c8c7bb14b06db4973",
+            "01fe21319c5e82b240a638b0550bdfc0c91737452954c1107bcc3aa6fe078c2a",
         ),
         (
             "planes",
-            "8ae71eaaa82c811096f155ce43b3176b0bc29d98e12e5f633c6b2a931ebf7cf3",
+            "11472ed2cbbefbda5e5a875be4e6b4ab7c31b2773b29520383e871d24844efb4",
         ),
         (
             "dispatch",
-            "c8b7eab892056739499bc30e8fa80b994d1fced4704d5bc6696bc26c3b22b043",
+            "1b41c3ddb242fd56fc9a73aabce11e5ba4651b1aca3ecb84c16fb9a607464f65",
         ),
         (
             "properties",
-            "dd4c2d17cc76814946bb973c9d37b38d0fcef1dd548882d171e6bc9832fa585b",
+            "38b80d5e2e422e7ee46c17073a2481434741d358fb09541584c145e443d50233",
         ),
         (
             "cpu",
-            "c81dc3a14d2a4d64e6d38713186a40c9ff1c2e69308adc090f1a33aa1096160a",
+            "ae96f59e7a49ab7639bcf6e04b9653782bcfb4822cf00cfce0822c45d23b5158",
         ),
         (
             "selftest",
-            "f2c04cd7f8e2c2a76e8c2cf369c59663acb6dd0e40bfa928080db1cfa475ecb9",
+            "2928aad3dc9489e33e305b061b61f528ad8e6c660e9558a293f673bd5fcde408",
         ),
     ];
     let mut bad = Vec::new();

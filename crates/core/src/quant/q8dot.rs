@@ -11,7 +11,8 @@
 //! 2. Each weight block is read as exact integer codes in groups that share one f32 scale
 //!    and offset (`w = scale * code + offset`: Q4_K `(d*sc) * q - dmin*m` per 32, Q6_K
 //!    `(d*sc) * (q - 32)` per 16, Q4_0 `d * (q - 8)`, Q4_1 `d * q + m`, IQ4_NL
-//!    `d * KVALUES[q]` with the table's int8 values as the codes, ...), with the f32
+//!    `d * KVALUES[q]` with the table's int8 values as the codes (IQ4_XS the same with
+//!    `d * (ls - 32)` per 32), ...), with the f32
 //!    products the CPU dequantization forms (so `scale * code + offset` is the dequantized
 //!    weight before its final rounding).
 //! 3. Per group, the integer sums `sum(code * x_q)` and `sum(x_q)` are exact; the group adds
@@ -671,11 +672,12 @@ mod tests {
             GgmlType::TQ1_0,
             GgmlType::TQ2_0,
             GgmlType::IQ4_NL,
+            GgmlType::IQ4_XS,
         ] {
             let w: Vec<f32> = (0..512)
                 .map(|i| ((i * 53 % 97) as f32 - 48.0) / 40.0)
                 .collect();
-            // IQ4_NL has no quantizer: random blocks with tame scales.
+            // IQ4_NL and IQ4_XS have no quantizer: random blocks with tame scales.
             let data = if crate::quant::can_quantize(dtype) {
                 quantize(dtype, &w).unwrap()
             } else {

@@ -1,4 +1,4 @@
-//! The K-quant family (256-weight super-blocks: Q4_K, Q5_K, Q6_K, the dtypes whose
+//! The K-quant family (256-weight super-blocks: Q4_K, Q5_K, Q6_K, IQ4_XS, the dtypes whose
 //! [`Family`] is `KQuant`): matvec, matmul and embedding kernels, and the
 //! cooperative-matrix prefill every family with f16 tiles shares.
 //!
@@ -29,6 +29,12 @@
 //!   every block, two per word. Splitting off only the trailing `d` makes everything else
 //!   vec4-aligned with the least change; `d` costs one 4-byte load per unit that the 8 units of
 //!   a block share through the cache.
+//! - IQ4_XS (136 bytes, not a multiple of 16): two planes, each block's `qs` (8 x 16: unit u
+//!   is sub-block u, its nibbles in IQ4_NL's order) and its 8-byte header (`d`, `scales_h`,
+//!   `scales_l`) as one `vec2<u32>`. The 4-bit codes go through ggml's `kvalues_iq4nl` by
+//!   selects into int8 bytes (`quant/iq4_xs.wgsl`), which the integer-dot kernel multiplies
+//!   as they are. Its matvec tuning is the default (64 invocations, one unit per step): not
+//!   measured.
 //!
 //! Dispatch: matvec runs [`MATVEC_ROWS`] rows per workgroup: each thread issues the loads of
 //! two steps (of one or two units, [`matvec_q8_span`], for the integer-dot kernel) of all its

@@ -1,4 +1,5 @@
-//! Checks of the K-quant family (every dtype whose family is `KQuant`: Q4_K, Q5_K, Q6_K):
+//! Checks of the K-quant family (every dtype whose family is `KQuant`: Q4_K, Q5_K, Q6_K,
+//! IQ4_XS):
 //! matvec, matmul and embedding against
 //! `crate::quant::dequantize` (bit-exact with gguf-py) on rows 576 / 1536 / 7 and row lengths
 //! 256, 1536 (6 super-blocks) and 2304 (9), whole and split into at least three chunks, with
@@ -8,14 +9,16 @@
 //! Data: Q4_K and Q6_K are `crate::quant::quantize` of random floats; Q5_K has no quantizer, so
 //! its blocks are random bytes with `d` and `dmin` replaced by finite f16 of sane magnitude
 //! (as tests/goldens/gen_quant_goldens.py does), plus one block with every scale bit set and
-//! one with all scales zero.
+//! one with all scales zero. IQ4_XS has no quantizer either: random blocks with tame scales
+//! (every code, |d| < 2: `harness::tame_blocks`).
 //!
 //! Tolerances. Matmul and embedding dequantize every weight with the CPU's f32 operations in
 //! the CPU's order: Q4_K/Q5_K `(d * sc) * q - dmin * m`, where `d * sc`, `dmin * m` (11-bit f16
 //! times a 6-bit integer) and `(d * sc) * q` (times a 5-bit integer) are exact in f32, so the
 //! only rounding is the subtraction, the same with or without FMA contraction; Q6_K
-//! `(d * sc) * (q - 32)`, the same two products (the first exact). So their weights are the
-//! reference's bit for bit, which the embedding checks assert (allowed error 0), and a matmul
+//! `(d * sc) * (q - 32)`, the same two products (the first exact); IQ4_XS
+//! `(d * (ls - 32)) * KVALUES[q]`, both products exact (11 + 6 + 7 bits). So their weights are
+//! the reference's bit for bit, which the embedding checks assert (allowed error 0), and a matmul
 //! output is an f32 sum of `cols` exact-weight products (one FMA chain), whose error is at most
 //! `gamma_cols * sum |w x| <= cols * eps * sum |w x|`: the bound of `reference_matmul`.
 //!
@@ -27,12 +30,12 @@
 //!
 //! Matvec (decode, bandwidth-bound) applies each 16-weight group's scale once to the group's
 //! sum: it adds `d*sc * (sum q x)` and `- dmin*m * (sum x)` for Q4_K/Q5_K and
-//! `d*sc * (sum (q - 32) x)` for Q6_K. Each product reaches the output through at most
-//! `16 + 3 + cols/32 + 8 <= cols` roundings (group sum, scaling, the thread's running sum, the
-//! workgroup tree), so the same f32 summation bound holds over the magnitudes of the terms it
+//! `d*sc * (sum (q - 32) x)` for Q6_K, `d*(ls-32) * (sum KVALUES[q] x)` per 32 for IQ4_XS.
+//! Each product reaches the output through at most `32 + 3 + cols/32 + 8 <= cols` roundings
+//! (group sum, scaling, the thread's running sum, the workgroup tree), so the same f32 summation bound holds over the magnitudes of the terms it
 //! actually adds: `cols * eps * sum t |x|` with `t = |scale*q| + |offset| <= |w| + 2 |offset|`
-//! for the group's offset in the block's integer form (Q4_K, Q5_K: `-dmin*m`; Q6_K: none, so
-//! `t = |w|`), the reference's own rounding of `w` included in the factor-two slack of
+//! for the group's offset in the block's integer form (Q4_K, Q5_K: `-dmin*m`; Q6_K, IQ4_XS:
+//! none, so `t = |w|`), the reference's own rounding of `w` included in the factor-two slack of
 //! `gamma_k <= cols * eps / 2`. This is the harness bound with the minimum terms counted, which
 //! the kernel subtracts after summing rather than inside each weight.
 
@@ -89,7 +92,8 @@ pub(super) fn weight_data(
     rng: &mut Rng,
 ) -> Result<Vec<u8>, String> {
     let n = rows * cols;
-    // IQ4_NL (in the integer-dot checks) has no quantizer: random blocks with tame scales.
+    // IQ4_NL (in the integer-dot checks) and IQ4_XS have no quantizer: random blocks with
+    // tame scales.
     if !quant::can_quantize(dtype) {
         return super::harness::tame_blocks(dtype, n, rng);
     }

@@ -37,7 +37,7 @@ const PLANES: &[Field] = &[
 
 /// The integer codes of a block, element order: `KVALUES_IQ4NL` of each nibble (element `j`
 /// from the low nibble of `qs[j]`, `16 + j` from its high nibble).
-fn table_codes(qs: &[u8; 16], codes: &mut [i16; 32]) {
+pub(super) fn table_codes(qs: &[u8; 16], codes: &mut [i16; 32]) {
     let (lo, hi) = codes.split_at_mut(16);
     for ((l, h), &q) in lo.iter_mut().zip(hi).zip(qs) {
         *l = i16::from(KVALUES_IQ4NL[usize::from(q & 0x0f)]);

@@ -1,6 +1,7 @@
 //! Qwen2, Qwen3, Phi-3, Gemma 2 and Gemma 3 end to end through the CLI, against llama.cpp and an
 //! exact float64 forward pass, on the CPU and the GPU (lavapipe here); llama.cpp's Q3_K_M and
-//! IQ4_XS presets of a Qwen3-shaped model on the CPU (`quantization_presets_match_llama_cpp_and_f64`).
+//! IQ4_XS presets of a Qwen3-shaped model on the CPU, the IQ4_XS one on the GPU too
+//! (`quantization_presets_match_llama_cpp_and_f64`).
 //! Gemma's fixtures (gemma2: a window of 8 on block 0, scores soft-capped at 4 and logits at 8;
 //! gemma3: five of six blocks windowed with their own RoPE base, the sixth with linear scaling)
 //! are described in tests/goldens/gen_arch_goldens.py.
@@ -754,12 +755,16 @@ fn new_quantization_types_run_on_the_cpu_and_are_refused_by_name_elsewhere() {
 
 /// Qwen3's layout quantized by llama.cpp's own quantizer to its Q3_K_M and IQ4_XS presets
 /// (tests/goldens/gen_quant_mix_goldens.py: Q3_K with Q4_K, Q5_K and Q6_K; IQ4_XS with Q6_K),
-/// on the CPU (no GPU kernels for Q3_K and IQ4_XS yet): the prompt ids, `--exact` within
+/// on the CPU (the IQ4_XS one on the wgpu backend too; no GPU kernels for Q3_K yet): the prompt
+/// ids, `--exact` within
 /// [`F64_TOL`] of the float64 pass over the dequantized weights (argmax equal where its margin
 /// is twice that), and llama.cpp's logits within twice its own largest distance from the exact
 /// ones in that file (0.45-0.64 here: it quantizes activations to 8 bits for these products,
 /// and does the same, 0.36-0.41, for a Q8_0 file of this shape), its argmax and greedy tokens
-/// ours wherever its margin is above that bound.
+/// ours wherever its margin is above that bound. The IQ4_XS preset also runs on the wgpu
+/// backend: `--exact` within [`F64_TOL`] of the float64 pass, and greedy tokens with `--exact`
+/// equal to the CPU's (and greedy decoding in its default arithmetic, int8 activations in
+/// decode, llama.cpp's over the confident prefix).
 #[test]
 fn quantization_presets_match_llama_cpp_and_f64() {
     for name in ["qwen3-q3_k_m", "qwen3-iq4_xs"] {
@@ -813,6 +818,46 @@ fn quantization_presets_match_llama_cpp_and_f64() {
                 &mut failures,
             );
             greedy(&g, c, "cpu", llama_tol, &mut failures);
+            if name != "qwen3-iq4_xs" {
+                continue;
+            }
+            let gpu_exact = logits(&g.file, &seq, &["--backend", "gpu", "--exact"], g.n_vocab);
+            let what = format!("{name} {p:?} gpu --exact vs f64");
+            against(
+                &g,
+                &what,
+                &gpu_exact,
+                &c.f64,
+                F64_TOL,
+                2.0 * F64_TOL,
+                &mut failures,
+            );
+            let (ids, n) = (ids_arg(&c.prompt_ids), c.greedy_ids.len().to_string());
+            let tokens = |extra: &[&str]| {
+                let mut args = vec![
+                    "run",
+                    m,
+                    "--ids",
+                    &ids,
+                    "--temperature",
+                    "0",
+                    "--max-tokens",
+                    &n,
+                    "--ctx",
+                    CTX,
+                    "--json",
+                ];
+                args.extend_from_slice(extra);
+                u32s(&run_json(&args)["generated_ids"])
+            };
+            let cpu = tokens(&["--backend", "cpu", "--exact"]);
+            let gpu = tokens(&["--backend", "gpu", "--exact"]);
+            if gpu != cpu {
+                failures.push(format!(
+                    "{name} {p:?}: greedy with --exact on the GPU {gpu:?}, on the CPU {cpu:?}"
+                ));
+            }
+            greedy(&g, c, "gpu", llama_tol, &mut failures);
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }

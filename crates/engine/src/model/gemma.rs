@@ -36,29 +36,7 @@ pub fn forward(
             .ok_or_else(|| missing("post_attention_norm"))?;
         let post_ffn = l.ffn_post_norm.ok_or_else(|| missing("post_ffw_norm"))?;
         // Attention: x += norm(wo . attention(rope(wq . xn), rope(wk . xn), wv . xn)).
-        p.rms_norm(s.x, l.attn_norm, s.xb, n, dim, c.eps); // xb: (n, dim)
-        p.matmul(l.wq, s.xb, s.q, n); // q: (n, n_heads, head_dim)
-        p.matmul(l.wk, s.xb, s.k, n); // k: (n, n_kv_heads, head_dim)
-        p.matmul(l.wv, s.xb, s.v, n); // v: (n, n_kv_heads, head_dim)
-        let (q, k) = match (l.q_norm, l.k_norm, s.q_normed, s.k_normed) {
-            (None, None, ..) => (s.q, s.k),
-            (Some(qn), Some(kn), Some(q), Some(k)) => {
-                // Gemma 3: each head of q and k RMS-normed over head_dim.
-                p.rms_norm(s.q, qn, q, n * c.n_heads, c.head_dim, c.eps);
-                p.rms_norm(s.k, kn, k, n * c.n_kv_heads, c.head_dim, c.eps);
-                (q, k)
-            }
-            _ => return Err(missing("attn_q_norm and attn_k_norm")),
-        };
-        if let Some(m) = w.q_scale {
-            p.scale_columns(q, m, n * c.n_heads, c.head_dim); // the 27B models' score scale
-        }
-        let table = c.rope_table(i);
-        p.rope_by(q, c.n_heads, table);
-        p.rope_by(k, c.n_kv_heads, table);
-        // att: (n, n_heads, head_dim)
-        p.attention_with(i, [q, k, s.v], s.att, c.n_heads, c.scores(i));
-        p.matmul(l.wo, s.att, s.xb2, n); // xb2: (n, dim)
+        super::llama::attention(c, w, l, s, n, i, p)?; // xb2: (n, dim)
         p.rms_norm(s.xb2, post_attn, s.xb, n, dim, c.eps);
         p.add(s.x, s.xb, n * dim);
         // FFN: x += norm(down(gelu(gate . xn) * (up . xn))), xn = norm(x).

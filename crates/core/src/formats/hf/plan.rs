@@ -138,8 +138,8 @@ const PHI3_LAYER_TENSORS: [(&str, &str, bool); 6] = [
 ];
 
 /// Gemma's per-layer tensors (its norm after attention is `post_attention_norm`, the one
-/// before the FFN `pre_feedforward_layernorm`).
-const GEMMA_LAYER_TENSORS: [(&str, &str, bool); 12] = [
+/// before the FFN `pre_feedforward_layernorm`; q/k norms Gemma 3's only).
+const GEMMA_LAYER_TENSORS: [(&str, &str, bool); 13] = [
     ("input_layernorm", "attn_norm", false),
     ("self_attn.q_proj", "attn_q", true),
     ("self_attn.k_proj", "attn_k", true),
@@ -152,10 +152,8 @@ const GEMMA_LAYER_TENSORS: [(&str, &str, bool); 12] = [
     ("mlp.gate_proj", "ffn_gate", true),
     ("mlp.up_proj", "ffn_up", true),
     ("mlp.down_proj", "ffn_down", true),
+    ("post_feedforward_layernorm", "post_ffw_norm", false),
 ];
-
-/// Gemma 2's: no q/k norms, a norm after the FFN.
-const GEMMA2_EXTRA: (&str, &str, bool) = ("post_feedforward_layernorm", "post_ffw_norm", false);
 
 /// The GGUF architecture name.
 fn gguf_arch(arch: HfArch) -> &'static str {
@@ -242,13 +240,9 @@ pub fn plan(ck: &HfCheckpoint<'_>, q: Quantization) -> Result<Vec<OutputTensor>,
     )?;
     let bitnet = ck.arch == HfArch::BitNet;
     let scale_divides = ck.config.quantization_field("linear_class") != Some("autobitlinear");
-    let gemma_tensors: Vec<(&str, &str, bool)> = GEMMA_LAYER_TENSORS
-        .into_iter()
-        .chain(std::iter::once(GEMMA2_EXTRA))
-        .collect();
     let layer_tensors: &[(&str, &str, bool)] = match ck.arch {
         HfArch::Phi3 => &PHI3_LAYER_TENSORS,
-        HfArch::Gemma2 | HfArch::Gemma3 => &gemma_tensors,
+        HfArch::Gemma2 | HfArch::Gemma3 => &GEMMA_LAYER_TENSORS,
         _ => &LAYER_TENSORS,
     };
     let has_qk_norm = matches!(ck.arch, HfArch::Qwen3 | HfArch::Gemma3);

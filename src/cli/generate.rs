@@ -38,6 +38,44 @@ pub struct LoadArgs {
     pub store: super::store::StoreArgs,
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// A LoRA adapter applied to the model at run time: a llama.cpp GGUF adapter or an RDRR
+    /// adapter folder (a path, a store name or a URL), with its scale (default 1).
+    /// Repeatable: the adapters' updates add up.
+    #[arg(long = "lora", value_name = "ADAPTER[:SCALE]", value_parser = parse_lora)]
+    pub lora: Vec<LoraArg>,
+}
+
+/// `--lora ADAPTER[:SCALE]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoraArg {
+    pub adapter: PathBuf,
+    pub scale: f32,
+}
+
+/// `ADAPTER` or `ADAPTER:SCALE` (the scale after the last colon, where that parses as a
+/// finite number; a path with colons of its own and no scale stays whole).
+pub fn parse_lora(text: &str) -> Result<LoraArg, String> {
+    if let Some((path, scale)) = text.rsplit_once(':') {
+        if let Ok(s) = scale.parse::<f32>() {
+            if !s.is_finite() {
+                return Err(format!("{scale} is not a usable scale"));
+            }
+            if path.is_empty() {
+                return Err("give the adapter before its scale (ADAPTER:SCALE)".into());
+            }
+            return Ok(LoraArg {
+                adapter: PathBuf::from(path),
+                scale: s,
+            });
+        }
+    }
+    if text.is_empty() {
+        return Err("give an adapter (ADAPTER or ADAPTER:SCALE)".into());
+    }
+    Ok(LoraArg {
+        adapter: PathBuf::from(text),
+        scale: 1.0,
+    })
 }
 
 /// How a model is loaded and computed: the flags `run`, `chat`, `logits` and `serve` share.
@@ -196,10 +234,15 @@ fn open_session(load: &LoadArgs, min_context: usize) -> Result<Session, Error> {
         (None, 0) => None,
         (ctx, min) => Some(ctx.unwrap_or(0).max(min)),
     };
-    let session = crate::session::open(&load.model, &options)?;
+    let mut session = crate::session::open(&load.model, &options)?;
     if let Some(e) = &session.template_error {
         eprintln!("warning: the model's chat template does not load ({e}); using ChatML");
     }
+    let mut active = Vec::new();
+    for l in &load.lora {
+        active.push((session.load_adapter(&l.adapter, &options)?, l.scale));
+    }
+    session.engine.set_adapters(&active)?;
     Ok(session)
 }
 

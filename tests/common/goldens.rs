@@ -77,11 +77,18 @@ pub fn root() -> PathBuf {
 }
 
 pub fn golden(arch: &str) -> Golden {
-    let path = root().join(format!("tests/goldens/arch/{arch}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut g = golden_from(&root().join(format!("tests/goldens/arch/{arch}.json")));
+    g.arch = arch.to_string();
+    g
+}
+
+/// The goldens at `path` (gen_arch_goldens.py's layout; gen_lora_goldens.py adds to it), named
+/// by the file's stem.
+pub fn golden_from(path: &Path) -> Golden {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let doc: Value = serde_json::from_str(&text).unwrap();
     Golden {
-        arch: arch.to_string(),
+        arch: path.file_stem().unwrap().to_string_lossy().into_owned(),
         file: root().join(doc["file"].as_str().unwrap()),
         sha256: doc["file_sha256"].as_str().unwrap().to_string(),
         n_vocab: doc["n_vocab"].as_u64().unwrap() as usize,

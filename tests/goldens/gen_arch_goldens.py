@@ -245,8 +245,9 @@ def write_model(arch, c, path):
     w.close()
 
 
-def f64_forward(path, seqs):
-    """Exact (float64) forward pass over the stored weights: logits [T, vocab]."""
+def f64_forward(path, seqs, deltas=None):
+    """Exact (float64) forward pass over the stored weights, each plus its entry of `deltas`
+    where it has one (gen_lora_goldens.py's merged adapters): logits [T, vocab]."""
     reader = GGUFReader(str(path))
     meta = lambda k: reader.fields[k].parts[reader.fields[k].data[0]][0]
     arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
@@ -259,6 +260,8 @@ def f64_forward(path, seqs):
     key = f"{arch}.attention.key_length"
     hd = int(meta(key)) if key in reader.fields else n_embd // n_head
     W = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64) for t in reader.tensors}
+    for name, d in (deltas or {}).items():
+        W[name] = W[name] + d
     out_w = W.get("output.weight", W["token_embd.weight"])
     for layer in range(n_layer):
         p = f"blk.{layer}."

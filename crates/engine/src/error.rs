@@ -164,6 +164,14 @@ pub enum ModelError {
     Aborted,
     #[error("{what} is not supported yet")]
     NotSupportedYet { what: String },
+    #[error(
+        "this is a LoRA adapter, not a model: load it beside its base model (--lora, \
+         loadAdapter)"
+    )]
+    IsAdapter,
+    /// A LoRA adapter that does not fit the base model, or a bad choice of adapters.
+    #[error("adapter {adapter}: {reason}")]
+    Adapter { adapter: String, reason: String },
 }
 
 fn similar_names(similar: &[String]) -> String {

@@ -721,6 +721,16 @@ impl Backend for CpuBackend {
         self.load_vector(name, &vec![0f32; len])
     }
 
+    fn write_vector(&mut self, t: Tensor, values: &[f32]) -> Result<(), Error> {
+        let dst = self
+            .tensors
+            .get_mut(t.0 as usize)
+            .and_then(|v| v.get_mut(..values.len()))
+            .ok_or(Error::Internal("a vector written past its end"))?;
+        dst.copy_from_slice(values);
+        Ok(())
+    }
+
     fn init_cache(&mut self, kv: KvShape, rope: &[RopeConfig]) -> Result<(), Error> {
         let len = kv.max_ctx * kv.n_kv_heads * kv.head_dim;
         self.cache = (0..kv.n_seqs)

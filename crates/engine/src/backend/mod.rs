@@ -248,6 +248,10 @@ pub trait Backend {
     /// A zeroed activation buffer of `len` f32.
     fn alloc(&mut self, name: &str, len: usize) -> Result<Tensor, crate::Error>;
 
+    /// Overwrite the first `values.len()` values of `t` (a vector or buffer this backend gave
+    /// out): after every pass already submitted, before every pass submitted later.
+    fn write_vector(&mut self, t: Tensor, values: &[f32]) -> Result<(), crate::Error>;
+
     /// Create the KV cache and the RoPE tables (once per model, before the first pass):
     /// [`Op::Rope`]'s `table` indexes `rope`.
     fn init_cache(&mut self, kv: KvShape, rope: &[RopeConfig]) -> Result<(), crate::Error>;

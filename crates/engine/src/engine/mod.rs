@@ -174,6 +174,15 @@ impl<B: Backend> Engine<B> {
         self.cached.clear();
     }
 
+    /// Apply these loaded LoRA adapters with their scales from the next prompt on (none: the
+    /// base model); the cached prefix is forgotten when the choice changes.
+    pub fn set_adapters(&mut self, active: &[(crate::model::AdapterId, f32)]) -> Result<(), Error> {
+        if self.model.set_adapters(active)? {
+            self.cached.clear();
+        }
+        Ok(())
+    }
+
     /// The logits at every position of `ids` (from position 0), `ids.len() * n_vocab`
     /// values, computed in passes of the backend's batch size.
     pub async fn logits_all(&mut self, ids: &[u32]) -> Result<Vec<f32>, Error> {

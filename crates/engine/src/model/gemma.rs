@@ -41,10 +41,9 @@ pub fn forward(
         p.add(s.x, s.xb, n * dim);
         // FFN: x += norm(down(gelu(gate . xn) * (up . xn))), xn = norm(x).
         p.rms_norm(s.x, l.ffn_norm, s.xb, n, dim, c.eps);
-        p.matmul(l.w_gate, s.xb, s.hb, n); // hb: (n, ffn_dim)
-        p.matmul(l.w_up, s.xb, s.hb2, n); // hb2: (n, ffn_dim)
+        super::llama::gate_up(c, w, l, s, n, i, p); // hb, hb2: (n, ffn_dim)
         p.gelu_mul(s.hb, s.hb2, n * c.ffn_dim); // hb = gelu(hb) * hb2
-        p.matmul(l.w_down, s.hb, s.xb2, n); // xb2: (n, dim)
+        super::llama::down(c, w, l, s, n, i, p); // xb2: (n, dim)
         p.rms_norm(s.xb2, post_ffn, s.xb, n, dim, c.eps);
         p.add(s.x, s.xb, n * dim);
     }

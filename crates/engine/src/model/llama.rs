@@ -5,6 +5,7 @@
 //! config's (interleaved pairs for `llama`, whose converters permute Q/K; NeoX halves for Qwen
 //! and Phi-3).
 
+use super::lora::Target;
 use super::weights::LayerWeights;
 use super::{ModelConfig, RunState, Weights};
 use crate::error::ModelError;
@@ -28,10 +29,9 @@ pub fn forward(
         p.add(s.x, s.xb2, n * dim);
         // FFN: x += down(silu(gate . xn) * (up . xn)), xn = norm(x).
         p.rms_norm(s.x, l.ffn_norm, s.xb, n, dim, c.eps); // xb: (n, dim)
-        p.matmul(l.w_gate, s.xb, s.hb, n); // hb: (n, ffn_dim)
-        p.matmul(l.w_up, s.xb, s.hb2, n); // hb2: (n, ffn_dim)
+        gate_up(c, w, l, s, n, i, p); // hb, hb2: (n, ffn_dim)
         p.silu_mul(s.hb, s.hb2, n * c.ffn_dim); // hb = silu(hb) * hb2
-        p.matmul(l.w_down, s.hb, s.xb2, n); // xb2: (n, dim)
+        down(c, w, l, s, n, i, p); // xb2: (n, dim)
         p.add(s.x, s.xb2, n * dim);
     }
     Ok(())
@@ -55,6 +55,13 @@ pub(super) fn attention(
     p.matmul(l.wq, s.xb, s.q, n); // q: (n, n_heads, head_dim)
     p.matmul(l.wk, s.xb, s.k, n); // k: (n, n_kv_heads, head_dim)
     p.matmul(l.wv, s.xb, s.v, n); // v: (n, n_kv_heads, head_dim)
+    for (t, target, width) in [
+        (s.q, Target::Q, q_dim),
+        (s.k, Target::K, kv_dim),
+        (s.v, Target::V, kv_dim),
+    ] {
+        w.lora.apply(p, i, target, [s.xb, t], n, width); // LoRA: t += s * B (A . xn)
+    }
     for (t, b, width) in [(s.q, l.bq, q_dim), (s.k, l.bk, kv_dim), (s.v, l.bv, kv_dim)] {
         if let Some(b) = b {
             p.add_bias(t, b, n, width); // Qwen2: q, k, v += bias
@@ -86,5 +93,37 @@ pub(super) fn attention(
     // att: (n, n_heads, head_dim), over a sliding window where the file states one.
     p.attention_with(i, [q, k, s.v], s.att, c.n_heads, c.scores(i));
     p.matmul(l.wo, s.att, s.xb2, n); // xb2: (n, dim)
+    w.lora.apply(p, i, Target::O, [s.att, s.xb2], n, c.dim);
     Ok(())
+}
+
+/// The FFN's gate and up products of `s.xb`, `s.hb = gate . xb`, `s.hb2 = up . xb`, with the
+/// applied adapters' updates.
+pub(super) fn gate_up(
+    c: &ModelConfig,
+    w: &Weights,
+    l: &LayerWeights,
+    s: &RunState,
+    n: usize,
+    i: usize,
+    p: &mut Pass,
+) {
+    p.matmul(l.w_gate, s.xb, s.hb, n); // hb: (n, ffn_dim)
+    p.matmul(l.w_up, s.xb, s.hb2, n); // hb2: (n, ffn_dim)
+    w.lora.apply(p, i, Target::Gate, [s.xb, s.hb], n, c.ffn_dim);
+    w.lora.apply(p, i, Target::Up, [s.xb, s.hb2], n, c.ffn_dim);
+}
+
+/// The FFN's down product `s.xb2 = down . hb`, with the applied adapters' updates.
+pub(super) fn down(
+    c: &ModelConfig,
+    w: &Weights,
+    l: &LayerWeights,
+    s: &RunState,
+    n: usize,
+    i: usize,
+    p: &mut Pass,
+) {
+    p.matmul(l.w_down, s.hb, s.xb2, n); // xb2: (n, dim)
+    w.lora.apply(p, i, Target::Down, [s.hb, s.xb2], n, c.dim);
 }

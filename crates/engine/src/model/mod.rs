@@ -6,10 +6,12 @@ pub mod bitnet;
 pub mod config;
 pub mod gemma;
 pub mod llama;
+pub mod lora;
 pub mod rdrr;
 pub mod weights;
 
 pub use config::{Arch, ModelConfig};
+pub use lora::{AdapterData, AdapterId};
 pub use rdrr::RdrrModel;
 pub use weights::{AsyncTensorSource, FileSpan, GgufTensors, ReadySource, TensorSource, Weights};
 
@@ -317,6 +319,24 @@ impl<B: Backend> Model<B> {
             written,
             self.backend.plan_lines(&self.plans[i].1, &self.names),
         ))
+    }
+
+    /// Upload a LoRA adapter read and checked against this model ([`AdapterData::read`]); it
+    /// applies once [`Model::set_adapters`] names it.
+    pub fn load_adapter(&mut self, data: &AdapterData) -> Result<AdapterId, Error> {
+        let lora = &mut self.weights.lora;
+        lora.load(&mut self.backend, &self.config, data, &mut self.names)
+    }
+
+    /// Apply these loaded adapters with their scales from the next pass on (none: the base
+    /// model). Returns whether anything changed: the keys and values cached under other
+    /// adapters are then stale.
+    pub fn set_adapters(&mut self, active: &[(AdapterId, f32)]) -> Result<bool, Error> {
+        let (ops, any) = self.weights.lora.set(&mut self.backend, active)?;
+        if ops {
+            self.plans.clear();
+        }
+        Ok(any)
     }
 
     /// Forget every plan (after a change to how the backend plans, such as a fusion rule

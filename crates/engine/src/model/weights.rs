@@ -136,6 +136,8 @@ pub struct Weights {
     /// Gemma: sqrt(dim) over each embedding row (`dim` values).
     pub embed_scale: Option<Tensor>,
     pub layers: Vec<LayerWeights>,
+    /// LoRA adapters loaded for this model, and the ones its passes apply.
+    pub lora: super::lora::Adapters,
 }
 
 struct Loader<'a, B: Backend, S: AsyncTensorSource> {
@@ -443,6 +445,7 @@ impl Weights {
             q_scale,
             embed_scale,
             layers,
+            lora: Default::default(),
         })
     }
 }

@@ -123,6 +123,10 @@ impl Backend for AnyBackend {
         each!(self, b => b.alloc(name, len))
     }
 
+    fn write_vector(&mut self, t: Tensor, values: &[f32]) -> Result<(), Error> {
+        each!(self, b => b.write_vector(t, values))
+    }
+
     fn init_cache(&mut self, kv: KvShape, rope: &[RopeConfig]) -> Result<(), Error> {
         each!(self, b => b.init_cache(kv, rope))
     }

@@ -6,6 +6,7 @@
 //! models from OPFS and `Blob`s, hands its opened model to [`load_async`]; everything below
 //! that is shared.
 
+mod adapter;
 mod any;
 mod opened;
 

@@ -174,6 +174,7 @@ impl<F: ModelFiles> OpenedModel<F> {
     fn runnable(&self) -> Result<(), Error> {
         match self {
             OpenedModel::Trellis(_) => Err(ModelError::NotRunnable { format: "Trellis" }.into()),
+            _ if self.is_adapter() => Err(ModelError::IsAdapter.into()),
             _ => Ok(()),
         }
     }

@@ -269,6 +269,20 @@ impl Backend for CudaBackend {
         Ok(t)
     }
 
+    fn write_vector(&mut self, t: Tensor, values: &[f32]) -> Result<(), Error> {
+        if self
+            .tensors
+            .get(t.0 as usize)
+            .is_none_or(|c| c.len < values.len())
+        {
+            return Err(Error::Internal("a vector written past its end"));
+        }
+        // A synchronous copy after the stream's work so far.
+        self.dev
+            .upload(self.ptr(t), bytemuck::cast_slice(values))
+            .map_err(gds)
+    }
+
     fn alloc(&mut self, name: &str, len: usize) -> Result<Tensor, Error> {
         let buf = self.dev.alloc(len * 4).map_err(gds)?;
         self.bytes += (len * 4) as u64;

@@ -445,6 +445,19 @@ impl Backend for GpuBackend {
         Ok(Tensor(self.buffers.len() as u32 - 1))
     }
 
+    fn write_vector(&mut self, t: Tensor, values: &[f32]) -> Result<(), Error> {
+        let b = self
+            .buffers
+            .get(t.0 as usize)
+            .filter(|b| b.size() >= values.len() as u64 * 4)
+            .ok_or(Error::Internal("a vector written past its end"))?;
+        // Staged by the queue: it lands before the next submission's work.
+        self.ctx
+            .queue
+            .write_buffer(b, 0, bytemuck::cast_slice(values));
+        Ok(())
+    }
+
     fn alloc(&mut self, name: &str, len: usize) -> Result<Tensor, Error> {
         let b = self.ctx.storage(name, len as u64 * 4)?;
         self.bytes += b.size();

@@ -113,9 +113,15 @@ export interface GenerateOptions {
   ignoreEos?: boolean;
   /** Render chat messages without the assistant prefix (continue the last message). */
   continueFinalMessage?: boolean;
+  /** LoRA adapters (handles from loadAdapter) applied to this generation; none: the model alone. */
+  adapters?: (AdapterHandle | { adapter: AdapterHandle; scale?: number })[];
   signal?: AbortSignal;
   onToken?: (e: TokenEvent) => void;
 }
+
+/** A LoRA adapter loaded for a model (loadAdapter). */
+export interface AdapterHandle { readonly id: number; readonly name: string }
+export interface AdapterOptions { name?: string; integrity?: string; signal?: AbortSignal; onProgress?: (e: unknown) => void }
 
 export interface Usage { promptTokens: number; completionTokens: number; cachedTokens: number; totalTokens: number }
 export interface Timings {
@@ -208,6 +214,8 @@ export declare class BitNet implements ModelApi {
   generate(input: Input, opts?: GenerateOptions): AsyncGenerator<string, void>;
   stream(input: Input, opts?: GenerateOptions): AsyncGenerator<StreamEvent, void>;
   complete(input: Input, opts?: GenerateOptions): Promise<{ text: string; finishReason: DoneEvent['finishReason']; usage: Usage; timings: Timings }>;
+  /** A LoRA adapter (URL, cached id, or GGUF adapter bytes) for this model. */
+  loadAdapter(source: string | URL | Blob | ArrayBuffer | ArrayBufferView, opts?: AdapterOptions): Promise<AdapterHandle>;
   diagnose(text?: string): Promise<Diagnosis>;
   stats(): Stats;
   tokenize(text: string, opts?: { addSpecial?: boolean }): number[];
@@ -220,6 +228,7 @@ export declare class BitNet implements ModelApi {
 }
 
 export interface WorkerBitNet extends ModelApi {
+  loadAdapter(source: string | URL | Blob | ArrayBuffer | ArrayBufferView, opts?: AdapterOptions): Promise<AdapterHandle>;
   diagnose(text?: string): Promise<Diagnosis>;
   stats(): Promise<Stats>;
   tokenize(text: string, opts?: { addSpecial?: boolean }): Promise<number[]>;

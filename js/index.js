@@ -228,6 +228,26 @@ async function fetchTokenizer(url, signal) {
 }
 
 /**
+ * The `adapters` option of a generation as the wasm core takes it: `[{ id, scale }]` from
+ * handles that `loadAdapter` returned, each alone or as `{ adapter, scale }`.
+ */
+function adapterChoices(adapters) {
+  if (adapters === undefined || adapters === null) return [];
+  if (!Array.isArray(adapters)) throw makeError('InvalidArgument', 'adapters must be an array of loadAdapter() handles');
+  return adapters.map((a) => {
+    const handle = a?.adapter ?? a;
+    const scale = a?.adapter !== undefined ? a.scale : undefined;
+    if (!Number.isInteger(handle?.id) || handle.id < 0) {
+      throw makeError('InvalidArgument', 'each adapter must be a loadAdapter() handle, or { adapter, scale }');
+    }
+    if (scale !== undefined && !(typeof scale === 'number' && Number.isFinite(scale))) {
+      throw makeError('InvalidArgument', `adapter scale must be a finite number, not ${JSON.stringify(scale)}`);
+    }
+    return scale === undefined ? { id: handle.id } : { id: handle.id, scale };
+  });
+}
+
+/**
  * A model on this page's WebGPU device.
  */
 export class BitNet extends ModelBase {
@@ -312,6 +332,34 @@ export class BitNet extends ModelBase {
   }
 
   /**
+   * Load a LoRA adapter for this model: a URL (a llama.cpp GGUF adapter, or an RDRR adapter
+   * folder's base URL; downloaded into OPFS and verified as models are, or taken from it), the
+   * id of a cached adapter, or a GGUF adapter File/Blob/ArrayBuffer. It is checked against the
+   * model (architecture, blocks, shapes) and applies to the generations whose `adapters`
+   * option names the returned handle (`[handle]` or `[{ adapter: handle, scale }]`).
+   * @param {string | URL | Blob | ArrayBuffer | ArrayBufferView} source
+   * @param {{ name?: string, integrity?: string, signal?: AbortSignal, onProgress?: Function }} [opts]
+   * @returns {Promise<{ id: number, name: string }>}
+   */
+  async loadAdapter(source, opts = {}) {
+    let target = source instanceof URL ? source.href : source;
+    let name = opts.name ?? 'adapter';
+    if (typeof target === 'string') {
+      if (looksLikeUrl(target)) {
+        const url = new URL(target, globalThis.location?.href).href;
+        const id = opts.name ?? (await cacheIdFor(url)) ?? fallbackId(url);
+        const cached = id ? await call(() => wasm.opfs_get(id)) : null;
+        target = cached ? id : (await download(url, { ...opts, name: id ?? undefined })).id;
+      } else if (!(await call(() => wasm.opfs_get(target)))) {
+        throw makeError('NotFound', `no cached adapter named ${JSON.stringify(target)}`);
+      }
+      name = opts.name ?? target;
+    }
+    const id = await call(() => this.#m.loadAdapter(target, name));
+    return Object.freeze({ id, name });
+  }
+
+  /**
    * Token and done events of a generation.
    * @param {string | {role: string, content: string}[] | {ids: number[]}} input a raw prompt
    *   (no chat template), chat messages (rendered with the model's template), or token ids
@@ -326,8 +374,9 @@ export class BitNet extends ModelBase {
     user?.addEventListener('abort', forward, { once: true });
     const q = new PushQueue();
     let userError;
-    const { signal: _s, onToken, ...rest } = opts;
-    const promise = this.#m.generate(input, { ...rest, signal: inner.signal }, (text, tokenId) => {
+    const { signal: _s, onToken, adapters, ...rest } = opts;
+    const chosen = adapterChoices(adapters);
+    const promise = this.#m.generate(input, { ...rest, adapters: chosen, signal: inner.signal }, (text, tokenId) => {
       const ev = { type: 'token', text, tokenId };
       if (onToken) {
         try {

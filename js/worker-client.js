@@ -120,6 +120,11 @@ class WorkerBitNet extends ModelBase {
     return this.request(kind, payload).promise;
   }
 
+  /** As BitNet.loadAdapter, in the worker: resolves to the handle generations name. */
+  loadAdapter(source, opts = {}) {
+    const { signal: _s, onProgress: _p, ...rest } = opts;
+    return this.#call('loadAdapter', { source: source instanceof URL ? source.href : source, opts: rest });
+  }
   diagnose(text) { return this.#call('diagnose', { text }); }
   stats() { return this.#call('stats', {}); }
   tokenize(text, opts = {}) { return this.#call('tokenize', { text, addSpecial: opts.addSpecial ?? true }); }

@@ -69,6 +69,8 @@ export class BitNetWorkerHandler {
         }
         return done;
       }
+      case 'loadAdapter':
+        return this.need().loadAdapter(p.source, { ...p.opts, signal, onProgress: (ev) => this.post(id, 'progress', ev) });
       case 'diagnose': return this.need().diagnose(p.text);
       case 'stats': return this.need().stats();
       case 'tokenize': return this.need().tokenize(p.text, { addSpecial: p.addSpecial });

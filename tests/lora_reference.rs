@@ -39,8 +39,8 @@ use tritium::formats::gguf::{GgufFile, GgufWriter, Value as GgufValue};
 
 struct LoraCase {
     golden: Golden,
-    /// Each adapter's GGUF file, RDRR folder and scale.
-    adapters: Vec<(PathBuf, PathBuf, f32)>,
+    /// Each adapter's GGUF file, RDRR folder (where the goldens have one) and scale.
+    adapters: Vec<(PathBuf, Option<PathBuf>, f32)>,
 }
 
 fn sha256(path: &Path) -> String {
@@ -66,7 +66,7 @@ fn lora_case(name: &str) -> LoraCase {
             );
             (
                 gguf,
-                root().join(a["rdrr"].as_str().unwrap()),
+                a["rdrr"].as_str().map(|r| root().join(r)),
                 a["scale"].as_f64().unwrap() as f32,
             )
         })
@@ -77,18 +77,23 @@ fn lora_case(name: &str) -> LoraCase {
     }
 }
 
-/// `--lora` arguments for each adapter: its GGUF file or its RDRR folder.
-fn lora_args(c: &LoraCase, rdrr: bool) -> Vec<String> {
-    c.adapters
-        .iter()
-        .flat_map(|(gguf, folder, scale)| {
-            let p = if rdrr { folder } else { gguf };
-            ["--lora".to_string(), format!("{}:{scale}", p.display())]
-        })
-        .collect()
+/// `--lora` arguments for each adapter: its GGUF file, or its RDRR folder (`None` where an
+/// adapter has none).
+fn lora_args(c: &LoraCase, rdrr: bool) -> Option<Vec<String>> {
+    let mut args = Vec::new();
+    for (gguf, folder, scale) in &c.adapters {
+        let p = if rdrr { folder.as_ref()? } else { gguf };
+        args.extend(["--lora".to_string(), format!("{}:{scale}", p.display())]);
+    }
+    Some(args)
 }
 
+/// The checks above on the CPU and `gpu` (`gpu` for wgpu, `cuda` on the GPU machine).
 fn check(name: &str) {
+    check_on(name, "gpu");
+}
+
+fn check_on(name: &str, gpu: &str) {
     let c = lora_case(name);
     let g = &c.golden;
     assert_eq!(
@@ -97,7 +102,7 @@ fn check(name: &str) {
         "{} is not the file the goldens were made from",
         g.file.display()
     );
-    let gguf_args = lora_args(&c, false);
+    let gguf_args = lora_args(&c, false).unwrap();
     let rdrr_args = lora_args(&c, true);
     let with = |extra: &[&str], lora: &[String]| -> Vec<String> {
         extra
@@ -142,8 +147,8 @@ fn check(name: &str) {
             MARGIN,
             &mut failures,
         );
-        let gpu_exact = run(&["--backend", "gpu", "--exact"], &gguf_args);
-        let what = format!("{name} {p:?} gpu --exact vs f64");
+        let gpu_exact = run(&["--backend", gpu, "--exact"], &gguf_args);
+        let what = format!("{name} {p:?} {gpu} --exact vs f64");
         against(
             g,
             &what,
@@ -153,13 +158,15 @@ fn check(name: &str) {
             2.0 * F64_TOL,
             &mut failures,
         );
-        let rdrr = run(&["--backend", "cpu", "--exact"], &rdrr_args);
-        if rdrr != cpu_exact {
-            failures.push(format!(
-                "{name} {p:?}: the RDRR adapters' logits differ from the GGUF adapters'"
-            ));
+        if let Some(rdrr_args) = &rdrr_args {
+            let rdrr = run(&["--backend", "cpu", "--exact"], rdrr_args);
+            if rdrr != cpu_exact {
+                failures.push(format!(
+                    "{name} {p:?}: the RDRR adapters' logits differ from the GGUF adapters'"
+                ));
+            }
         }
-        for backend in ["cpu", "gpu"] {
+        for backend in ["cpu", gpu] {
             let n = confident(case, MARGIN);
             if n == 0 {
                 continue;
@@ -212,6 +219,26 @@ fn phi3_stacked_adapter_matches_llama_cpp_and_f64() {
 #[test]
 fn gemma3_adapter_matches_llama_cpp_and_f64() {
     check("gemma3");
+}
+
+/// The CUDA backend (on the GPU machine: `--ignored`, with `TRITIUM_BIN` and `TRITIUM_REPO`;
+/// scripts/device-native/lora.sh): every case above with `cuda` in place of `gpu`.
+#[test]
+#[ignore = "needs an NVIDIA GPU (scripts/device-native/lora.sh runs it there)"]
+fn adapters_on_cuda_match_llama_cpp_and_f64() {
+    for name in ["qwen3", "qwen3-two", "phi3", "gemma3", "peft-qwen3"] {
+        check_on(name, "cuda");
+    }
+}
+
+/// An adapter made by peft (transformers' Qwen3 over the tiny Qwen3's weights, r 8, alpha 16,
+/// every projection; tests/goldens/gen_peft_goldens.py on the GPU machine) and converted by
+/// llama.cpp's convert_lora_to_gguf.py: our logits within [`F64_TOL`] of transformers + peft's
+/// float64 logits ("f64" and "llama" in these goldens are both peft's), and greedy decoding
+/// equal to peft's over its confident prefix.
+#[test]
+fn peft_adapter_matches_transformers_and_peft() {
+    check("peft-qwen3");
 }
 
 /// The adapters are swapped between requests on one loaded model: the base model's logits,

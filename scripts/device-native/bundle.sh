@@ -20,7 +20,7 @@ rm -rf "$B/debs"
 # The reference tests whose CUDA variants run there (TRITIUM_REPO and TRITIUM_BIN point them at
 # the checkout and this binary; cuda-full.sh).
 mkdir -p "$B/tests"
-for t in bitnet_reference llama_reference arch_reference; do
+for t in bitnet_reference llama_reference arch_reference lora_reference; do
   exe=$(cargo test -j2 --release --features gds --no-run --test $t --message-format=json 2>/dev/null \
     | python3 -c 'import json,sys
 for l in sys.stdin:

@@ -33,6 +33,24 @@ pub struct GenerateBenchOptions {
     pub exact: bool,
     /// CUDA: a GPU memory budget (blocks beyond it read from storage when used).
     pub vram_budget: Option<crate::session::VramBudget>,
+    /// LoRA adapters applied while measuring, with their scales.
+    pub lora: Vec<(std::path::PathBuf, f32)>,
+}
+
+/// Load `source` on `backend` with `opts`'s adapters applied: the model the benchmark runs.
+fn load_model<B: crate::backend::Backend, S: ModelMeta + TensorSource>(
+    source: &S,
+    backend: B,
+    options: &OpenOptions,
+    opts: &GenerateBenchOptions,
+) -> Result<crate::model::Model<B>, Error> {
+    let mut session = crate::session::load(source, backend, options)?;
+    let mut active = Vec::new();
+    for (path, scale) in &opts.lora {
+        active.push((session.load_adapter(path, options)?, *scale));
+    }
+    session.engine.set_adapters(&active)?;
+    Ok(session.engine.model)
 }
 
 /// The figures (`--json` prints this).
@@ -168,9 +186,7 @@ pub fn run<S: ModelMeta + TensorSource>(
         },
         ..OpenOptions::default()
     };
-    let model = crate::session::load(source, backend, &options)?
-        .engine
-        .model;
+    let model = load_model(source, backend, &options, opts)?;
     // Token ids spread over the vocabulary (the values do not change the work).
     let prompt: Vec<u32> = (0..opts.prompt_tokens)
         .map(|i| ((i as u64 * 7919 + 13) % config.n_vocab as u64) as u32)
@@ -410,9 +426,7 @@ pub fn run_cuda<S: ModelMeta + TensorSource>(
         ..OpenOptions::default()
     };
     let load_start = std::time::Instant::now();
-    let model = crate::session::load(source, backend, &options)?
-        .engine
-        .model;
+    let model = load_model(source, backend, &options, opts)?;
     let load_ms = load_start.elapsed().as_secs_f64() * 1e3;
     let prompt: Vec<u32> = (0..opts.prompt_tokens)
         .map(|i| ((i as u64 * 7919 + 13) % config.n_vocab as u64) as u32)

@@ -246,6 +246,9 @@ enum BenchCommand {
         /// (the report says how, and the bytes read per token).
         #[arg(long, value_name = "SIZE", value_parser = generate::parse_vram_budget)]
         vram_budget: Option<crate::session::VramBudget>,
+        /// A LoRA adapter applied while measuring (as `run --lora`); repeatable.
+        #[arg(long = "lora", value_name = "ADAPTER[:SCALE]", value_parser = generate::parse_lora)]
+        lora: Vec<generate::LoraArg>,
         #[arg(long)]
         json: bool,
     },
@@ -418,6 +421,7 @@ pub fn main() -> ExitCode {
                     exact,
                     backend,
                     vram_budget,
+                    lora,
                     json,
                 },
         } => store.resolve_path(&model).and_then(|model| {
@@ -433,6 +437,7 @@ pub fn main() -> ExitCode {
                     profile,
                     exact,
                     vram_budget,
+                    lora: lora.iter().map(|l| (l.adapter.clone(), l.scale)).collect(),
                 },
                 json,
             )

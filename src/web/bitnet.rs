@@ -40,6 +40,7 @@ use crate::session::{OpenOptions, Session};
 use crate::storage::opfs::OpfsStore;
 use crate::text::{encode_chat, ChatTemplate, StopStream, Tokenizer};
 
+mod adapter;
 mod diagnose;
 mod load;
 mod options;
@@ -403,6 +404,34 @@ impl WasmModel {
         })
     }
 
+    /// Load a LoRA adapter for this model: `source` is the id of an adapter in OPFS (a GGUF
+    /// adapter or an RDRR adapter folder, downloaded and verified as models are) or a GGUF
+    /// adapter's bytes (`File`, `Blob`, `ArrayBuffer`, typed array); `name` names it in
+    /// errors. Resolves to its index, which a generation's `adapters` option names. Rejects
+    /// with `InvalidArgument` when the adapter does not fit this model (another architecture,
+    /// other shapes), `Busy` while a generation runs.
+    #[wasm_bindgen(js_name = loadAdapter)]
+    pub fn load_adapter(&self, source: JsValue, name: String) -> Promise {
+        let state = self.state.clone();
+        future_to_promise(async move {
+            if state.busy.get() {
+                return Err(busy().into());
+            }
+            if state.disposed.get() || state.dispose_pending.get() {
+                return Err(disposed().into());
+            }
+            state.busy.set(true);
+            let result = adapter::load(&state, &source, &name).await;
+            state.busy.set(false);
+            if state.dispose_pending.get() {
+                state.destroy();
+            }
+            result
+                .map(|id| JsValue::from(id as u32))
+                .map_err(JsValue::from)
+        })
+    }
+
     /// Statistics of one forward pass over `text` (default: a short sentence), stage by
     /// stage: the embedding, the residual stream after each block, the final norm's input
     /// and the logits, each with `{ stage, count, min, max, mean, rms, nan, inf }`. Clears the
@@ -516,6 +545,14 @@ async fn run_generate(
     let generation = {
         let mut guard = state.engine.borrow_mut();
         let engine = guard.as_mut().ok_or_else(disposed)?;
+        let active: Vec<_> = o
+            .adapters
+            .iter()
+            .map(|a| (crate::model::AdapterId(a.id), a.scale.unwrap_or(1.0)))
+            .collect();
+        engine
+            .set_adapters(&active)
+            .map_err(|e| WebError::new("InvalidArgument", e.to_string()))?;
         let result = engine
             .generate(&prompt, &opts, |id| {
                 let (text, stop) = match detok.push(&state.tokenizer, id) {

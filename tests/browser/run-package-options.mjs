@@ -21,7 +21,12 @@
 //   - device: a model on the page's own GPUDevice (made with the defaults) gives native's
 //     tokens; dispose() leaves the device working (a buffer round trip) for a second model;
 //     destroying the device mid-generation gives DeviceLost, then again on the next call;
-//   - worker mode: dispose() then load() again in the same worker.
+//   - worker mode: dispose() then load() again in the same worker;
+//   - LoRA adapters on the tiny Qwen3 (tests/fixtures/lora, checked against llama.cpp by
+//     tests/lora_reference.rs): loadAdapter() from a GGUF URL (into OPFS), an RDRR adapter
+//     folder's URL and an ArrayBuffer; greedy tokens with no adapter, one, the RDRR one, two
+//     at scales 0.5 and 1.5, and none again equal native `run --lora` (exact, CPU); an adapter
+//     for another architecture and a bad scale are InvalidArgument; loadAdapter in a worker.
 //
 //   cargo build && npm run build && node tests/browser/run-package-options.mjs
 //
@@ -84,7 +89,22 @@ const mid = Math.floor(greedy.text.length / 2);
 const stop = greedy.text.slice(mid, mid + 3);
 const beforeStop = greedy.text.slice(0, greedy.text.indexOf(stop));
 
-const { server: pageServer, base } = await serve({ '/pkg/': pkgDir, '/models/': modelsDir, '/': here }, 'package.html');
+// LoRA: the tiny Qwen3 and its adapters, natively (exact, CPU) with each choice of adapters.
+const fixtures = join(here, '..', 'fixtures');
+const tinyQwen3 = join(fixtures, 'arch', 'tiny-qwen3.gguf');
+const loraPrompt = 'once upon a time';
+const loraFile = (f) => join(fixtures, 'lora', f);
+const loraNative = (lora) => JSON.parse(execFileSync(bin, ['run', tinyQwen3, '--json', '--exact', '--backend', 'cpu',
+  '-p', loraPrompt, '--max-tokens', '8', '--temperature', '0', '--ctx', '256', ...lora.flatMap((l) => ['--lora', l])],
+{ encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] })).generated_ids;
+const loraWant = {
+  base: loraNative([]),
+  one: loraNative([loraFile('tiny-qwen3-all.gguf')]),
+  two: loraNative([`${loraFile('tiny-qwen3-all.gguf')}:0.5`, `${loraFile('tiny-qwen3-qv.gguf')}:1.5`]),
+};
+
+const { server: pageServer, base } = await serve({ '/pkg/': pkgDir, '/models/': modelsDir, '/fixtures/': fixtures, '/': here },
+  'package.html');
 const { context, close } = await launch(executablePath);
 const cleanup = async () => {
   await close();
@@ -317,6 +337,54 @@ try {
   check(sameIds(worker.first, want3.slice(0, 1)) && worker.disposedErr?.code === 'InvalidArgument' && sameIds(worker.again, want3),
     'worker: dispose() then load() again in the same worker gives native\'s tokens', JSON.stringify(worker));
   check(worker.device?.code === 'InvalidArgument', `worker: a device option is refused clearly (${worker.device?.message})`);
+
+  // LoRA adapters.
+  const lora = await page.evaluate(async ({ loraPrompt, opts }) => {
+    const { BitNet, createWorkerBitNet } = window.tritium;
+    const m = await BitNet.load('/fixtures/arch/tiny-qwen3.gguf', { ...opts, name: 'tiny-qwen3' });
+    const ids = async (model, adapters) => {
+      const out = [];
+      for await (const ev of model.stream(loraPrompt, { temperature: 0, maxTokens: 8, adapters })) {
+        if (ev.type === 'token' && ev.tokenId !== null) out.push(ev.tokenId);
+      }
+      return out;
+    };
+    const all = await m.loadAdapter('/fixtures/lora/tiny-qwen3-all.gguf', { name: 'qwen3-all' });
+    const rdrr = await m.loadAdapter('/fixtures/lora/tiny-qwen3-all.rdrr/', { name: 'qwen3-all-rdrr' });
+    const qv = await m.loadAdapter(await (await fetch('/fixtures/lora/tiny-qwen3-qv.gguf')).arrayBuffer(), { name: 'qv' });
+    const out = {
+      base: await ids(m, []),
+      one: await ids(m, [all]),
+      rdrr: await ids(m, [rdrr]),
+      two: await ids(m, [{ adapter: all, scale: 0.5 }, { adapter: qv, scale: 1.5 }]),
+      baseAgain: await ids(m),
+      cached: (await window.tritium.listCached()).filter((c) => c.id.startsWith('qwen3-all')).map((c) => c.kind).sort(),
+    };
+    out.wrongArch = await window.errorOf(() => m.loadAdapter('/fixtures/lora/tiny-phi3-all.gguf', { name: 'phi3-all' }));
+    out.badScale = await window.errorOf(() => ids(m, [{ adapter: all, scale: 'x' }]));
+    out.notHandle = await window.errorOf(() => ids(m, [3]));
+    m.dispose();
+    const w = await createWorkerBitNet(new Worker('/package-worker.mjs', { type: 'module' }), '/fixtures/arch/tiny-qwen3.gguf',
+      { ...opts, name: 'tiny-qwen3' });
+    const wa = await w.loadAdapter('/fixtures/lora/tiny-qwen3-all.gguf', { name: 'qwen3-all' });
+    out.worker = await ids(w, [wa]);
+    await w.dispose();
+    w.terminate();
+    return out;
+  }, { loraPrompt, opts });
+  check(sameIds(lora.base, loraWant.base) && sameIds(lora.baseAgain, loraWant.base), 'LoRA: no adapter gives native\'s base tokens',
+    JSON.stringify([lora.base, lora.baseAgain, loraWant.base]));
+  check(!sameIds(loraWant.one, loraWant.base) && sameIds(lora.one, loraWant.one),
+    'LoRA: a GGUF adapter from a URL (into OPFS) gives native run --lora\'s tokens', JSON.stringify([lora.one, loraWant.one]));
+  check(sameIds(lora.rdrr, loraWant.one), 'LoRA: the same adapter as an RDRR folder gives the same tokens', JSON.stringify(lora.rdrr));
+  check(sameIds(lora.two, loraWant.two), 'LoRA: two adapters at 0.5 and 1.5 (one from an ArrayBuffer) give native\'s tokens',
+    JSON.stringify([lora.two, loraWant.two]));
+  check(sameIds(lora.cached, ['gguf', 'rdrr']), `LoRA: the URL adapters are in OPFS (${JSON.stringify(lora.cached)})`);
+  check(lora.wrongArch?.code === 'InvalidArgument' && /architecture phi3/.test(lora.wrongArch.message),
+    `LoRA: an adapter for another architecture is InvalidArgument (${lora.wrongArch?.message})`);
+  check(lora.badScale?.code === 'InvalidArgument' && lora.notHandle?.code === 'InvalidArgument',
+    `LoRA: a bad scale and a non-handle are InvalidArgument (${lora.badScale?.message}; ${lora.notHandle?.message})`);
+  check(sameIds(lora.worker, loraWant.one), 'LoRA: loadAdapter in a worker gives the same tokens', JSON.stringify(lora.worker));
 } catch (e) {
   check(false, 'run', e.stack ?? String(e));
 }

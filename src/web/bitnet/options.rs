@@ -125,6 +125,17 @@ pub(super) struct GenOptions {
     pub(super) ignore_eos: bool,
     /// Render the messages without the assistant prefix (continue the last message).
     pub(super) continue_final_message: bool,
+    /// LoRA adapters (`loadAdapter`'s indices) applied to this generation, with their scales
+    /// (default 1); none: the model alone.
+    pub(super) adapters: Vec<AdapterChoice>,
+}
+
+/// One entry of `adapters`: `{ id, scale }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AdapterChoice {
+    pub(super) id: usize,
+    pub(super) scale: Option<f32>,
 }
 
 #[derive(Deserialize)]

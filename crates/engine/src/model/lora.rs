@@ -359,6 +359,9 @@ fn parse_stem(stem: &str, layout: Layout) -> Option<(usize, &str)> {
     }
 }
 
+/// The rank of an uploaded pair is a multiple of this.
+const RANK_ALIGN: usize = 32;
+
 /// One uploaded pair.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 struct Term {
@@ -372,6 +375,7 @@ struct Term {
 /// An adapter on a backend.
 pub struct Adapter {
     pub name: String,
+    /// The largest rank of its pairs as uploaded (padded to a multiple of 32).
     pub max_rank: usize,
     /// Pairs in the file.
     pub pairs: usize,
@@ -405,11 +409,21 @@ impl Adapters {
         data: &AdapterData,
         names: &mut Names,
     ) -> Result<AdapterId, Error> {
-        let max_rank = data.max_rank();
+        // Ranks padded to whole 32-value chunks (zero rows of A, zero columns of B: the update
+        // is unchanged) so that every backend's products take B (CUDA's rows are whole chunks).
+        let padded = |rank: usize| rank.next_multiple_of(RANK_ALIGN);
+        let max_rank = padded(data.max_rank());
         let id = self.loaded.len();
         let mut terms = Vec::with_capacity(data.pairs.len());
         for p in &data.pairs {
             let (rows, cols) = p.target.shape(c);
+            let rank = padded(p.rank);
+            let mut a = p.a.clone();
+            a.resize(rank * cols, 0.0);
+            let mut bm = vec![0f32; rows * rank];
+            for (dst, src) in bm.chunks_exact_mut(rank).zip(p.b.chunks_exact(p.rank)) {
+                dst[..p.rank].copy_from_slice(src);
+            }
             let mut upload = |half: &str, v: &[f32], rows: usize, cols: usize| {
                 let label = format!("lora{id}.blk.{}.{}.{half}", p.layer, p.target.gguf_name());
                 let w = b.load_weight(WeightData {
@@ -428,18 +442,18 @@ impl Adapters {
             terms.push(Term {
                 layer: p.layer,
                 target: p.target,
-                rank: p.rank,
-                a: upload("lora_a", &p.a, p.rank, cols)?,
-                b: upload("lora_b", &p.b, rows, p.rank)?,
+                rank,
+                a: upload("lora_a", &a, rank, cols)?,
+                b: upload("lora_b", &bm, rows, rank)?,
             });
         }
         let label = format!("lora{id}.scale");
-        let scale = b.load_vector(&label, &vec![1.0; max_rank.max(1)])?;
+        let scale = b.load_vector(&label, &vec![1.0; max_rank])?;
         names.tensor_named(scale, &label);
         let n = b.limits().max_batch;
         let widest = Target::ALL.iter().map(|t| t.shape(c).0).max().unwrap_or(0);
         if self.scratch.is_none_or(|(_, _, r)| r < max_rank) {
-            let mid = b.alloc("lora_mid", n * max_rank.max(1))?;
+            let mid = b.alloc("lora_mid", n * max_rank)?;
             names.tensor_named(mid, "lora_mid");
             let out = match self.scratch {
                 Some((_, out, _)) => out,
@@ -495,7 +509,7 @@ impl Adapters {
         for &(id, scale) in active {
             let a = &mut self.loaded[id.0];
             if a.scale_now != scale {
-                b.write_vector(a.scale, &vec![scale; a.max_rank.max(1)])?;
+                b.write_vector(a.scale, &vec![scale; a.max_rank])?;
                 a.scale_now = scale;
             }
         }

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use crate::error::ModelError;
 use crate::formats::gguf::GgufFile;
-use crate::formats::rdrr::{self, Manifest};
+use crate::formats::rdrr::{self, Manifest, RdrrView};
 use crate::formats::source::ModelFiles;
 use crate::formats::{trellis, ModelDescription};
 use crate::model::{FileSpan, GgufTensors, TensorSource};
@@ -39,13 +39,13 @@ pub enum OpenedModel<F: ModelFiles> {
         file: String,
         header: Box<GgufFile>,
     },
-    /// An RDRR folder: its manifest, and the GGUF view of its metadata, read (after
-    /// [`rdrr::check_layout`]) when the model is first run; checking a folder needs only the
-    /// manifest.
+    /// An RDRR folder: its manifest, and the GGUF view of its metadata and tensors, read
+    /// (after [`rdrr::check_layout`]) when the model is first run; checking a folder needs
+    /// only the manifest.
     Rdrr {
         files: F,
         manifest: Box<Manifest>,
-        view: OnceLock<GgufFile>,
+        view: OnceLock<RdrrView>,
     },
     Trellis(F),
 }
@@ -179,6 +179,25 @@ impl<F: ModelFiles> OpenedModel<F> {
     }
 }
 
+impl<F: ModelFiles> OpenedModel<F> {
+    /// An RDRR folder's GGUF view, read once. Before the tensor infos reach the engine, which
+    /// sizes buffers from them, a model whose manifest contradicts itself or its files is
+    /// refused here.
+    fn view<'a>(
+        &self,
+        files: &F,
+        manifest: &Manifest,
+        view: &'a OnceLock<RdrrView>,
+    ) -> Result<&'a RdrrView, Error> {
+        if let Some(v) = view.get() {
+            return Ok(v);
+        }
+        rdrr::check_layout(manifest, files)?;
+        let v = rdrr::view(manifest, files)?;
+        Ok(view.get_or_init(|| v))
+    }
+}
+
 fn elements(n: u64) -> Result<usize, Error> {
     usize::try_from(n).map_err(|_| {
         ModelError::TooLarge {
@@ -198,16 +217,7 @@ impl<F: ModelFiles> ModelMeta for OpenedModel<F> {
                 files,
                 manifest,
                 view,
-            } => {
-                if let Some(h) = view.get() {
-                    return Ok(h);
-                }
-                // Before the tensor infos reach the engine, which sizes buffers from them: a
-                // model whose manifest contradicts itself or its files is refused here.
-                rdrr::check_layout(manifest, files)?;
-                let h = crate::model::rdrr::gguf_view(manifest, files)?;
-                Ok(view.get_or_init(|| h))
-            }
+            } => Ok(&self.view(files, manifest, view)?.header),
             OpenedModel::Trellis(_) => Err(ModelError::NotRunnable { format: "Trellis" }.into()),
         }
     }
@@ -252,8 +262,13 @@ impl<F: ModelFiles> TensorSource for OpenedModel<F> {
                 .read(name)
             }
             OpenedModel::Rdrr {
-                files, manifest, ..
-            } => crate::model::rdrr::read(manifest, files, name),
+                files,
+                manifest,
+                view,
+            } => {
+                let view = self.view(files, manifest, view)?;
+                crate::model::rdrr::read(manifest, &view.header, &view.sources, files, name)
+            }
             OpenedModel::Trellis(_) => Err(ModelError::NotRunnable { format: "Trellis" }.into()),
         }
     }
@@ -273,20 +288,29 @@ impl<F: ModelFiles> TensorSource for OpenedModel<F> {
                 }])
             }
             OpenedModel::Rdrr {
-                files, manifest, ..
-            } => manifest
-                .tensors
-                .get(name)?
-                .spans
-                .iter()
-                .map(|span| {
-                    Some(FileSpan {
-                        path: files.local_path(manifest.shard_file(span.shard).ok()?)?,
-                        offset: span.offset,
-                        len: span.size,
+                files,
+                manifest,
+                view,
+            } => {
+                // Only where the view's bytes are the folder's as they are.
+                let sources = &self.view(files, manifest, view).ok()?.sources;
+                if !sources.verbatim(name) {
+                    return None;
+                }
+                manifest
+                    .tensors
+                    .get(sources.manifest_name(name))?
+                    .spans
+                    .iter()
+                    .map(|span| {
+                        Some(FileSpan {
+                            path: files.local_path(manifest.shard_file(span.shard).ok()?)?,
+                            offset: span.offset,
+                            len: span.size,
+                        })
                     })
-                })
-                .collect(),
+                    .collect()
+            }
             OpenedModel::Trellis(_) => None,
         }
     }

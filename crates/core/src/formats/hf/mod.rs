@@ -10,8 +10,8 @@
 mod plan;
 
 pub use plan::{
-    gguf_metadata, permute_for_rope, plan, tensor_bytes, unpack_ternary, OutputTensor,
-    Quantization, QuantizeFn, TensorRecipe, TokenizerSettings,
+    gguf_metadata, permute_for_rope, permute_rows_for_rope, plan, renamed, tensor_bytes,
+    unpack_ternary, OutputTensor, Quantization, QuantizeFn, TensorRecipe, TokenizerSettings,
 };
 
 use std::collections::BTreeMap;

@@ -94,8 +94,6 @@ pub enum ModelError {
          (model.safetensors.index.json or quantization_index.json)"
     )]
     UnknownFormat,
-    #[error("running {format} models is not supported; give a GGUF file or an RDRR folder")]
-    NotRunnable { format: &'static str },
     #[error(
         "the model folder has no {file} and its metadata holds no vocabulary: it runs from \
          token ids only"

@@ -80,6 +80,12 @@ pub fn tokenizer<F: ModelFiles>(
         .as_ref()
         .and_then(|t| t.file.as_deref())
         .unwrap_or(TOKENIZER_FILE);
+    tokenizer_json(files, name)
+}
+
+/// The tokenizer of a model folder's `tokenizer.json` (`name`), or an error naming the
+/// missing file.
+pub fn tokenizer_json<F: ModelFiles>(files: &F, name: &str) -> Result<Tokenizer, Error> {
     if !files.exists(name) {
         return Err(ModelError::NoTokenizer {
             file: name.to_string(),

@@ -7,9 +7,10 @@ use std::sync::OnceLock;
 
 use crate::error::ModelError;
 use crate::formats::gguf::GgufFile;
-use crate::formats::rdrr::{self, Manifest, RdrrView};
+use crate::formats::rdrr::{self, Manifest, RdrrView, TOKENIZER_FILE};
 use crate::formats::source::ModelFiles;
-use crate::formats::{trellis, ModelDescription};
+use crate::formats::trellis::{self, TrellisView};
+use crate::formats::ModelDescription;
 use crate::model::{FileSpan, GgufTensors, TensorSource};
 use crate::quant::GgmlType;
 use crate::text::{ChatTemplate, Tokenizer};
@@ -47,7 +48,8 @@ pub enum OpenedModel<F: ModelFiles> {
         manifest: Box<Manifest>,
         view: OnceLock<RdrrView>,
     },
-    Trellis(F),
+    /// A Trellis folder, and its GGUF view (read when the model is first run).
+    Trellis(F, OnceLock<TrellisView>),
 }
 
 /// What running a model needs besides its tensors: the configuration's metadata, the
@@ -83,7 +85,7 @@ impl<F: ModelFiles> OpenedModel<F> {
             });
         }
         if TRELLIS_MARKERS.iter().any(|m| files.exists(m)) {
-            return Ok(OpenedModel::Trellis(files));
+            return Ok(OpenedModel::Trellis(files, OnceLock::new()));
         }
         Err(ModelError::UnknownFormat.into())
     }
@@ -92,7 +94,7 @@ impl<F: ModelFiles> OpenedModel<F> {
         match self {
             OpenedModel::Gguf { .. } => Format::Gguf,
             OpenedModel::Rdrr { .. } => Format::Rdrr,
-            OpenedModel::Trellis(_) => Format::Trellis,
+            OpenedModel::Trellis(..) => Format::Trellis,
         }
     }
 
@@ -101,7 +103,7 @@ impl<F: ModelFiles> OpenedModel<F> {
         match self {
             OpenedModel::Gguf { files, .. }
             | OpenedModel::Rdrr { files, .. }
-            | OpenedModel::Trellis(files) => files,
+            | OpenedModel::Trellis(files, _) => files,
         }
     }
 
@@ -110,7 +112,7 @@ impl<F: ModelFiles> OpenedModel<F> {
         Ok(match self {
             OpenedModel::Gguf { header, .. } => header.describe(),
             OpenedModel::Rdrr { manifest, .. } => rdrr::describe(manifest),
-            OpenedModel::Trellis(files) => trellis::describe(files)?,
+            OpenedModel::Trellis(files, _) => trellis::describe(files)?,
         })
     }
 
@@ -147,7 +149,7 @@ impl<F: ModelFiles> OpenedModel<F> {
                 let raw = rdrr::read_tensor(manifest, files, name)?;
                 Ok(crate::quant::dequantize(dtype, &raw, elements(n)?)?)
             }
-            OpenedModel::Trellis(files) => Ok(trellis::dequantize_tensor(files, name)?),
+            OpenedModel::Trellis(files, _) => Ok(trellis::dequantize_tensor(files, name)?),
         }
     }
 
@@ -168,14 +170,6 @@ impl<F: ModelFiles> OpenedModel<F> {
             similar,
         }
         .into()
-    }
-
-    /// An error unless the model can be run (Trellis checkpoints cannot, yet).
-    fn runnable(&self) -> Result<(), Error> {
-        match self {
-            OpenedModel::Trellis(_) => Err(ModelError::NotRunnable { format: "Trellis" }.into()),
-            _ => Ok(()),
-        }
     }
 }
 
@@ -198,6 +192,18 @@ impl<F: ModelFiles> OpenedModel<F> {
     }
 }
 
+/// A Trellis folder's GGUF view, read once.
+fn trellis_view<'a, F: ModelFiles>(
+    files: &F,
+    view: &'a OnceLock<TrellisView>,
+) -> Result<&'a TrellisView, Error> {
+    if let Some(v) = view.get() {
+        return Ok(v);
+    }
+    let v = TrellisView::open(files)?;
+    Ok(view.get_or_init(|| v))
+}
+
 fn elements(n: u64) -> Result<usize, Error> {
     usize::try_from(n).map_err(|_| {
         ModelError::TooLarge {
@@ -210,7 +216,6 @@ fn elements(n: u64) -> Result<usize, Error> {
 
 impl<F: ModelFiles> ModelMeta for OpenedModel<F> {
     fn header(&self) -> Result<&GgufFile, Error> {
-        self.runnable()?;
         match self {
             OpenedModel::Gguf { header, .. } => Ok(header),
             OpenedModel::Rdrr {
@@ -218,7 +223,7 @@ impl<F: ModelFiles> ModelMeta for OpenedModel<F> {
                 manifest,
                 view,
             } => Ok(&self.view(files, manifest, view)?.header),
-            OpenedModel::Trellis(_) => Err(ModelError::NotRunnable { format: "Trellis" }.into()),
+            OpenedModel::Trellis(files, view) => Ok(&trellis_view(files, view)?.header),
         }
     }
 
@@ -228,6 +233,9 @@ impl<F: ModelFiles> ModelMeta for OpenedModel<F> {
             OpenedModel::Rdrr {
                 files, manifest, ..
             } => crate::model::rdrr::tokenizer(manifest, header, files),
+            OpenedModel::Trellis(files, _) => {
+                crate::model::rdrr::tokenizer_json(files, TOKENIZER_FILE)
+            }
             _ => Ok(Tokenizer::from_gguf(header)?),
         }
     }
@@ -236,6 +244,7 @@ impl<F: ModelFiles> ModelMeta for OpenedModel<F> {
         let header = self.header()?;
         Ok(match self {
             OpenedModel::Rdrr { .. } => crate::model::rdrr::chat_template(header, tokenizer)?,
+            OpenedModel::Trellis(..) => crate::model::rdrr::chat_template_for(header, tokenizer)?,
             _ => ChatTemplate::from_gguf(header)?,
         })
     }
@@ -269,7 +278,7 @@ impl<F: ModelFiles> TensorSource for OpenedModel<F> {
                 let view = self.view(files, manifest, view)?;
                 crate::model::rdrr::read(manifest, &view.header, &view.sources, files, name)
             }
-            OpenedModel::Trellis(_) => Err(ModelError::NotRunnable { format: "Trellis" }.into()),
+            OpenedModel::Trellis(files, view) => Ok(trellis_view(files, view)?.read(files, name)?),
         }
     }
 
@@ -311,7 +320,7 @@ impl<F: ModelFiles> TensorSource for OpenedModel<F> {
                     })
                     .collect()
             }
-            OpenedModel::Trellis(_) => None,
+            OpenedModel::Trellis(..) => None,
         }
     }
 }

@@ -24,8 +24,8 @@ use super::gguf_metadata::GgufMetadata;
 use super::manifest::Manifest;
 use super::metadata::Architecture;
 use super::{RdrrError, MANIFEST_FILE, MAX_JSON_BYTES};
-use crate::formats::gguf::{GgufFile, TensorInfo, Value, DEFAULT_ALIGNMENT};
-use crate::formats::hf::{self, HfArch, HfConfig, TokenizerConfig, TokenizerSettings};
+use crate::formats::gguf::{GgufFile, TensorInfo, DEFAULT_ALIGNMENT};
+use crate::formats::hf::{self, HfArch, HfConfig};
 use crate::formats::source::ModelFiles;
 
 /// How a tensor of the view is made from the folder's tensor.
@@ -217,24 +217,9 @@ fn hf_config(manifest: &Manifest, files: &dyn ModelFiles) -> Result<(HfConfig, H
 /// The view of a folder with Hugging Face tensor names.
 fn hf_view(manifest: &Manifest, files: &dyn ModelFiles) -> Result<RdrrView, RdrrError> {
     let (config, arch) = hf_config(manifest, files)?;
-    let mut settings = TokenizerSettings {
-        bos_id: HfConfig::token_id(&config.bos_token_id),
-        eos_id: HfConfig::token_id(&config.eos_token_id),
-        chat_template: None,
-    };
-    if files.exists("tokenizer_config.json") {
-        let bytes = files.read_small("tokenizer_config.json", MAX_JSON_BYTES)?;
-        settings.chat_template = TokenizerConfig::parse(&bytes)
-            .map_err(|e| foreign_error(e.to_string()))?
-            .chat_template;
-    }
     let name = manifest.model_id.as_deref().unwrap_or("");
-    // The quantization is the tensors' own: no file type is claimed for the view.
-    let metadata: Vec<(String, Value)> =
-        hf::gguf_metadata(&config, arch, hf::Quantization::F16, name, &settings)
-            .into_iter()
-            .filter(|(k, _)| k != "general.file_type")
-            .collect();
+    let metadata =
+        hf::view_metadata(&config, arch, name, files).map_err(|e| foreign_error(e.to_string()))?;
 
     let mut renamed: Vec<(String, String, Option<u64>)> = Vec::new();
     for hf_name in manifest.tensors.keys() {
@@ -253,15 +238,7 @@ fn hf_view(manifest: &Manifest, files: &dyn ModelFiles) -> Result<RdrrView, Rdrr
             }
         }
     }
-    // GGUF order: the embedding, the blocks in order, then the output tensors.
-    let rank = |gguf: &str| -> (u64, u64, String) {
-        match gguf.strip_prefix("blk.").and_then(|r| r.split_once('.')) {
-            Some((i, _)) => (1, i.parse().unwrap_or(u64::MAX), String::new()),
-            None if gguf.starts_with("token_embd") => (0, 0, String::new()),
-            None => (2, 0, gguf.to_string()),
-        }
-    };
-    renamed.sort_by_cached_key(|(gguf, _, _)| rank(gguf));
+    renamed.sort_by_cached_key(|(gguf, _, _)| hf::gguf_rank(gguf));
 
     let mut tensors = Vec::with_capacity(renamed.len());
     let mut sources = BTreeMap::new();

@@ -227,9 +227,11 @@ pub struct RunArgs {
 }
 
 /// Open the model `load` names (a path, a store name or a URL) and load it on the backend it
-/// asks for, with a context of at least `min_context` tokens.
-fn open_session(load: &LoadArgs, min_context: usize) -> Result<Session, Error> {
+/// asks for, with a context of at least `min_context` tokens. With `text`, a tokenizer that
+/// does not load is an error (saying why) before any weight is read.
+fn open_session(load: &LoadArgs, min_context: usize, text: bool) -> Result<Session, Error> {
     let mut options = load.engine.open_options(load.store.store.clone());
+    options.require_tokenizer = text;
     options.context = match (load.engine.ctx, min_context) {
         (None, 0) => None,
         (ctx, min) => Some(ctx.unwrap_or(0).max(min)),
@@ -326,7 +328,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, Error> {
     if !args.plan && args.ids.is_none() && args.prompt.is_none() {
         return Err(Error::Usage("give a prompt: -p TEXT or --ids 1,2,3".into()));
     }
-    let mut session = open_session(&args.load, 0)?;
+    let mut session = open_session(&args.load, 0, args.prompt.is_some())?;
     let tok = session.tokenizer.as_ref();
     let prompt_ids = match (&args.ids, &args.prompt) {
         (Some(ids), _) => ids.clone(),
@@ -437,7 +439,7 @@ pub fn logits(load: &LoadArgs, ids: &[u32], output: &Path) -> Result<ExitCode, E
         message: e.to_string(),
     };
     // The whole batch must fit the context.
-    let mut session = open_session(load, ids.len())?;
+    let mut session = open_session(load, ids.len(), false)?;
     let engine = &mut session.engine;
     let v = pollster::block_on(engine.logits_all(ids))?;
     let part = output.with_extension("part");
@@ -460,7 +462,7 @@ pub fn chat(
     sampling: &SamplingArgs,
     system: Option<&str>,
 ) -> Result<ExitCode, Error> {
-    let mut session = open_session(load, 0)?;
+    let mut session = open_session(load, 0, true)?;
     need_tokenizer(&session)?;
     let Session {
         engine,

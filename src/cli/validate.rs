@@ -55,7 +55,7 @@ pub fn validate(dir: &Path, json: bool) -> Result<ExitCode, Error> {
             }
             Ok(exit(report.is_valid()))
         }
-        OpenModel::Trellis(files) => {
+        OpenModel::Trellis(files, _) => {
             let report = trellis::validate(&files);
             if json {
                 let v = serde_json::to_value(&report).map_err(|e| Error::Usage(e.to_string()))?;

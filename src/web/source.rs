@@ -179,6 +179,8 @@ enum Layout {
     },
     Rdrr {
         manifest: Box<Manifest>,
+        /// Where the header's tensors are in the folder.
+        sources: rdrr::ViewSources,
         files: BTreeMap<String, Blob>,
     },
 }
@@ -239,6 +241,7 @@ impl BlobModel {
             bytes,
             layout: Layout::Rdrr {
                 manifest: Box::new(model.manifest),
+                sources: model.sources,
                 files,
             },
             name: name.to_string(),
@@ -277,10 +280,18 @@ impl BlobModel {
                 let (start, len) = self.header.tensor_range(t);
                 read_blob(blob, &self.name, start, len).await
             }
-            Layout::Rdrr { manifest, files } => {
+            Layout::Rdrr {
+                manifest,
+                sources,
+                files,
+            } => {
+                let info = self
+                    .header
+                    .tensor(tensor)
+                    .ok_or_else(|| missing_tensor(tensor))?;
                 let loc = manifest
                     .tensors
-                    .get(tensor)
+                    .get(sources.manifest_name(tensor))
                     .ok_or_else(|| missing_tensor(tensor))?;
                 // Size, shape and dtype agree, spans add up and share no bytes: the buffer
                 // below holds no more than the distinct bytes of the shards it reads.
@@ -301,7 +312,7 @@ impl BlobModel {
                         out.extend_from_slice(&part);
                     }
                 }
-                Ok(out)
+                Ok(sources.finish(info, out)?)
             }
         }
     }

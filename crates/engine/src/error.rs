@@ -94,14 +94,11 @@ pub enum ModelError {
          (model.safetensors.index.json or quantization_index.json)"
     )]
     UnknownFormat,
-    #[error("running {format} models is not supported; give a GGUF file or an RDRR folder")]
-    NotRunnable { format: &'static str },
     #[error(
-        "this RDRR folder has no {file} (the GGUF metadata that tritium's converters write), so \
-         its architecture and tokenizer settings are unknown; convert the model with `tritium \
-         convert`"
+        "the model folder has no {file} and its metadata holds no vocabulary: it runs from \
+         token ids only"
     )]
-    NoGgufMetadata { file: &'static str },
+    NoTokenizer { file: String },
     #[error("the file has no general.architecture")]
     NoArchitecture,
     #[error("architecture `{name}` is not supported (supported: llama, qwen2, qwen3, phi3, bitnet-b1.58, bitnet-25, bitnet)")]

@@ -1,11 +1,14 @@
 //! Running a model kept as an RDRR folder: what `open_model` builds from a GGUF (the header the
 //! configuration is read from, the tokenizer, the chat template, and a [`TensorSource`]), built
-//! from the folder's `manifest.json`, `tensors.json`, `gguf_metadata.json`, `tokenizer.json`
-//! and shards. Pure: every byte comes through [`ModelFiles`], so the same code serves a folder
-//! on disk, a model store, or OPFS.
+//! from the folder's `manifest.json`, `tensors.json`, `gguf_metadata.json` or `config.json`,
+//! `tokenizer.json` and shards. Pure: every byte comes through [`ModelFiles`], so the same code
+//! serves a folder on disk, a model store, or OPFS.
 //!
-//! The header is the GGUF view of the folder ([`GgufMetadata::header`]): the original GGUF's
-//! key/values, types and order, with tensor infos from `tensors.json`. So
+//! The header is the GGUF view of the folder ([`rdrr::view`]): for a folder converted from a
+//! GGUF, the original GGUF's key/values, types and order, with tensor infos from
+//! `tensors.json`; for a folder with Hugging Face tensor names (as the seed's converter writes
+//! it), the metadata llama.cpp's converter writes for that checkpoint, its tensors renamed to
+//! GGUF names (and Llama's q/k rows permuted as they are read, [`ViewSources::finish`]). So
 //! [`ModelConfig::from_gguf`](super::ModelConfig::from_gguf), [`Tokenizer::from_gguf`] and
 //! [`ChatTemplate::from_gguf`] read it exactly as they read the original file, which is what
 //! makes a GGUF and its RDRR conversion give the same tokens.
@@ -13,7 +16,7 @@
 use super::weights::TensorSource;
 use crate::error::ModelError;
 use crate::formats::gguf::{GgufFile, Value};
-use crate::formats::rdrr::{self, GgufMetadata, Manifest, RdrrError, TOKENIZER_FILE};
+use crate::formats::rdrr::{self, Manifest, RdrrError, ViewSources, TOKENIZER_FILE};
 use crate::formats::source::ModelFiles;
 use crate::quant::GgmlType;
 use crate::text::{ChatTemplate, TextError, Tokenizer};
@@ -24,6 +27,8 @@ pub struct RdrrModel<F: ModelFiles> {
     pub manifest: Manifest,
     /// The GGUF view of the model's metadata and tensors.
     pub header: GgufFile,
+    /// Where the view's tensors are in the folder.
+    pub sources: ViewSources,
     pub files: F,
 }
 
@@ -37,10 +42,11 @@ impl<F: ModelFiles> RdrrModel<F> {
 
     /// As [`RdrrModel::open`], with a manifest already read from `files`.
     pub fn with_manifest(files: F, manifest: Manifest) -> Result<Self, Error> {
-        let header = gguf_view(&manifest, &files)?;
+        let view = rdrr::view(&manifest, &files)?;
         Ok(RdrrModel {
             manifest,
-            header,
+            header: view.header,
+            sources: view.sources,
             files,
         })
     }
@@ -60,15 +66,6 @@ impl<F: ModelFiles> RdrrModel<F> {
     }
 }
 
-/// The GGUF view of an RDRR folder's metadata (`gguf_metadata.json` and the manifest's
-/// tensors): what the configuration, tokenizer and chat template are read from.
-pub fn gguf_view<F: ModelFiles>(manifest: &Manifest, files: &F) -> Result<GgufFile, Error> {
-    let meta = GgufMetadata::load(manifest, files)?.ok_or(ModelError::NoGgufMetadata {
-        file: rdrr::GGUF_METADATA_FILE,
-    })?;
-    Ok(meta.header(manifest)?)
-}
-
 /// [`RdrrModel::tokenizer`] from its parts.
 pub fn tokenizer<F: ModelFiles>(
     manifest: &Manifest,
@@ -83,6 +80,18 @@ pub fn tokenizer<F: ModelFiles>(
         .as_ref()
         .and_then(|t| t.file.as_deref())
         .unwrap_or(TOKENIZER_FILE);
+    tokenizer_json(files, name)
+}
+
+/// The tokenizer of a model folder's `tokenizer.json` (`name`), or an error naming the
+/// missing file.
+pub fn tokenizer_json<F: ModelFiles>(files: &F, name: &str) -> Result<Tokenizer, Error> {
+    if !files.exists(name) {
+        return Err(ModelError::NoTokenizer {
+            file: name.to_string(),
+        }
+        .into());
+    }
     let bytes = files.read_small(name, rdrr::MAX_JSON_BYTES)?;
     Ok(Tokenizer::from_json(&bytes)?)
 }
@@ -139,14 +148,37 @@ impl<F: ModelFiles> TensorSource for RdrrModel<F> {
 
     /// The tensor's bytes, joined across shards when it spans several.
     fn read(&self, name: &str) -> Result<Vec<u8>, Error> {
-        read(&self.manifest, &self.files, name)
+        read(
+            &self.manifest,
+            &self.header,
+            &self.sources,
+            &self.files,
+            name,
+        )
     }
 }
 
-/// A tensor's bytes from an RDRR folder, joined across shards when it spans several.
-pub fn read<F: ModelFiles>(manifest: &Manifest, files: &F, name: &str) -> Result<Vec<u8>, Error> {
-    rdrr::read_tensor(manifest, files, name).map_err(|e| match e {
-        RdrrError::NoSuchTensor(name) => ModelError::MissingTensor { name }.into(),
-        e => e.into(),
-    })
+/// The bytes of the view's tensor `name` from an RDRR folder: its manifest tensor's bytes,
+/// joined across shards when it spans several, as the view takes them
+/// ([`ViewSources::finish`]).
+pub fn read<F: ModelFiles>(
+    manifest: &Manifest,
+    header: &GgufFile,
+    sources: &ViewSources,
+    files: &F,
+    name: &str,
+) -> Result<Vec<u8>, Error> {
+    let missing = || -> Error {
+        ModelError::MissingTensor {
+            name: name.to_string(),
+        }
+        .into()
+    };
+    let info = header.tensor(name).ok_or_else(missing)?;
+    let bytes =
+        rdrr::read_tensor(manifest, files, sources.manifest_name(name)).map_err(|e| match e {
+            RdrrError::NoSuchTensor(_) => missing(),
+            e => e.into(),
+        })?;
+    Ok(sources.finish(info, bytes)?)
 }

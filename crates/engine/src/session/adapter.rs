@@ -30,7 +30,7 @@ impl<F: ModelFiles> OpenedModel<F> {
                         .as_deref()
                         .is_some_and(|t| t.eq_ignore_ascii_case("lora"))
             }
-            OpenedModel::Trellis(_) => false,
+            OpenedModel::Trellis(..) => false,
         }
     }
 
@@ -120,7 +120,7 @@ impl<F: ModelFiles> OpenedModel<F> {
                     .map(|a| a as f32);
                 (Layout::Rdrr, tensors, alpha)
             }
-            OpenedModel::Trellis(_) => {
+            OpenedModel::Trellis(..) => {
                 return Err(bad(name, "a Trellis checkpoint is not an adapter"));
             }
         };

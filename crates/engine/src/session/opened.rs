@@ -7,9 +7,10 @@ use std::sync::OnceLock;
 
 use crate::error::ModelError;
 use crate::formats::gguf::GgufFile;
-use crate::formats::rdrr::{self, Manifest};
+use crate::formats::rdrr::{self, Manifest, RdrrView, TOKENIZER_FILE};
 use crate::formats::source::ModelFiles;
-use crate::formats::{trellis, ModelDescription};
+use crate::formats::trellis::{self, TrellisView};
+use crate::formats::ModelDescription;
 use crate::model::{FileSpan, GgufTensors, TensorSource};
 use crate::quant::GgmlType;
 use crate::text::{ChatTemplate, Tokenizer};
@@ -39,15 +40,16 @@ pub enum OpenedModel<F: ModelFiles> {
         file: String,
         header: Box<GgufFile>,
     },
-    /// An RDRR folder: its manifest, and the GGUF view of its metadata, read (after
-    /// [`rdrr::check_layout`]) when the model is first run; checking a folder needs only the
-    /// manifest.
+    /// An RDRR folder: its manifest, and the GGUF view of its metadata and tensors, read
+    /// (after [`rdrr::check_layout`]) when the model is first run; checking a folder needs
+    /// only the manifest.
     Rdrr {
         files: F,
         manifest: Box<Manifest>,
-        view: OnceLock<GgufFile>,
+        view: OnceLock<RdrrView>,
     },
-    Trellis(F),
+    /// A Trellis folder, and its GGUF view (read when the model is first run).
+    Trellis(F, OnceLock<TrellisView>),
 }
 
 /// What running a model needs besides its tensors: the configuration's metadata, the
@@ -83,7 +85,7 @@ impl<F: ModelFiles> OpenedModel<F> {
             });
         }
         if TRELLIS_MARKERS.iter().any(|m| files.exists(m)) {
-            return Ok(OpenedModel::Trellis(files));
+            return Ok(OpenedModel::Trellis(files, OnceLock::new()));
         }
         Err(ModelError::UnknownFormat.into())
     }
@@ -92,7 +94,7 @@ impl<F: ModelFiles> OpenedModel<F> {
         match self {
             OpenedModel::Gguf { .. } => Format::Gguf,
             OpenedModel::Rdrr { .. } => Format::Rdrr,
-            OpenedModel::Trellis(_) => Format::Trellis,
+            OpenedModel::Trellis(..) => Format::Trellis,
         }
     }
 
@@ -101,7 +103,7 @@ impl<F: ModelFiles> OpenedModel<F> {
         match self {
             OpenedModel::Gguf { files, .. }
             | OpenedModel::Rdrr { files, .. }
-            | OpenedModel::Trellis(files) => files,
+            | OpenedModel::Trellis(files, _) => files,
         }
     }
 
@@ -110,7 +112,7 @@ impl<F: ModelFiles> OpenedModel<F> {
         Ok(match self {
             OpenedModel::Gguf { header, .. } => header.describe(),
             OpenedModel::Rdrr { manifest, .. } => rdrr::describe(manifest),
-            OpenedModel::Trellis(files) => trellis::describe(files)?,
+            OpenedModel::Trellis(files, _) => trellis::describe(files)?,
         })
     }
 
@@ -147,7 +149,7 @@ impl<F: ModelFiles> OpenedModel<F> {
                 let raw = rdrr::read_tensor(manifest, files, name)?;
                 Ok(crate::quant::dequantize(dtype, &raw, elements(n)?)?)
             }
-            OpenedModel::Trellis(files) => Ok(trellis::dequantize_tensor(files, name)?),
+            OpenedModel::Trellis(files, _) => Ok(trellis::dequantize_tensor(files, name)?),
         }
     }
 
@@ -169,15 +171,37 @@ impl<F: ModelFiles> OpenedModel<F> {
         }
         .into()
     }
+}
 
-    /// An error unless the model can be run (Trellis checkpoints cannot, yet).
-    fn runnable(&self) -> Result<(), Error> {
-        match self {
-            OpenedModel::Trellis(_) => Err(ModelError::NotRunnable { format: "Trellis" }.into()),
-            _ if self.is_adapter() => Err(ModelError::IsAdapter.into()),
-            _ => Ok(()),
+impl<F: ModelFiles> OpenedModel<F> {
+    /// An RDRR folder's GGUF view, read once. Before the tensor infos reach the engine, which
+    /// sizes buffers from them, a model whose manifest contradicts itself or its files is
+    /// refused here.
+    fn view<'a>(
+        &self,
+        files: &F,
+        manifest: &Manifest,
+        view: &'a OnceLock<RdrrView>,
+    ) -> Result<&'a RdrrView, Error> {
+        if let Some(v) = view.get() {
+            return Ok(v);
         }
+        rdrr::check_layout(manifest, files)?;
+        let v = rdrr::view(manifest, files)?;
+        Ok(view.get_or_init(|| v))
     }
+}
+
+/// A Trellis folder's GGUF view, read once.
+fn trellis_view<'a, F: ModelFiles>(
+    files: &F,
+    view: &'a OnceLock<TrellisView>,
+) -> Result<&'a TrellisView, Error> {
+    if let Some(v) = view.get() {
+        return Ok(v);
+    }
+    let v = TrellisView::open(files)?;
+    Ok(view.get_or_init(|| v))
 }
 
 fn elements(n: u64) -> Result<usize, Error> {
@@ -192,24 +216,17 @@ fn elements(n: u64) -> Result<usize, Error> {
 
 impl<F: ModelFiles> ModelMeta for OpenedModel<F> {
     fn header(&self) -> Result<&GgufFile, Error> {
-        self.runnable()?;
+        if self.is_adapter() {
+            return Err(ModelError::IsAdapter.into());
+        }
         match self {
             OpenedModel::Gguf { header, .. } => Ok(header),
             OpenedModel::Rdrr {
                 files,
                 manifest,
                 view,
-            } => {
-                if let Some(h) = view.get() {
-                    return Ok(h);
-                }
-                // Before the tensor infos reach the engine, which sizes buffers from them: a
-                // model whose manifest contradicts itself or its files is refused here.
-                rdrr::check_layout(manifest, files)?;
-                let h = crate::model::rdrr::gguf_view(manifest, files)?;
-                Ok(view.get_or_init(|| h))
-            }
-            OpenedModel::Trellis(_) => Err(ModelError::NotRunnable { format: "Trellis" }.into()),
+            } => Ok(&self.view(files, manifest, view)?.header),
+            OpenedModel::Trellis(files, view) => Ok(&trellis_view(files, view)?.header),
         }
     }
 
@@ -219,6 +236,9 @@ impl<F: ModelFiles> ModelMeta for OpenedModel<F> {
             OpenedModel::Rdrr {
                 files, manifest, ..
             } => crate::model::rdrr::tokenizer(manifest, header, files),
+            OpenedModel::Trellis(files, _) => {
+                crate::model::rdrr::tokenizer_json(files, TOKENIZER_FILE)
+            }
             _ => Ok(Tokenizer::from_gguf(header)?),
         }
     }
@@ -227,6 +247,7 @@ impl<F: ModelFiles> ModelMeta for OpenedModel<F> {
         let header = self.header()?;
         Ok(match self {
             OpenedModel::Rdrr { .. } => crate::model::rdrr::chat_template(header, tokenizer)?,
+            OpenedModel::Trellis(..) => crate::model::rdrr::chat_template_for(header, tokenizer)?,
             _ => ChatTemplate::from_gguf(header)?,
         })
     }
@@ -253,9 +274,14 @@ impl<F: ModelFiles> TensorSource for OpenedModel<F> {
                 .read(name)
             }
             OpenedModel::Rdrr {
-                files, manifest, ..
-            } => crate::model::rdrr::read(manifest, files, name),
-            OpenedModel::Trellis(_) => Err(ModelError::NotRunnable { format: "Trellis" }.into()),
+                files,
+                manifest,
+                view,
+            } => {
+                let view = self.view(files, manifest, view)?;
+                crate::model::rdrr::read(manifest, &view.header, &view.sources, files, name)
+            }
+            OpenedModel::Trellis(files, view) => Ok(trellis_view(files, view)?.read(files, name)?),
         }
     }
 
@@ -274,21 +300,30 @@ impl<F: ModelFiles> TensorSource for OpenedModel<F> {
                 }])
             }
             OpenedModel::Rdrr {
-                files, manifest, ..
-            } => manifest
-                .tensors
-                .get(name)?
-                .spans
-                .iter()
-                .map(|span| {
-                    Some(FileSpan {
-                        path: files.local_path(manifest.shard_file(span.shard).ok()?)?,
-                        offset: span.offset,
-                        len: span.size,
+                files,
+                manifest,
+                view,
+            } => {
+                // Only where the view's bytes are the folder's as they are.
+                let sources = &self.view(files, manifest, view).ok()?.sources;
+                if !sources.verbatim(name) {
+                    return None;
+                }
+                manifest
+                    .tensors
+                    .get(sources.manifest_name(name))?
+                    .spans
+                    .iter()
+                    .map(|span| {
+                        Some(FileSpan {
+                            path: files.local_path(manifest.shard_file(span.shard).ok()?)?,
+                            offset: span.offset,
+                            len: span.size,
+                        })
                     })
-                })
-                .collect(),
-            OpenedModel::Trellis(_) => None,
+                    .collect()
+            }
+            OpenedModel::Trellis(..) => None,
         }
     }
 }

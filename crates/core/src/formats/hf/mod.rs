@@ -10,8 +10,8 @@
 mod plan;
 
 pub use plan::{
-    gguf_metadata, permute_for_rope, plan, tensor_bytes, unpack_ternary, OutputTensor,
-    Quantization, QuantizeFn, TensorRecipe, TokenizerSettings,
+    gguf_metadata, permute_for_rope, permute_rows_for_rope, plan, renamed, tensor_bytes,
+    unpack_ternary, OutputTensor, Quantization, QuantizeFn, TensorRecipe, TokenizerSettings,
 };
 
 use std::collections::BTreeMap;
@@ -440,5 +440,42 @@ impl TokenizerConfig {
             bos_token: token("bos_token"),
             eos_token: token("eos_token"),
         })
+    }
+}
+
+/// The GGUF metadata of a model kept with Hugging Face tensor names and run as it is stored
+/// (an RDRR folder from another converter, a Trellis checkpoint): [`gguf_metadata`] for
+/// `config`, with the chat template of the folder's `tokenizer_config.json` and the BOS/EOS
+/// ids of `config.json`. No `general.file_type`: the tensors keep their own types.
+pub fn view_metadata(
+    config: &HfConfig,
+    arch: HfArch,
+    name: &str,
+    files: &dyn ModelFiles,
+) -> Result<Vec<(String, crate::formats::gguf::Value)>, HfError> {
+    let mut settings = TokenizerSettings {
+        bos_id: HfConfig::token_id(&config.bos_token_id),
+        eos_id: HfConfig::token_id(&config.eos_token_id),
+        chat_template: None,
+    };
+    if files.exists("tokenizer_config.json") {
+        let bytes = files.read_small("tokenizer_config.json", MAX_JSON_BYTES)?;
+        settings.chat_template = TokenizerConfig::parse(&bytes)?.chat_template;
+    }
+    Ok(
+        gguf_metadata(config, arch, Quantization::F16, name, &settings)
+            .into_iter()
+            .filter(|(k, _)| k != "general.file_type")
+            .collect(),
+    )
+}
+
+/// Where a GGUF tensor name sorts in a GGUF file: the embedding, the blocks in order, then the
+/// output tensors.
+pub fn gguf_rank(name: &str) -> (u8, u64, String) {
+    match name.strip_prefix("blk.").and_then(|r| r.split_once('.')) {
+        Some((i, _)) => (1, i.parse().unwrap_or(u64::MAX), String::new()),
+        None if name.starts_with("token_embd") => (0, 0, String::new()),
+        None => (2, 0, name.to_string()),
     }
 }

@@ -421,6 +421,85 @@ fn assign_types(
     Ok(())
 }
 
+/// The GGUF name of a checkpoint tensor that is stored as it is (no recipe but a rename, and
+/// for Llama's q and k the RoPE row permutation), with the heads to permute its rows for
+/// (Llama's `attn_q` / `attn_k`, see [`permute_for_rope`]). `None` for a name with no place in
+/// the architecture, and for what this rename cannot give: Gemma's norms (stored as `1 + w`),
+/// BitNet's packed weights, Phi-3's RoPE factors (they come from the config).
+pub fn renamed(config: &HfConfig, arch: HfArch, hf: &str) -> Option<(String, Option<u64>)> {
+    match hf {
+        "model.embed_tokens.weight" => return Some(("token_embd.weight".into(), None)),
+        "model.norm.weight" => return Some(("output_norm.weight".into(), None)),
+        "lm_head.weight" => return Some(("output.weight".into(), None)),
+        _ => {}
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let i: u64 = layer
+        .parse()
+        .ok()
+        .filter(|&i| i < config.num_hidden_layers)?;
+    if layer != i.to_string() {
+        return None;
+    }
+    let (suffix, kind) = rest.rsplit_once('.')?;
+    let table: &[(&str, &str, bool)] = match arch {
+        HfArch::Phi3 => &PHI3_LAYER_TENSORS,
+        HfArch::Gemma2 | HfArch::Gemma3 => &GEMMA_LAYER_TENSORS,
+        _ => &LAYER_TENSORS,
+    };
+    let &(_, gguf, linear) = table.iter().find(|(s, _, _)| *s == suffix)?;
+    let sub_norm = gguf.ends_with("sub_norm");
+    let qk_norm = gguf.ends_with("q_norm") || gguf.ends_with("k_norm");
+    let qk_norms = matches!(arch, HfArch::Qwen3 | HfArch::Gemma3);
+    if arch == HfArch::BitNet || arch.is_gemma() || sub_norm || (qk_norm && !qk_norms) {
+        return None;
+    }
+    let bias = arch == HfArch::Qwen2 && matches!(gguf, "attn_q" | "attn_k" | "attn_v");
+    match kind {
+        "weight" => {}
+        "bias" if bias => return Some((format!("blk.{i}.{gguf}.bias"), None)),
+        _ => return None,
+    }
+    let rope_heads = match (arch, gguf) {
+        (HfArch::Llama, "attn_q") => Some(config.num_attention_heads),
+        (HfArch::Llama, "attn_k") => Some(config.n_kv_heads()),
+        _ => None,
+    };
+    debug_assert!(linear || rope_heads.is_none());
+    Some((format!("blk.{i}.{gguf}.weight"), rope_heads))
+}
+
+/// [`permute_for_rope`] on the raw bytes of a `[rows, ...]` tensor whose rows are
+/// `row_bytes` long each (any type whose rows are whole blocks: the permutation moves rows).
+pub fn permute_rows_for_rope(
+    bytes: &[u8],
+    rows: usize,
+    heads: usize,
+    row_bytes: usize,
+) -> Result<Vec<u8>, String> {
+    if heads == 0 || rows % (2 * heads) != 0 || Some(bytes.len()) != rows.checked_mul(row_bytes) {
+        return Err(format!(
+            "{} bytes of {rows} rows do not split into {heads} heads of pairs",
+            bytes.len()
+        ));
+    }
+    let head_dim = rows / heads;
+    let half = head_dim / 2;
+    let mut out = vec![0u8; bytes.len()];
+    for h in 0..heads {
+        for j in 0..2 {
+            for i in 0..half {
+                let from = h * head_dim + j * half + i;
+                let to = h * head_dim + 2 * i + j;
+                out[to * row_bytes..(to + 1) * row_bytes]
+                    .copy_from_slice(&bytes[from * row_bytes..(from + 1) * row_bytes]);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// llama.cpp's `LlamaModel.permute` on a row-major `[rows, cols]` matrix: within each of
 /// `heads` heads, row `j * half + i` moves to row `2 * i + j` (`half` = head_dim / 2), which
 /// turns rotate-half RoPE pairs into the adjacent pairs GGUF's `llama` RoPE rotates.
@@ -662,6 +741,22 @@ mod tests {
         // reshape(2, 2, 2): head 0 = [[0,1],[2,3]] -> swap -> [[0,2],[1,3]] -> 0,2,1,3.
         assert_eq!(p, [0.0, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0]);
         assert!(permute_for_rope(&v, 8, 3).is_err());
+    }
+
+    /// The byte form moves whole rows as the f32 form does.
+    #[test]
+    fn permute_rows_matches_the_f32_permutation() {
+        let v: Vec<f32> = (0..24).map(|x| x as f32).collect();
+        let want = permute_for_rope(&v, 8, 2).unwrap();
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let got = permute_rows_for_rope(&bytes, 8, 2, 12).unwrap();
+        let got: Vec<f32> = got
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, want);
+        assert!(permute_rows_for_rope(&bytes, 8, 3, 12).is_err());
+        assert!(permute_rows_for_rope(&bytes[1..], 8, 2, 12).is_err());
     }
 
     #[test]

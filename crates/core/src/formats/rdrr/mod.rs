@@ -54,6 +54,7 @@ macro_rules! named_enum {
 }
 
 mod builder;
+mod foreign;
 mod from_gguf;
 mod gguf_metadata;
 mod json;
@@ -66,6 +67,7 @@ mod validate;
 mod verify;
 
 pub use builder::{RdrrWriter, WriterOptions};
+pub use foreign::{view, RdrrView, ViewSource, ViewSources};
 pub use from_gguf::{
     convert_gguf, convert_gguf_view, gguf_tensor_group, quantization_summary, ConvertOptions,
     ConvertReport, ExtraFileData,

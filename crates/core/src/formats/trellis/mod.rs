@@ -15,6 +15,7 @@ pub mod index;
 pub mod migrate;
 pub mod model;
 pub mod resolve;
+pub mod run;
 pub mod validate;
 
 use serde_json::Value;
@@ -25,6 +26,7 @@ pub use migrate::{
 };
 pub use model::{detect_layout, Entry, Layout, Part, Severity, TensorRef, TrellisModel};
 pub use resolve::ResolvedWeight;
+pub use run::TrellisView;
 pub use validate::{validate, Issue, ValidationReport};
 
 use super::safetensors::{to_f32, SafetensorsError};

@@ -45,9 +45,17 @@ use crate::gpu::ops::{AttentionOp, KvCache};
 /// lines say so).
 #[derive(Clone, Debug, Default)]
 pub(super) struct HintMarks {
-    products: Vec<String>,
+    /// One-token products (int8 or f32 activations).
+    one_token: Vec<String>,
+    /// Products of several tokens where cooperative matrices were theirs.
+    several: Vec<String>,
     attention: Vec<String>,
+    /// The norms' reductions.
     norms: Vec<String>,
+    /// The plain RMSNorm's workgroup.
+    norm_width: Vec<String>,
+    /// A feature hint took the device's cooperative matrices away.
+    coop_off_by_feature: bool,
 }
 
 /// The most invocations the reductions' workgroup arrays hold (`REDUCE_N` natively).
@@ -161,9 +169,10 @@ impl GpuBackend {
             };
             // The plan's lines name the norms' reductions, and the products and attention
             // where cooperative matrices were theirs.
-            if coop_before {
-                self.mark(&note, |m| &mut m.products);
+            if coop_before && note.outcome == HintOutcome::Applied {
+                self.mark(&note, |m| &mut m.several);
                 self.mark(&note, |m| &mut m.attention);
+                self.hint_marks.coop_off_by_feature = true;
             }
             if matches!(f, GpuFeature::Subgroups) {
                 self.mark(&note, |m| &mut m.norms);
@@ -258,7 +267,12 @@ impl GpuBackend {
                 )
             }
         };
-        self.mark(&note, |m| &mut m.products);
+        if int_dot != self.rules.int_dot {
+            self.mark(&note, |m| &mut m.one_token);
+        }
+        if coop && !self.ctx.policy.coop_products {
+            self.mark(&note, |m| &mut m.several);
+        }
         notes.push(note);
     }
 
@@ -397,6 +411,7 @@ impl GpuBackend {
                     )
                 } else {
                     self.ctx.policy.rms_norm_workgroup = Some(x);
+                    self.hint_marks.norm_width.push(hint.clone());
                     HintNote::applied(
                         hint,
                         format!(
@@ -422,7 +437,6 @@ impl GpuBackend {
                     ),
                 )
             };
-            self.mark(&note, |m| &mut m.norms);
             notes.push(note);
         }
     }
@@ -449,10 +463,28 @@ impl GpuBackend {
         }
     }
 
-    /// The kernel an op of a plan runs, and the hints that chose it, for the plan's lines
+    /// The kernel an op of a plan runs, and the hints that changed it, for the plan's lines
     /// (products, norms and attention: the ops hints choose kernels for).
     pub(super) fn kernel_of(&self, op: &GpuOp, tokens: usize) -> Option<String> {
         let lower = |k: Kernel| k.label();
+        let m = &self.hint_marks;
+        let none: Vec<String> = Vec::new();
+        // Hints that changed the kernel of a product of `rows` tokens through `w`: one-token
+        // products where an integer-dot kernel exists for it (the int8 choice is theirs),
+        // several where it converts to f16 tiles (the cooperative-matrix choice is theirs).
+        let product = |w: crate::backend::Weight, rows: usize| {
+            let gw = self.weight(w);
+            if rows == 1 && crate::gpu::q8::has_q8_matvec(gw.dtype, gw.cols) {
+                m.one_token.clone()
+            } else if rows > 1
+                && Kernel::DequantF16(gw.dtype).source().is_some()
+                && gw.cols % 32 == 0
+            {
+                m.several.clone()
+            } else {
+                none.clone()
+            }
+        };
         let (kernel, marks) = match *op {
             GpuOp::Matmul(w, _, _, rows) | GpuOp::MatmulShared(w, _, _, rows) => {
                 let gw = self.weight(w);
@@ -468,7 +500,7 @@ impl GpuBackend {
                     (false, _) if rows == 1 => lower(Kernel::Matvec(gw.dtype)),
                     (false, _) => lower(Kernel::Matmul(gw.dtype)),
                 };
-                (kernel, &self.hint_marks.products)
+                (kernel, product(w, rows))
             }
             GpuOp::MatmulAdd(w, _, _, rows) => {
                 let gw = self.weight(w);
@@ -476,7 +508,7 @@ impl GpuBackend {
                     1 => lower(Kernel::MatvecAdd(gw.dtype)),
                     _ => lower(Kernel::MatmulF16(true)),
                 };
-                (kernel, &self.hint_marks.products)
+                (kernel, product(w, rows))
             }
             GpuOp::MatvecQ8(w, _, _, add, _) => {
                 let t = self.weight(w).dtype;
@@ -485,21 +517,23 @@ impl GpuBackend {
                 } else {
                     Kernel::MatvecQ8(t)
                 };
-                (lower(k), &self.hint_marks.products)
+                (lower(k), m.one_token.clone())
             }
             GpuOp::MatvecQ8Pair(w, ..) => (
                 lower(Kernel::MatvecQ8Pair(self.weight(w).dtype)),
-                &self.hint_marks.products,
+                m.one_token.clone(),
             ),
             GpuOp::MatvecQ8AddNorm(w, ..) => (
                 lower(Kernel::MatvecQ8AddNorm(self.weight(w).dtype)),
-                &self.hint_marks.products,
+                m.one_token.clone(),
             ),
             GpuOp::RmsNorm(..) => {
                 let wg = crate::gpu::ops::workgroup_size(&self.ctx, Kernel::RmsNorm);
+                let mut marks = m.norms.clone();
+                marks.extend(m.norm_width.iter().cloned());
                 (
                     format!("{}, {wg} wide", self.norm_kernel(Kernel::RmsNorm, wg)),
-                    &self.hint_marks.norms,
+                    marks,
                 )
             }
             GpuOp::RmsNormQuantizeQ8(..) | GpuOp::RmsNormQuantize(..) => {
@@ -508,16 +542,17 @@ impl GpuBackend {
                     _ => Kernel::RmsNormQuantize,
                 };
                 let wg = k.source().map_or(64, |s| s.default_workgroup_size);
-                (self.norm_kernel(k, wg), &self.hint_marks.norms)
+                (self.norm_kernel(k, wg), m.norms.clone())
             }
             GpuOp::Attention(_, _, heads, _, _, _, scores) => {
                 let cache = self.caches.first()?;
                 let splits = self.attention_splits_for(cache, tokens, heads);
+                let (n, h) = (tokens as u32, heads as u32);
                 let c = AttentionOp::choose(
                     &self.ctx,
                     cache,
-                    heads as u32,
-                    tokens as u32,
+                    h,
+                    n,
                     splits,
                     self.combine_in_attend,
                     scores.scores(),
@@ -529,7 +564,24 @@ impl GpuBackend {
                 if c.combine {
                     kernel += " + combine";
                 }
-                (kernel, &self.hint_marks.attention)
+                // A tier changed this attention where it cut it into other pieces, or kept it
+                // off the KV-head groups or the cooperative matrices it would have taken.
+                let pieces = AttentionOp::pieces(&self.ctx, cache, n, h, self.attention_splits);
+                let ungrouped = !self.ctx.policy.grouped_attention
+                    && AttentionOp::by_kv_head(n, h, cache.n_kv_heads);
+                let uncoop = n > 1
+                    && cache.dtype == crate::gpu::ops::KvDtype::F16
+                    && (m.coop_off_by_feature
+                        || (!self.ctx.policy.coop_attention && has_coop_subgroups(&self.ctx)));
+                let changed =
+                    !m.attention.is_empty() && (pieces != c.pieces || ungrouped || uncoop);
+                (
+                    kernel,
+                    match changed {
+                        true => m.attention.clone(),
+                        false => none.clone(),
+                    },
+                )
             }
             _ => return None,
         };

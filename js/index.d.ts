@@ -151,7 +151,16 @@ export interface Stats {
   kvTokens: number; loadMs: number; last: Timings | null; busy?: boolean; disposed?: boolean;
 }
 export interface StageStats { stage: string; count: number; min: number; max: number; mean: number; rms: number; nan: number; inf: number }
-export interface Diagnosis { tokens: number; stages: StageStats[]; nonFiniteStages: string[]; ms: number }
+/** What became of one of the model's runtime hints (`runtimeOptimizations`). */
+export interface HintNote { hint: string; outcome: 'applied' | 'default' | 'ignored'; detail: string }
+export interface Diagnosis {
+  tokens: number; stages: StageStats[]; nonFiniteStages: string[];
+  /** The model's runtime hints and what became of each. */
+  hints: HintNote[];
+  /** The pass as the GPU runs it; products, norms and attention name their kernel (`=> kernel`). */
+  plan: string[];
+  ms: number;
+}
 
 export interface ChatCompletionRequest {
   messages: { role: string; content: string | { type: string; text?: string }[] }[];

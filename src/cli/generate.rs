@@ -102,6 +102,23 @@ pub struct EngineArgs {
     /// read from storage (cuFile, or direct reads) when used.
     #[arg(long, value_name = "SIZE", value_parser = parse_vram_budget)]
     pub vram_budget: Option<VramBudget>,
+    /// Runtime hints for kernel selection, as an RDRR manifest's `runtimeOptimizations`
+    /// object: inline JSON (`{"attentionTier":"basic"}`) or a file holding it. They override
+    /// the model's own hints field by field; any model format takes them.
+    #[arg(long, value_name = "JSON|FILE", value_parser = parse_hints)]
+    pub hints: Option<session::RuntimeOptimizations>,
+}
+
+/// `--hints`: inline JSON (starting with `{`) or the path of a file holding it.
+pub fn parse_hints(text: &str) -> Result<session::RuntimeOptimizations, String> {
+    let (source, json) = match text.trim_start().starts_with('{') {
+        true => ("--hints".to_string(), text.to_string()),
+        false => (
+            text.to_string(),
+            std::fs::read_to_string(text).map_err(|e| format!("cannot read {text}: {e}"))?,
+        ),
+    };
+    session::RuntimeOptimizations::from_json(&source, &json).map_err(|e| e.to_string())
 }
 
 /// `--vram-budget`: `auto` or a size.
@@ -138,6 +155,7 @@ impl EngineArgs {
             store,
             require_tokenizer: false,
             vram_budget: self.vram_budget,
+            hints: self.hints.clone(),
         }
     }
 }
@@ -240,6 +258,9 @@ fn open_session(load: &LoadArgs, min_context: usize, text: bool) -> Result<Sessi
     if let Some(e) = &session.template_error {
         eprintln!("warning: the model's chat template does not load ({e}); using ChatML");
     }
+    for note in &session.hints {
+        eprintln!("runtime hint {note}");
+    }
     let mut active = Vec::new();
     for l in &load.lora {
         active.push((session.load_adapter(&l.adapter, &options)?, l.scale));
@@ -258,6 +279,12 @@ fn print_plans(args: &RunArgs, session: &mut Session, prompt: usize) -> Result<E
     );
     let model = &mut session.engine.model;
     println!("backend: {}", model.backend.describe());
+    if !session.hints.is_empty() {
+        println!("runtime hints:");
+        for note in &session.hints {
+            println!("  {note}");
+        }
+    }
     let passes = [
         ("prefill", Batch::one(0, prefill)),
         ("decode", Batch::one(prefill, 1)),

@@ -72,6 +72,10 @@ impl<S: ModelMeta, F: Fn(u64)> ModelMeta for Counted<'_, S, F> {
     fn chat_template(&self, tokenizer: Option<&Tokenizer>) -> Result<ChatTemplate, crate::Error> {
         self.inner.chat_template(tokenizer)
     }
+
+    fn runtime_hints(&self) -> Option<&crate::session::RuntimeOptimizations> {
+        self.inner.runtime_hints()
+    }
 }
 
 impl<S: TensorSource, F: Fn(u64)> TensorSource for Counted<'_, S, F> {

@@ -200,6 +200,14 @@ pub(crate) struct BlobModel {
 }
 
 impl BlobModel {
+    /// An RDRR manifest's runtime hints (`runtimeOptimizations`), if it has them.
+    pub fn runtime_hints(&self) -> Option<&crate::session::RuntimeOptimizations> {
+        match &self.layout {
+            Layout::Rdrr { manifest, .. } => manifest.runtime_optimizations.as_ref(),
+            _ => None,
+        }
+    }
+
     /// A GGUF file in a `Blob`.
     pub async fn gguf(blob: Blob, name: &str) -> Result<BlobModel, Error> {
         let header = read_gguf_header(&blob, name).await?;

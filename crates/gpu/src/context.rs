@@ -27,6 +27,44 @@ pub struct GpuFeatures {
     pub coherent: bool,
 }
 
+/// Kernel choices a caller narrows (a model's runtime hints, `runtimeOptimizations`): each
+/// switch only takes a kernel out of the choice the device offers, never adds one it lacks
+/// (a kernel still needs its [`GpuFeatures`]). Every kernel left computes the same values up
+/// to its own rounding (the self-tests' bounds), so narrowing never breaks a result. Set it
+/// before the first pipeline or op is built: ops built before keep their kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct KernelPolicy {
+    /// Products of several tokens may take the cooperative-matrix kernel (f16 operands,
+    /// [`crate::kernels::Kernel::MatmulF16`]); off, the dequantizing tiled kernel with f32
+    /// operands.
+    pub coop_products: bool,
+    /// A prefill's attention may take the cooperative-matrix kernel
+    /// ([`crate::kernels::Kernel::AttentionCoop`]).
+    pub coop_attention: bool,
+    /// A prefill's attention may take the kernel by KV head
+    /// ([`crate::kernels::Kernel::AttentionGroup`]).
+    pub grouped_attention: bool,
+    /// The RMSNorm kernels may reduce through subgroup operations (off: through workgroup
+    /// memory, as on a device without subgroups).
+    pub norm_subgroups: bool,
+    /// The plain RMSNorm kernel's workgroup size (`None`: its own; a power of two from 1 to
+    /// 256, which its reductions need, checked by whoever sets it).
+    pub rms_norm_workgroup: Option<u32>,
+}
+
+impl Default for KernelPolicy {
+    /// Every kernel the device can run.
+    fn default() -> Self {
+        KernelPolicy {
+            coop_products: true,
+            coop_attention: true,
+            grouped_attention: true,
+            norm_subgroups: true,
+            rms_norm_workgroup: None,
+        }
+    }
+}
+
 /// The limits that shape how we lay out buffers and dispatches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct GpuLimits {
@@ -95,6 +133,8 @@ pub struct GpuContext {
     pub adapter: AdapterSummary,
     pub features: GpuFeatures,
     pub limits: GpuLimits,
+    /// Kernels the caller keeps out of the choice ([`KernelPolicy`]; all allowed by default).
+    pub policy: KernelPolicy,
     pub(crate) pipelines: PipelineCache,
     /// Frees what was made through this context ([`GpuContext::release`]).
     releaser: Releaser,
@@ -310,6 +350,7 @@ impl GpuContext {
             adapter,
             features,
             limits,
+            policy: KernelPolicy::default(),
             pipelines: PipelineCache::default(),
             lost,
             pool: Default::default(),

@@ -27,7 +27,9 @@ pub mod selftest;
 pub mod uniforms;
 pub mod weights;
 
-pub use context::{AdapterSummary, DeviceOptions, GpuContext, GpuFeatures, GpuLimits, Releaser};
+pub use context::{
+    AdapterSummary, DeviceOptions, GpuContext, GpuFeatures, GpuLimits, KernelPolicy, Releaser,
+};
 pub use error::GpuError;
 pub use kernels::{Kernel, PipelineKey, Variant};
 pub use pool::{BufferPool, PoolStats, Pooled};

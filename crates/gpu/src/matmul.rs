@@ -164,11 +164,12 @@ pub fn has_coop_subgroups(ctx: &GpuContext) -> bool {
 
 /// Whether products of several tokens over `dtype` take [`Kernel::MatmulF16`] on this device
 /// ([`MatmulOp::coop_f16`]): it has the cooperative matrices (and f16) and 32-wide subgroups,
-/// which the kernel's split of a tile among its 4 subgroups assumes, and `dtype` converts to
+/// which the kernel's split of a tile among its 4 subgroups assumes, `dtype` converts to
 /// f16 tiles ([`Kernel::DequantF16`]; [`MatmulOp::new`] also needs rows of whole 32-value
-/// blocks).
+/// blocks), and the context's [`crate::KernelPolicy::coop_products`] allows it.
 pub fn uses_coop(ctx: &GpuContext, dtype: GgmlType) -> bool {
-    has_coop_subgroups(ctx)
+    ctx.policy.coop_products
+        && has_coop_subgroups(ctx)
         && Kernel::DequantF16(dtype).source().is_some()
         && Kernel::MatmulF16(false).source().is_some()
 }

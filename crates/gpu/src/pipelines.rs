@@ -17,6 +17,29 @@ impl GpuContext {
         }
     }
 
+    /// The variant [`GpuContext::kernel_with`] compiles `kernel` in at `workgroup_size`: the
+    /// device's best, less subgroups where the kernel's segmented sums need subgroups the
+    /// device's may not be, or where the caller's [`crate::KernelPolicy`] keeps the norms off
+    /// them.
+    pub fn variant_for(&self, kernel: Kernel, workgroup_size: u32) -> Variant {
+        let mut variant = self.variant();
+        // Segmented sums through subgroups hold only where every subgroup spans whole runs
+        // and the workgroup is made of whole subgroups.
+        let (min, max) = (
+            self.features.subgroup_min_size,
+            self.features.subgroup_max_size,
+        );
+        if kernel.segment() > 0 && (min < kernel.segment() || max == 0 || workgroup_size % max != 0)
+        {
+            variant.subgroups = false;
+        }
+        // The caller may keep the norms on workgroup-memory reductions (`KernelPolicy`).
+        if !self.policy.norm_subgroups && kernel.is_rms_norm() {
+            variant.subgroups = false;
+        }
+        variant
+    }
+
     /// The pipeline for `key`, compiled once and cached. Shader compilation errors come back as
     /// [`GpuError::Shader`] rather than aborting.
     pub fn pipeline(&self, key: PipelineKey) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
@@ -101,17 +124,7 @@ impl GpuContext {
     ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
         let default = kernel.source().map_or(64, |s| s.default_workgroup_size);
         let workgroup_size = workgroup_size.unwrap_or(default);
-        let mut variant = self.variant();
-        // Segmented sums through subgroups hold only where every subgroup spans whole runs
-        // and the workgroup is made of whole subgroups.
-        let (min, max) = (
-            self.features.subgroup_min_size,
-            self.features.subgroup_max_size,
-        );
-        if kernel.segment() > 0 && (min < kernel.segment() || max == 0 || workgroup_size % max != 0)
-        {
-            variant.subgroups = false;
-        }
+        let variant = self.variant_for(kernel, workgroup_size);
         self.pipeline(PipelineKey {
             kernel,
             variant,

@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::{model_error, State};
-use crate::backend::{Backend, Logits, Readback};
+use crate::backend::{Backend, Batch, Logits, Readback};
 use crate::web::errors::WebError;
 use crate::web::to_js;
 use wasm_bindgen::JsValue;
@@ -64,6 +64,12 @@ struct Diagnosis {
     stages: Vec<StageStats>,
     /// Stages with a NaN or an infinity.
     non_finite_stages: Vec<String>,
+    /// What became of the model's runtime hints (`runtimeOptimizations`): each hint, its
+    /// outcome (`applied`, `default`: what runs anyway, `ignored`) and why.
+    hints: Vec<crate::session::HintNote>,
+    /// The pass as the GPU runs it, one line per step, each product, norm and attention with
+    /// the kernel it got (and the hints that chose it), as `tritium run --plan` prints it.
+    plan: Vec<String>,
     ms: f64,
 }
 
@@ -122,6 +128,11 @@ pub(super) async fn run(state: &State, text: Option<&str>) -> Result<JsValue, We
         };
         stages.push(stats(name, &values));
     }
+    let plan = engine
+        .model
+        .plan_text(&Batch::one(0, n), Readback::Last)
+        .map_err(model_error)?
+        .1;
     let logits = engine
         .model
         .forward(&ids, 0, Readback::Last)
@@ -140,6 +151,8 @@ pub(super) async fn run(state: &State, text: Option<&str>) -> Result<JsValue, We
         tokens: n,
         stages,
         non_finite_stages,
+        hints: engine.model.backend.hint_notes().to_vec(),
+        plan,
         ms: js_sys::Date::now() - start,
     })
     .map_err(|_| WebError::new("InvalidArgument", "the diagnosis could not be serialized"))

@@ -182,6 +182,10 @@ impl crate::session::ModelMeta for AbortableSource<'_> {
     fn chat_template(&self, _: Option<&Tokenizer>) -> Result<ChatTemplate, crate::Error> {
         Ok(self.model.template.clone())
     }
+
+    fn runtime_hints(&self) -> Option<&crate::session::RuntimeOptimizations> {
+        self.model.runtime_hints()
+    }
 }
 
 impl crate::model::AsyncTensorSource for AbortableSource<'_> {

@@ -16,6 +16,7 @@ pub mod cpu;
 pub mod cuda;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+pub mod hints;
 #[cfg(feature = "gpu")]
 pub mod profile;
 
@@ -220,6 +221,18 @@ pub trait Backend {
     /// Choose the arithmetic (before the model loads): [`Arithmetic::Exact`] turns off the
     /// int8 activations, f16 operands and f16 KV cache that [`Arithmetic::Fast`] allows.
     fn set_arithmetic(&mut self, arithmetic: Arithmetic);
+
+    /// Take a model's runtime hints (before the model loads, after
+    /// [`Backend::set_arithmetic`]): each kernel hint this backend can follow narrows its
+    /// choice of kernels, every other is ignored; either way a [`hints::HintNote`] for each is
+    /// pushed onto `notes`. A backend with one kernel per op ignores them all (the default).
+    fn apply_hints(
+        &mut self,
+        hints: &hints::RuntimeOptimizations,
+        notes: &mut Vec<hints::HintNote>,
+    ) {
+        hints::ignored_by(hints, &self.describe(), notes)
+    }
 
     /// Turn the backend's own fusions of consecutive ops on (the default) or off, for a
     /// self-test that compares the two; backends that fuse nothing ignore it.

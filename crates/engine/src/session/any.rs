@@ -111,6 +111,14 @@ impl Backend for AnyBackend {
         each!(self, b => b.set_arithmetic(arithmetic))
     }
 
+    fn apply_hints(
+        &mut self,
+        hints: &crate::backend::hints::RuntimeOptimizations,
+        notes: &mut Vec<crate::backend::hints::HintNote>,
+    ) {
+        each!(self, b => b.apply_hints(hints, notes))
+    }
+
     fn activations(&self, w: Weight, rows: usize) -> crate::pass::Activations {
         each!(self, b => b.activations(w, rows))
     }

@@ -13,6 +13,7 @@ mod opened;
 pub use any::{AnyBackend, Either};
 pub use opened::{Format, ModelMeta, OpenedModel};
 
+pub use crate::backend::hints::{HintNote, HintOutcome, RuntimeOptimizations};
 use crate::backend::Backend;
 pub use crate::backend::{Arithmetic, VramBudget};
 use crate::engine::Engine;
@@ -72,6 +73,9 @@ pub struct OpenOptions {
     /// CUDA only: keep the model within this many bytes of GPU memory, reading the
     /// transformer blocks that do not fit from storage when they are used.
     pub vram_budget: Option<VramBudget>,
+    /// Runtime hints for kernel selection (`runtimeOptimizations`) given by the caller: they
+    /// replace the model's own (an RDRR manifest's), field by field where the caller sets one.
+    pub hints: Option<RuntimeOptimizations>,
 }
 
 impl Default for OpenOptions {
@@ -86,6 +90,7 @@ impl Default for OpenOptions {
             store: None,
             require_tokenizer: false,
             vram_budget: None,
+            hints: None,
         }
     }
 }
@@ -108,6 +113,9 @@ pub struct Session<B: Backend = AnyBackend> {
     pub template: ChatTemplate,
     /// Why the model's own chat template was not used (ChatML stands in), if it was not.
     pub template_error: Option<String>,
+    /// What became of each runtime hint (the model's and the caller's,
+    /// [`OpenOptions::hints`]): applied, already so, or ignored and why.
+    pub hints: Vec<HintNote>,
 }
 
 impl<B: Backend> Session<B> {
@@ -138,7 +146,16 @@ pub async fn load_async<B: Backend, S: ModelMeta + AsyncTensorSource>(
             "exact arithmetic keeps the KV cache f32; an f16 cache rounds keys and values",
         ));
     }
-    backend.set_arithmetic(options.arithmetic);
+    let hints = merged_hints(model.runtime_hints(), options.hints.as_ref());
+    let mut notes = Vec::new();
+    let arithmetic = match &hints {
+        Some(h) => hinted_arithmetic(h, options, &mut notes),
+        None => options.arithmetic,
+    };
+    backend.set_arithmetic(arithmetic);
+    if let Some(h) = &hints {
+        backend.apply_hints(h, &mut notes);
+    }
     let config = ModelConfig::from_gguf(model.header()?)?;
     // A model without tokenizer metadata still runs from token ids.
     let tokenizer = match model.tokenizer() {
@@ -157,7 +174,83 @@ pub async fn load_async<B: Backend, S: ModelMeta + AsyncTensorSource>(
         tokenizer,
         template,
         template_error,
+        hints: notes,
     })
+}
+
+/// The model's hints with the caller's over them, field by field: a kernel, feature list,
+/// override, flag or tier the caller sets replaces the model's.
+fn merged_hints(
+    model: Option<&RuntimeOptimizations>,
+    caller: Option<&RuntimeOptimizations>,
+) -> Option<RuntimeOptimizations> {
+    let (mut h, c) = match (model, caller) {
+        (None, None) => return None,
+        (Some(m), None) => return Some(m.clone()),
+        (None, Some(c)) => return Some(c.clone()),
+        (Some(m), Some(c)) => (m.clone(), c),
+    };
+    let (k, ck) = (&mut h.preferred_kernels, &c.preferred_kernels);
+    k.matmul = ck.matmul.or(k.matmul);
+    k.attention = ck.attention.or(k.attention);
+    k.rmsnorm = ck.rmsnorm.or(k.rmsnorm);
+    k.dequant = ck.dequant.or(k.dequant);
+    k.softmax = ck.softmax.or(k.softmax);
+    h.workgroup_overrides
+        .extend(c.workgroup_overrides.iter().map(|(k, v)| (k.clone(), *v)));
+    if !c.disable_features.is_empty() {
+        h.disable_features = c.disable_features.clone();
+    }
+    h.force_f32_accumulation = c.force_f32_accumulation.or(h.force_f32_accumulation);
+    h.attention_tier = c.attention_tier.or(h.attention_tier);
+    h.target_device = c.target_device.clone().or(h.target_device);
+    Some(h)
+}
+
+/// The arithmetic a session runs with under `hints`: `forceF32Accumulation` asks for f32 sums,
+/// and every kernel of ours sums in f32 already; what it can change is the operands that are
+/// rounded before they are summed (int8 activations, f16 operands, an f16 KV cache), which
+/// [`Arithmetic::Exact`] keeps f32. A caller's f16 KV cache wins over it (the hint is then
+/// ignored, with the reason). `targetDevice` is noted: there are no per-device tables for it.
+fn hinted_arithmetic(
+    hints: &RuntimeOptimizations,
+    options: &OpenOptions,
+    notes: &mut Vec<HintNote>,
+) -> Arithmetic {
+    let mut arithmetic = options.arithmetic;
+    if let Some(force) = hints.force_f32_accumulation {
+        let hint = format!("forceF32Accumulation = {force}");
+        notes.push(match (force, options.arithmetic) {
+            (false, _) => HintNote::default(
+                hint,
+                "every kernel sums in f32; the arithmetic stays as the caller chose",
+            ),
+            (true, Arithmetic::Exact) => HintNote::default(
+                hint,
+                "exact arithmetic was asked for already: f32 operands and sums throughout",
+            ),
+            (true, Arithmetic::Fast) if options.kv_cache == KvCacheType::F16 => HintNote::ignored(
+                hint,
+                "the caller asked for an f16 KV cache, which exact (f32) arithmetic excludes",
+            ),
+            (true, Arithmetic::Fast) => {
+                arithmetic = Arithmetic::Exact;
+                HintNote::applied(
+                    hint,
+                    "exact arithmetic: every product on f32 activations and f32 operands (no int8 \
+                     activations, no f16 tensor-core operands) and an f32 KV cache; every sum \
+                     was f32 already",
+                )
+            }
+        });
+    }
+    if let Some(device) = &hints.target_device {
+        notes.push(HintNote::ignored(
+            format!("targetDevice = {device}"),
+            "no per-device tuning tables: kernels are chosen from the device's own capabilities",
+        ));
+    }
+    arithmetic
 }
 
 /// A model with its tokenizer already parsed by the caller (who needed it before the weights:
@@ -193,6 +286,10 @@ impl<S: ModelMeta> ModelMeta for WithTokenizer<'_, S> {
     fn chat_template(&self, tokenizer: Option<&Tokenizer>) -> Result<ChatTemplate, Error> {
         self.model.chat_template(tokenizer)
     }
+
+    fn runtime_hints(&self) -> Option<&RuntimeOptimizations> {
+        self.model.runtime_hints()
+    }
 }
 
 impl<S: TensorSource> TensorSource for WithTokenizer<'_, S> {
@@ -223,6 +320,10 @@ impl<S: ModelMeta> ModelMeta for Ready<'_, S> {
 
     fn chat_template(&self, tokenizer: Option<&Tokenizer>) -> Result<ChatTemplate, Error> {
         self.0.chat_template(tokenizer)
+    }
+
+    fn runtime_hints(&self) -> Option<&RuntimeOptimizations> {
+        self.0.runtime_hints()
     }
 }
 

@@ -61,6 +61,10 @@ pub trait ModelMeta {
     fn tokenizer(&self) -> Result<Tokenizer, Error>;
     /// The chat template (or the architecture's fallback).
     fn chat_template(&self, tokenizer: Option<&Tokenizer>) -> Result<ChatTemplate, Error>;
+    /// The model's own runtime hints (an RDRR manifest's `runtimeOptimizations`), if any.
+    fn runtime_hints(&self) -> Option<&rdrr::RuntimeOptimizations> {
+        None
+    }
 }
 
 impl<F: ModelFiles> OpenedModel<F> {
@@ -250,6 +254,13 @@ impl<F: ModelFiles> ModelMeta for OpenedModel<F> {
             OpenedModel::Trellis(..) => crate::model::rdrr::chat_template_for(header, tokenizer)?,
             _ => ChatTemplate::from_gguf(header)?,
         })
+    }
+
+    fn runtime_hints(&self) -> Option<&rdrr::RuntimeOptimizations> {
+        match self {
+            OpenedModel::Rdrr { manifest, .. } => manifest.runtime_optimizations.as_ref(),
+            _ => None,
+        }
     }
 }
 

@@ -176,6 +176,15 @@ impl Kernel {
         }
     }
 
+    /// The RMSNorm kernels: the plain one and those that also quantize their output
+    /// ([`crate::KernelPolicy::norm_subgroups`] chooses their reductions).
+    pub fn is_rms_norm(self) -> bool {
+        matches!(
+            self,
+            Kernel::RmsNorm | Kernel::RmsNormQuantizeQ8 | Kernel::RmsNormQuantize
+        )
+    }
+
     /// The length of the runs of invocations the kernel sums with `segment_sum4i`: its
     /// subgroup variant needs every subgroup at least that large (0: no such sums).
     pub(crate) fn segment(self) -> u32 {

@@ -170,6 +170,18 @@ pub struct AttentionOp {
     _buffers: Vec<Pooled>,
 }
 
+/// What [`AttentionOp::choose`] picks for a call.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct AttentionChoice {
+    /// The attend's kernel: [`Kernel::AttentionCoop`], [`Kernel::AttentionGroup`],
+    /// [`Kernel::AttentionDecode`] or [`Kernel::Attention`].
+    pub attend: Kernel,
+    /// Pieces each query's context is cut into (1: none).
+    pub pieces: u32,
+    /// The pieces are combined in a dispatch of their own.
+    pub combine: bool,
+}
+
 impl AttentionOp {
     pub fn new(
         ctx: &GpuContext,
@@ -216,8 +228,16 @@ impl AttentionOp {
             format!("head_dim {d} needs more than {wg} threads per workgroup")
         })?;
         let pipeline = ctx.kernel(kernel, Some(wg))?;
-        let coop = scores == AttentionScores::default()
-            && Self::uses_coop(ctx, cache.dtype, d, n_tokens, splits);
+        let choice = Self::choose(
+            ctx,
+            cache,
+            n_heads,
+            n_tokens,
+            splits,
+            combine_in_attend,
+            scores,
+        );
+        let coop = matches!(choice.attend, Kernel::AttentionCoop(_));
         let window = u32::try_from(scores.window).unwrap_or(u32::MAX);
         check(scores.softcap >= 0.0 && scores.softcap.is_finite(), || {
             format!("an attention soft cap of {}", scores.softcap)
@@ -226,7 +246,7 @@ impl AttentionOp {
             true => Some(ctx.kernel(Kernel::AttentionCoop(d), Some(COOP_WG))?),
             false => None,
         };
-        let grouped = !coop && Self::by_kv_head(n_tokens, n_heads, n_kv);
+        let grouped = choice.attend == Kernel::AttentionGroup;
         let group_pipeline = match grouped {
             true => Some(ctx.kernel(Kernel::AttentionGroup, Some(wg))?),
             false => None,
@@ -238,7 +258,7 @@ impl AttentionOp {
         need("attention k", io.k, kv_bytes)?;
         need("attention v", io.v, kv_bytes)?;
 
-        let n_splits = Self::pieces(ctx, cache, n_tokens, n_heads, splits);
+        let n_splits = choice.pieces;
         check((1..=MAX_SPLITS).contains(&n_splits), || {
             format!("{n_splits} attention splits (1 ..= {MAX_SPLITS})")
         })?;
@@ -289,7 +309,7 @@ impl AttentionOp {
         };
         // Decode appends inside the attend dispatch, and natively combines its pieces there.
         let fused = n_tokens == 1;
-        let in_attend = fused && n_splits > 1 && combine_in_attend && Self::combines_in_attend(ctx);
+        let in_attend = choice.attend == Kernel::AttentionDecode;
         let decode_pipeline = match in_attend {
             true => Some(ctx.kernel(Kernel::AttentionDecode, Some(wg))?),
             false => None,
@@ -458,6 +478,45 @@ impl AttentionOp {
         })
     }
 
+    /// The kernels an op for this call runs ([`AttentionOp::new`] builds what this says):
+    /// on cooperative matrices for a prefill where [`Self::uses_coop`] (plain scores only), by
+    /// KV head for a prefill where [`Self::by_kv_head`] and the context's
+    /// [`crate::KernelPolicy::grouped_attention`] allow, the decode kernel that combines its
+    /// pieces itself for a one-token attention cut into pieces where
+    /// [`Self::combines_in_attend`], else the per-head attend (with a combine dispatch when
+    /// cut into pieces).
+    pub fn choose(
+        ctx: &GpuContext,
+        cache: &KvCache,
+        n_heads: u32,
+        n_tokens: u32,
+        splits: Option<u32>,
+        combine_in_attend: bool,
+        scores: AttentionScores,
+    ) -> AttentionChoice {
+        let d = cache.head_dim;
+        let pieces = Self::pieces(ctx, cache, n_tokens, n_heads, splits);
+        let coop = scores == AttentionScores::default()
+            && Self::uses_coop(ctx, cache.dtype, d, n_tokens, splits);
+        let attend = if coop {
+            Kernel::AttentionCoop(d)
+        } else if ctx.policy.grouped_attention
+            && Self::by_kv_head(n_tokens, n_heads, cache.n_kv_heads)
+        {
+            Kernel::AttentionGroup
+        } else if n_tokens == 1 && pieces > 1 && combine_in_attend && Self::combines_in_attend(ctx)
+        {
+            Kernel::AttentionDecode
+        } else {
+            Kernel::Attention
+        };
+        AttentionChoice {
+            attend,
+            pieces,
+            combine: pieces > 1 && attend != Kernel::AttentionDecode,
+        }
+    }
+
     /// The pieces an op for this call cuts each query's context into: `splits` if given, else
     /// one on cooperative matrices ([`Self::uses_coop`]), else [`Self::default_splits`].
     pub fn pieces(
@@ -504,6 +563,7 @@ impl AttentionOp {
     ) -> bool {
         n_tokens > 1
             && splits.is_none()
+            && ctx.policy.coop_attention
             && dtype == KvDtype::F16
             && d % 16 == 0
             && d <= COOP_MAX_HEAD_DIM

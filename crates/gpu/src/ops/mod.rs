@@ -14,7 +14,9 @@ pub mod norm;
 pub mod rope;
 pub mod select;
 
-pub use attention::{AttentionBuffers, AttentionCall, AttentionOp, KvCache, KvDtype};
+pub use attention::{
+    AttentionBuffers, AttentionCall, AttentionChoice, AttentionOp, KvCache, KvDtype,
+};
 pub use elementwise::{Elementwise, ElementwiseOp};
 pub use norm::{RmsNormOp, SoftmaxOp};
 pub use rope::{RopeOp, RopeTable};
@@ -58,6 +60,12 @@ fn pipeline(
     ctx: &GpuContext,
     kernel: Kernel,
 ) -> Result<(Arc<wgpu::ComputePipeline>, u32), GpuError> {
+    let wg = workgroup_size(ctx, kernel);
+    Ok((ctx.kernel(kernel, Some(wg))?, wg))
+}
+
+/// The workgroup size the ops of this module give `kernel` on `ctx`.
+pub fn workgroup_size(ctx: &GpuContext, kernel: Kernel) -> u32 {
     let mut wg = kernel.source().map_or(64, |s| s.default_workgroup_size);
     // CPU adapters pay per invocation (see `GpuContext::is_software`), and in the browser
     // also for every workgroup's zero-initialized workgroup memory, per group of 4
@@ -66,7 +74,12 @@ fn pipeline(
     if ctx.is_software() && matches!(kernel, Kernel::RmsNorm | Kernel::Softmax | Kernel::Argmax) {
         wg = wg.min(SOFTWARE_REDUCTION_WG);
     }
-    Ok((ctx.kernel(kernel, Some(wg))?, wg))
+    // A caller's size for the plain RMSNorm (`KernelPolicy::rms_norm_workgroup`): one
+    // workgroup per row whatever its size, so only the reduction's width changes.
+    if let (Kernel::RmsNorm, Some(size)) = (kernel, ctx.policy.rms_norm_workgroup) {
+        wg = size;
+    }
+    wg
 }
 
 /// Workgroup size of the reductions on CPU adapters.

@@ -118,6 +118,20 @@ pub struct RuntimeOptimizations {
     pub target_device: Option<String>,
 }
 
+impl RuntimeOptimizations {
+    /// Hints written as a JSON object in the manifest's `runtimeOptimizations` form, outside a
+    /// manifest (a caller's, `tritium run --hints`); `source` names the text in errors, whose
+    /// fields are named as in a manifest (`runtimeOptimizations.preferredKernels.matmul`).
+    pub fn from_json(source: &str, text: &str) -> Result<RuntimeOptimizations, RdrrError> {
+        let value = super::json::parse(source, text.as_bytes())?;
+        let mut top = serde_json::Map::new();
+        top.insert("runtimeOptimizations".to_string(), value);
+        let top = serde_json::Value::Object(top);
+        let obj = Obj::new(source, String::new(), &top)?;
+        Ok(parse(&obj, "runtimeOptimizations")?.unwrap_or_default())
+    }
+}
+
 /// Parse field `key` of `top` as [`RuntimeOptimizations`].
 pub(crate) fn parse(top: &Obj<'_>, key: &str) -> Result<Option<RuntimeOptimizations>, RdrrError> {
     let Some(obj) = top.object(key)? else {

@@ -389,22 +389,17 @@ impl GpuBackend {
                                 ))
                             }
                         };
+                        let cache = s.cache(seq)?;
                         let call = AttentionCall {
                             layer: *layer,
                             n_heads: *heads as u32,
                             n_tokens: n as u32,
-                            splits: s.attention_splits,
+                            splits: s.attention_splits_for(cache, n, *heads),
                             rope,
                             combine_in_attend: s.combine_in_attend,
                             scores: scores.scores(),
                         };
-                        Step::Attention(AttentionOp::new(
-                            &s.ctx,
-                            s.cache(seq)?,
-                            &s.position,
-                            io,
-                            call,
-                        )?)
+                        Step::Attention(AttentionOp::new(&s.ctx, cache, &s.position, io, call)?)
                     }
                     GpuOp::Elementwise(f, out, first, second, len) => {
                         Step::Elementwise(ElementwiseOp::new(

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 mod exec;
+mod hints;
 mod passes;
 pub mod plan;
 pub mod rules;
@@ -91,6 +92,12 @@ pub struct GpuBackend {
     /// Submit passes of several tokens in parts as they are encoded.
     submit_in_parts: bool,
     bytes: u64,
+    /// The attention tier a runtime hint asked for ([`hints`]).
+    attention_tier: Option<crate::formats::rdrr::AttentionTier>,
+    /// What became of the runtime hints ([`GpuBackend::hint_notes`]).
+    hint_notes: Vec<crate::backend::hints::HintNote>,
+    /// The ops whose kernels hints changed, for the plan's lines.
+    hint_marks: hints::HintMarks,
 }
 
 impl GpuBackend {
@@ -128,6 +135,9 @@ impl GpuBackend {
             plan_ids: AtomicU64::new(0),
             submit_in_parts: true,
             bytes: max_batch as u64 * 4,
+            attention_tier: None,
+            hint_notes: Vec::new(),
+            hint_marks: Default::default(),
         })
     }
 
@@ -254,7 +264,7 @@ impl GpuBackend {
                 &self.ctx,
                 cache,
                 n_heads as u32,
-                self.attention_splits,
+                self.attention_splits_for(cache, 1, n_heads),
                 self.combine_in_attend,
             )
         })
@@ -264,8 +274,13 @@ impl GpuBackend {
     /// its output (its combine does, [`AttentionOp::quantizes`]).
     fn attention_quantizes(&self, n_heads: usize) -> bool {
         self.caches.first().is_some_and(|cache| {
-            let splits =
-                AttentionOp::pieces(&self.ctx, cache, 1, n_heads as u32, self.attention_splits);
+            let splits = AttentionOp::pieces(
+                &self.ctx,
+                cache,
+                1,
+                n_heads as u32,
+                self.attention_splits_for(cache, 1, n_heads),
+            );
             AttentionOp::quantizes(splits, cache.head_dim)
         })
     }
@@ -378,6 +393,14 @@ impl Backend for GpuBackend {
             // instead. Weights are not loaded yet, so nothing was prepared for them.
             self.ctx.features.cooperative_matrix = false;
         }
+    }
+
+    fn apply_hints(
+        &mut self,
+        hints: &crate::backend::hints::RuntimeOptimizations,
+        notes: &mut Vec<crate::backend::hints::HintNote>,
+    ) {
+        self.take_hints(hints, notes)
     }
 
     fn kv_request(&self) -> Option<crate::backend::KvType> {

@@ -594,6 +594,10 @@ impl GpuBackend {
                 if !weights.is_empty() {
                     let _ = write!(s, " [{}]", weights.join(", "));
                 }
+                // The kernel a product, norm or attention runs (and the hints that chose it).
+                if let Some(kernel) = self.kernel_of(op, plan.tokens) {
+                    let _ = write!(s, " => {kernel}");
+                }
                 s
             })
             .collect();

@@ -231,11 +231,13 @@ fn adapters_on_cuda_match_llama_cpp_and_f64() {
     }
 }
 
-/// An adapter made by peft (transformers' Qwen3 over the tiny Qwen3's weights, r 8, alpha 16,
-/// every projection; tests/goldens/gen_peft_goldens.py on the GPU machine) and converted by
-/// llama.cpp's convert_lora_to_gguf.py: our logits within [`F64_TOL`] of transformers + peft's
-/// float64 logits ("f64" and "llama" in these goldens are both peft's), and greedy decoding
-/// equal to peft's over its confident prefix.
+/// An adapter made by peft 0.22 (transformers' Qwen3 over the tiny Qwen3's weights, r 8, alpha
+/// 16, every projection; tests/goldens/gen_peft_goldens.py on the GPU machine; peft's own files
+/// in tests/fixtures/lora/peft-qwen3), written as a GGUF adapter by that script (llama.cpp's
+/// converter needed a newer gguf-py than the machine had; the goldens' "converter" says which
+/// ran): our logits within [`F64_TOL`] of transformers + peft's float64 logits ("f64" and
+/// "llama" in these goldens are both peft's), and greedy decoding equal to peft's over its
+/// confident prefix.
 #[test]
 fn peft_adapter_matches_transformers_and_peft() {
     check("peft-qwen3");

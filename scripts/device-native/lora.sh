@@ -28,12 +28,18 @@ echo "== rank-16 adapter cost"
 tritium synth llama-1b-q4k /tmp/l1b.gguf >/dev/null
 PYTHONPATH=/tmp/py python3 scripts/device-native/lora-adapter.py /tmp/l1b.gguf /tmp/l1b-r16.gguf 16
 for b in cuda gpu; do
-  tritium bench generate /tmp/l1b.gguf --backend $b --json > "$OUT/bench-$b-base.json"
-  tritium bench generate /tmp/l1b.gguf --backend $b --json --lora /tmp/l1b-r16.gguf > "$OUT/bench-$b-lora.json"
-  python3 - "$OUT/bench-$b-base.json" "$OUT/bench-$b-lora.json" $b <<'PY'
+  for i in 1 2; do
+    tritium bench generate /tmp/l1b.gguf --backend $b --json > "$OUT/bench-$b-base-$i.json"
+    tritium bench generate /tmp/l1b.gguf --backend $b --json --lora /tmp/l1b-r16.gguf > "$OUT/bench-$b-lora-$i.json"
+  done
+  python3 - "$OUT" $b <<'PY'
 import json, sys
-a, l = (json.load(open(p)) for p in sys.argv[1:3])
+out, b = sys.argv[1:3]
+runs = {k: [json.load(open(f"{out}/bench-{b}-{k}-{i}.json")) for i in (1, 2)] for k in ("base", "lora")}
 for k in ("prefill_tokens_per_s", "decode_tokens_per_s"):
-    print(f"{sys.argv[3]} {k}: base {a[k]:.1f}, rank-16 adapter {l[k]:.1f} ({l[k] / a[k]:.3f})")
+    base = [r[k] for r in runs["base"]]
+    lora = [r[k] for r in runs["lora"]]
+    print(f"{b} {k}: base {base[0]:.1f} {base[1]:.1f}, rank-16 adapter {lora[0]:.1f} {lora[1]:.1f} "
+          f"(best/best {max(lora) / max(base):.3f})")
 PY
 done

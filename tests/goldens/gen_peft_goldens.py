@@ -21,8 +21,11 @@ What it does, deterministically, on the CPU in float64:
    logits of prompt + continuation: per position the argmax, the margin and the logits of the
    probe ids, in the layout of gen_arch_goldens.py ("f64" and "llama" are both peft's here).
 4. Saves the adapter as peft saves it (adapter_config.json, adapter_model.safetensors, in f32)
-   and converts it with llama.cpp's convert_lora_to_gguf.py (--outtype f32, --base a folder
-   with the base model's config.json) to a GGUF adapter.
+   and converts it to a GGUF adapter with llama.cpp's convert_lora_to_gguf.py (--outtype f32,
+   --base a folder with the base model's config.json); where that converter does not run (the
+   source tarball's converter needs a newer gguf-py than the 0.19.0 wheel, as on 2026-12-08),
+   with this script's own writer of the same layout, straight from peft's safetensors
+   ("converter" in the goldens says which).
 
 Output in OUT_DIR: peft-qwen3/ (the peft adapter), tiny-qwen3-peft.gguf, peft-qwen3.json.
 """
@@ -141,6 +144,7 @@ def main(out_dir, llama_src):
     model.to(torch.float32).save_pretrained(str(adapter_dir))
     base_dir = out_dir / "base-config"
     base_dir.mkdir(exist_ok=True)
+    cfg.architectures = ["Qwen3ForCausalLM"]
     cfg.save_pretrained(str(base_dir))
     gguf_out = out_dir / "tiny-qwen3-peft.gguf"
     converter = "llama.cpp convert_lora_to_gguf.py --outtype f32"

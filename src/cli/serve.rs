@@ -53,6 +53,12 @@ pub struct ServeArgs {
     /// Retry-After.
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_queue: usize,
+    /// A LoRA adapter loaded beside each model it fits (a GGUF adapter or an RDRR adapter
+    /// folder), applied at SCALE (default 1) unless a request's `lora` field chooses:
+    /// `[{"id": 0, "scale": 0.5}]` (llama-server's field; ids in `GET /lora-adapters`).
+    /// Repeatable.
+    #[arg(long = "lora", value_name = "ADAPTER[:SCALE]", value_parser = super::generate::parse_lora)]
+    pub lora: Vec<super::generate::LoraArg>,
     /// An origin browsers may call the server from (repeatable; `*` for any). CORS preflights
     /// are answered before the key is checked.
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
@@ -260,6 +266,11 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode, Error> {
             default_keep_alive: keep_alive,
             max_loaded: args.max_loaded,
             max_memory: args.max_memory.as_deref().map(parse_size).transpose()?,
+            lora: args
+                .lora
+                .iter()
+                .map(|l| (l.adapter.clone(), l.scale))
+                .collect(),
         },
         Arc::clone(&metrics),
     );

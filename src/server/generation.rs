@@ -50,6 +50,9 @@ pub struct GenRequest {
     /// The context the model should run with (Ollama's `num_ctx`; at most the trained
     /// context): a loaded model with another is loaded again with this one first.
     pub context: Option<usize>,
+    /// The server's LoRA adapters to apply (index, scale), the others off; `None`: each at
+    /// its `--lora` scale (llama-server's `lora` field).
+    pub lora: Option<Vec<(usize, f32)>>,
 }
 
 /// Most alternatives a token's log-probability comes with (OpenAI's limit for `top_logprobs`).

@@ -148,6 +148,22 @@ async fn metrics_text(State(app): State<Arc<App>>) -> Response {
     r
 }
 
+/// `GET /lora-adapters` (llama-server's): the `--lora` adapters, `[{ id, path, scale }]`, the
+/// ids a request's `lora` field names.
+async fn lora_adapters(State(app): State<Arc<App>>) -> Response {
+    let list: Vec<serde_json::Value> = app
+        .registry
+        .config
+        .lora
+        .iter()
+        .enumerate()
+        .map(|(id, (path, scale))| {
+            serde_json::json!({ "id": id, "path": path.display().to_string(), "scale": scale })
+        })
+        .collect();
+    openai::json_response(StatusCode::OK, &serde_json::Value::Array(list))
+}
+
 async fn root() -> Response {
     openai::json_response(
         StatusCode::OK,
@@ -184,6 +200,7 @@ pub fn router(app: Arc<App>, cors_origins: &[String]) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/v1/models", get(openai::list_models))
         .route("/v1/models/{id}", get(openai::get_model))
+        .route("/lora-adapters", get(lora_adapters))
         .route("/api/generate", post(ollama::generate))
         .route("/api/chat", post(ollama::chat))
         .route("/api/tags", get(ollama::tags))

@@ -129,7 +129,14 @@ pub struct RegistryConfig {
     pub max_loaded: usize,
     /// Most bytes of models loaded at once (`None`: no limit).
     pub max_memory: Option<u64>,
+    /// LoRA adapters (`--lora`): loaded beside each model they fit, applied at these scales
+    /// unless a request chooses (its `lora` field, by index into this list).
+    pub lora: Vec<(PathBuf, f32)>,
 }
+
+/// The server's adapters as one model holds them: each `--lora` adapter's id on the model, or
+/// why it does not fit.
+type ModelAdapters = Vec<Result<crate::model::AdapterId, String>>;
 
 /// Every model the server can run.
 pub struct Registry {
@@ -456,6 +463,7 @@ impl Registry {
                 slot.name
             );
         }
+        let mut adapters = self.load_adapters(&slot.name, &mut session);
         slot.memory
             .store(session.engine.model.backend.bytes_used(), Ordering::SeqCst);
         {
@@ -493,10 +501,12 @@ impl Registry {
                     match self.reload(&slot, session, want) {
                         (Some(s), None) => {
                             session = s;
+                            adapters = self.load_adapters(&slot.name, &mut session);
                             (at, Instant::now())
                         }
                         (Some(s), Some(error)) => {
                             session = s;
+                            adapters = self.load_adapters(&slot.name, &mut session);
                             let _ = job.events.send(Event::Failed(error));
                             slot.pending.fetch_sub(1, Ordering::SeqCst);
                             continue;
@@ -516,7 +526,7 @@ impl Registry {
                 }
                 _ => (started, loaded_at),
             };
-            self.run_job(&mut session, &slot, job, started, loaded_at);
+            self.run_job(&mut session, &adapters, &slot, job, (started, loaded_at));
             let expired = slot.wait_limit() == Some(Duration::ZERO);
             if expired && self.retire_if_idle(&slot, &jobs).is_none() {
                 break;
@@ -575,13 +585,69 @@ impl Registry {
         }
     }
 
+    /// Load the server's adapters for a model that just loaded: each one's id, or why it does
+    /// not fit (logged; a request that names it gets that reason).
+    fn load_adapters(&self, name: &str, session: &mut Session) -> ModelAdapters {
+        let open = &self.config.open;
+        self.config
+            .lora
+            .iter()
+            .enumerate()
+            .map(|(i, (path, _))| {
+                session.load_adapter(path, open).map_err(|e| {
+                    eprintln!("serve: {name}: adapter {i} does not apply: {e}");
+                    e.to_string()
+                })
+            })
+            .collect()
+    }
+
+    /// The adapters a request runs with: those it names (`lora`, by index, each at its scale;
+    /// the others off) or, when it names none, every adapter that fits at its `--lora` scale.
+    fn adapters_for(
+        &self,
+        adapters: &ModelAdapters,
+        request: &GenRequest,
+    ) -> Result<Vec<(crate::model::AdapterId, f32)>, ApiError> {
+        let Some(chosen) = &request.lora else {
+            return Ok(adapters
+                .iter()
+                .zip(&self.config.lora)
+                .filter_map(|(id, (_, scale))| Some((*id.as_ref().ok()?, *scale)))
+                .collect());
+        };
+        let mut active = Vec::with_capacity(chosen.len());
+        for &(i, scale) in chosen {
+            match adapters.get(i) {
+                None => {
+                    return Err(ApiError::invalid_param(
+                        "lora",
+                        format!(
+                            "invalid adapter id {i}: the server has {} adapter(s) (GET \
+                             /lora-adapters lists them)",
+                            adapters.len()
+                        ),
+                    ))
+                }
+                Some(Err(why)) => {
+                    return Err(ApiError::invalid_param(
+                        "lora",
+                        format!("adapter {i} does not apply to this model: {why}"),
+                    ))
+                }
+                Some(Ok(id)) => active.push((*id, scale)),
+            }
+        }
+        Ok(active)
+    }
+
     fn run_job(
         &self,
         session: &mut Session,
+        adapters: &ModelAdapters,
         slot: &Slot,
         job: Job,
-        started: Instant,
-        loaded_at: Instant,
+        (started, loaded_at): (Instant, Instant),
     ) {
         // A request that arrived during the load is charged the part of it it waited for.
         let charged = if job.arrived < loaded_at {
@@ -593,14 +659,25 @@ impl Registry {
             // The client left while it waited.
             Some(_) if job.events.is_closed() => {}
             Some(request) => {
-                generation::run(
-                    session,
-                    request,
-                    &job.events,
-                    job.arrived,
-                    charged,
-                    &self.metrics,
-                );
+                let active = self.adapters_for(adapters, request).and_then(|a| {
+                    session
+                        .engine
+                        .set_adapters(&a)
+                        .map_err(|e| ApiError::invalid_param("lora", e.to_string()))
+                });
+                match active {
+                    Ok(()) => generation::run(
+                        session,
+                        request,
+                        &job.events,
+                        job.arrived,
+                        charged,
+                        &self.metrics,
+                    ),
+                    Err(e) => {
+                        let _ = job.events.send(Event::Failed(e));
+                    }
+                }
             }
             None => {
                 let _ = job.events.send(Event::Done(generation::Outcome {

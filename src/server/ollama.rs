@@ -254,6 +254,7 @@ async fn answer(
         stop,
         logprobs: None,
         context,
+        lora: None,
     };
     let (name, mut rx) = app.registry.submit(model, Some(request), keep)?;
     started(&mut rx).await?;

@@ -97,6 +97,56 @@ struct Common {
     stop: Vec<String>,
     /// Log-probabilities with this many alternatives per token.
     logprobs: Option<usize>,
+    /// llama-server's `lora`: `[{"id": 0, "scale": 0.5}]`.
+    lora: Option<Vec<(usize, f32)>>,
+}
+
+/// llama-server's `lora` field: the server's adapters to apply, by index, each with its scale
+/// (default 1), the others off.
+fn lora(f: &Fields) -> Result<Option<Vec<(usize, f32)>>, ApiError> {
+    let Some(list) = f.array("lora")? else {
+        return Ok(None);
+    };
+    if list.len() > 64 {
+        return Err(ApiError::invalid_param(
+            "lora",
+            format!("at most 64 adapters, got {}", list.len()),
+        ));
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for (i, entry) in list.iter().enumerate() {
+        let serde_json::Value::Object(o) = entry else {
+            return Err(ApiError::invalid_param(
+                "lora",
+                format!("`lora[{i}]` must be an object {{\"id\", \"scale\"}}"),
+            ));
+        };
+        let f = Fields::new(o);
+        let inner =
+            |e: ApiError| ApiError::invalid_param("lora", format!("`lora[{i}]`: {}", e.message));
+        let id = f
+            .integer("id")
+            .map_err(inner)?
+            .filter(|&id| id >= 0)
+            .ok_or_else(|| {
+                ApiError::invalid_param("lora", format!("`lora[{i}].id` must be an adapter index"))
+            })?;
+        let scale = f.number("scale").map_err(inner)?.unwrap_or(1.0) as f32;
+        if !scale.is_finite() {
+            return Err(ApiError::invalid_param(
+                "lora",
+                format!("`lora[{i}].scale` is out of range"),
+            ));
+        }
+        if out.iter().any(|&(other, _)| other == id as usize) {
+            return Err(ApiError::invalid_param(
+                "lora",
+                format!("adapter {id} is given twice"),
+            ));
+        }
+        out.push((id as usize, scale));
+    }
+    Ok(Some(out))
 }
 
 /// What a request asks of log-probabilities. Chat: `logprobs` (a boolean) and
@@ -186,6 +236,7 @@ fn common(f: &Fields, kind: Kind) -> Result<Common, ApiError> {
         sampling: sampling(f)?,
         stop,
         logprobs: logprobs(f, kind)?,
+        lora: lora(f)?,
     })
 }
 
@@ -554,6 +605,7 @@ async fn answer(
         stop: c.stop,
         logprobs: c.logprobs,
         context: None,
+        lora: c.lora,
     };
     let want_logprobs = c.logprobs.is_some();
     let (name, mut rx) = app.registry.submit(&c.model, Some(request), None)?;

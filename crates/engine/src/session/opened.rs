@@ -159,16 +159,20 @@ impl<F: ModelFiles> OpenedModel<F> {
 
     /// An error for a tensor the model lacks, naming similar ones.
     fn no_tensor(&self, name: &str) -> Error {
-        let similar = match self.describe() {
-            Ok(d) => d
-                .tensors
-                .iter()
-                .filter(|t| t.name.contains(name) || name.contains(t.name.as_str()))
-                .take(5)
-                .map(|t| t.name.clone())
-                .collect(),
-            Err(_) => Vec::new(),
+        // The names alone (a GGUF's or an RDRR manifest's, not a whole description).
+        let names: Vec<String> = match self {
+            OpenedModel::Gguf { header, .. } => {
+                header.tensors.iter().map(|t| t.name.clone()).collect()
+            }
+            OpenedModel::Rdrr { manifest, .. } => manifest.tensors.keys().cloned().collect(),
+            // Its tensors are named in shards' headers; `describe` lists them.
+            OpenedModel::Trellis(..) => Vec::new(),
         };
+        let similar = names
+            .into_iter()
+            .filter(|t| t.contains(name) || name.contains(t.as_str()))
+            .take(5)
+            .collect();
         ModelError::NoSuchTensor {
             name: name.to_string(),
             similar,

@@ -74,9 +74,8 @@ impl HfArch {
 }
 
 /// `config.json`, the fields the conversion reads.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct HfConfig {
-    #[serde(default)]
     pub architectures: Vec<String>,
     pub model_type: Option<String>,
     pub hidden_size: u64,
@@ -113,15 +112,94 @@ pub struct HfConfig {
     pub bos_token_id: Option<Json>,
     pub eos_token_id: Option<Json>,
     pub quantization_config: Option<Json>,
-    #[serde(rename = "_name_or_path")]
+    /// `_name_or_path`.
     pub name_or_path: Option<String>,
 }
 
 impl HfConfig {
+    /// Read from the JSON object's fields (absent and `null` alike are `None`; a field of the
+    /// wrong type is an error naming it; others are ignored). By hand rather than derived:
+    /// the browser's build carries this, and a derived struct visitor is several times the code.
     pub fn parse(bytes: &[u8]) -> Result<HfConfig, HfError> {
-        serde_json::from_slice(bytes).map_err(|e| HfError::Json {
+        let bad = |message: String| HfError::Json {
             file: "config.json".into(),
-            message: e.to_string(),
+            message,
+        };
+        let v: Json = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+        let o = v
+            .as_object()
+            .ok_or_else(|| bad("the file is not a JSON object".into()))?;
+        let field = |k: &str| o.get(k).filter(|x| !x.is_null());
+        let wrong = |k: &str, want: &str| bad(format!("`{k}` must be {want}"));
+        let u = |k: &str| -> Result<Option<u64>, HfError> {
+            field(k)
+                .map(|x| x.as_u64().ok_or_else(|| wrong(k, "a whole number")))
+                .transpose()
+        };
+        let need = |k: &str| -> Result<u64, HfError> {
+            u(k)?.ok_or_else(|| bad(format!("missing field `{k}`")))
+        };
+        let f = |k: &str| -> Result<Option<f64>, HfError> {
+            field(k)
+                .map(|x| x.as_f64().ok_or_else(|| wrong(k, "a number")))
+                .transpose()
+        };
+        let b = |k: &str| -> Result<Option<bool>, HfError> {
+            field(k)
+                .map(|x| x.as_bool().ok_or_else(|| wrong(k, "true or false")))
+                .transpose()
+        };
+        let text = |k: &str| -> Result<Option<String>, HfError> {
+            field(k)
+                .map(|x| {
+                    x.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| wrong(k, "a string"))
+                })
+                .transpose()
+        };
+        let texts = |k: &str| -> Result<Option<Vec<String>>, HfError> {
+            field(k)
+                .map(|x| {
+                    x.as_array()
+                        .and_then(|a| a.iter().map(|s| s.as_str().map(str::to_string)).collect())
+                        .ok_or_else(|| wrong(k, "a list of strings"))
+                })
+                .transpose()
+        };
+        let json = |k: &str| field(k).cloned();
+        Ok(HfConfig {
+            architectures: texts("architectures")?.unwrap_or_default(),
+            model_type: text("model_type")?,
+            hidden_size: need("hidden_size")?,
+            intermediate_size: need("intermediate_size")?,
+            num_hidden_layers: need("num_hidden_layers")?,
+            num_attention_heads: need("num_attention_heads")?,
+            num_key_value_heads: u("num_key_value_heads")?,
+            head_dim: u("head_dim")?,
+            vocab_size: need("vocab_size")?,
+            max_position_embeddings: u("max_position_embeddings")?,
+            rope_theta: f("rope_theta")?,
+            rope_parameters: json("rope_parameters"),
+            rope_scaling: json("rope_scaling"),
+            original_max_position_embeddings: u("original_max_position_embeddings")?,
+            partial_rotary_factor: f("partial_rotary_factor")?,
+            rms_norm_eps: f("rms_norm_eps")?,
+            tie_word_embeddings: b("tie_word_embeddings")?,
+            hidden_act: text("hidden_act")?,
+            hidden_activation: text("hidden_activation")?,
+            sliding_window: u("sliding_window")?,
+            sliding_window_pattern: u("sliding_window_pattern")?,
+            layer_types: texts("layer_types")?,
+            rope_local_base_freq: f("rope_local_base_freq")?,
+            attn_logit_softcapping: f("attn_logit_softcapping")?,
+            final_logit_softcapping: f("final_logit_softcapping")?,
+            attention_bias: b("attention_bias")?,
+            mlp_bias: b("mlp_bias")?,
+            bos_token_id: json("bos_token_id"),
+            eos_token_id: json("eos_token_id"),
+            quantization_config: json("quantization_config"),
+            name_or_path: text("_name_or_path")?,
         })
     }
 

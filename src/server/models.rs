@@ -39,7 +39,7 @@ pub enum KeepAlive {
 enum Msg {
     /// Generate (`Some`) or only load and apply the keep-alive (`None`: Ollama's request
     /// without a prompt).
-    Job(Job),
+    Job(Box<Job>),
     /// Look at the keep-alive again (it was changed from outside).
     Wake,
 }
@@ -266,10 +266,10 @@ impl Registry {
                 return Err(ApiError::busy(&name, waiting - 1));
             }
             entry.slot.pending.fetch_add(1, Ordering::SeqCst);
-            match entry.queue.send(Msg::Job(job)) {
+            match entry.queue.send(Msg::Job(Box::new(job))) {
                 Ok(()) => return Ok((name, receiver)),
                 // The thread died (a panic in a backend): start again below.
-                Err(mpsc::SendError(Msg::Job(j))) => job = j,
+                Err(mpsc::SendError(Msg::Job(j))) => job = *j,
                 Err(mpsc::SendError(Msg::Wake)) => {
                     return Err(ApiError::internal("the model's queue refused a request"))
                 }
@@ -297,7 +297,7 @@ impl Registry {
             }),
         });
         let (queue, jobs) = mpsc::channel();
-        let _ = queue.send(Msg::Job(job));
+        let _ = queue.send(Msg::Job(Box::new(job)));
         let registry = Arc::clone(self);
         let thread_slot = Arc::clone(&slot);
         let thread = std::thread::Builder::new()
@@ -526,7 +526,7 @@ impl Registry {
                 }
                 _ => (started, loaded_at),
             };
-            self.run_job(&mut session, &adapters, &slot, job, (started, loaded_at));
+            self.run_job(&mut session, &adapters, &slot, *job, (started, loaded_at));
             let expired = slot.wait_limit() == Some(Duration::ZERO);
             if expired && self.retire_if_idle(&slot, &jobs).is_none() {
                 break;

@@ -65,7 +65,7 @@ fn llama() -> &'static [u8] {
         };
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("llama.gguf");
-        synth::write(&spec, Some(2), &path).expect("synthetic model");
+        synth::write(&spec, Some(2), None, &path).expect("synthetic model");
         std::fs::read(&path).expect("model")
     })
 }

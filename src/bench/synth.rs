@@ -18,7 +18,7 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::cli::Error;
-use crate::formats::gguf::{GgufWriter, Value};
+use crate::formats::gguf::{GgufFile, GgufWriter, Value};
 use crate::quant::GgmlType;
 
 /// The shape of a synthetic model.
@@ -192,7 +192,12 @@ fn random_tensor(rng: &mut ChaCha8Rng, dtype: GgmlType, n: u64) -> Result<Vec<u8
 
 /// Write the synthetic model `spec` (with `layers` overriding its layer count) to `out`
 /// (through `<out>.part`, renamed at the end).
-pub fn write(spec: &SynthSpec, layers: Option<u64>, out: &Path) -> Result<u64, Error> {
+pub fn write(
+    spec: &SynthSpec,
+    layers: Option<u64>,
+    vocab: Option<&GgufFile>,
+    out: &Path,
+) -> Result<u64, Error> {
     let mut s = spec.clone();
     if let Some(l) = layers {
         s.n_layers = l.max(1);
@@ -215,9 +220,30 @@ pub fn write(spec: &SynthSpec, layers: Option<u64>, out: &Path) -> Result<u64, E
     w.add(kv("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))?;
     w.add(kv("rope.freq_base"), Value::F32(s.theta))?;
     w.add(kv("vocab_size"), Value::U32(s.vocab as u32))?;
-    // No vocabulary (the benchmarks run from token ids), marked the way llama.cpp reads it, so
-    // llama.cpp's `llama-bench` loads the same file for a side-by-side run.
-    w.add("tokenizer.ggml.model", Value::String("none".into()))?;
+    match vocab {
+        Some(v) => {
+            let tokens = v
+                .get("tokenizer.ggml.tokens")
+                .and_then(|t| t.as_array())
+                .map_or(0, |a| a.len() as u64);
+            if tokens != s.vocab {
+                return Err(Error::Usage(format!(
+                    "the vocabulary has {tokens} tokens; {a}'s shapes need {}",
+                    s.vocab
+                )));
+            }
+            for (k, val) in v
+                .metadata
+                .iter()
+                .filter(|(k, _)| k.starts_with("tokenizer."))
+            {
+                w.add(k.clone(), val.clone())?;
+            }
+        }
+        // No vocabulary (the benchmarks run from token ids), marked the way llama.cpp reads
+        // it, so llama.cpp's `llama-bench` loads the same file for a side-by-side run.
+        None => w.add("tokenizer.ggml.model", Value::String("none".into()))?,
+    }
     let head_dim = s.head_dim.unwrap_or(s.dim / s.n_heads);
     if let Some(window) = s.gemma_window {
         w.add(kv("attention.sliding_window"), Value::U32(window as u32))?;

@@ -145,13 +145,31 @@ fn print_profiles(
 }
 
 /// `tritium synth`.
-pub fn synth(kind: &str, out: &std::path::Path, layers: Option<u64>) -> Result<ExitCode, Error> {
+pub fn synth(
+    kind: &str,
+    out: &std::path::Path,
+    layers: Option<u64>,
+    vocab: Option<&std::path::Path>,
+) -> Result<ExitCode, Error> {
     let spec = crate::bench::synth::SynthSpec::named(kind).ok_or_else(|| {
         Error::Usage(format!(
             "unknown synthetic model {kind} (bitnet-2b4t, llama-1b-q4k, qwen3-0.6b-q4k or gemma3-1b-q4k)"
         ))
     })?;
-    let bytes = crate::bench::synth::write(&spec, layers, out)?;
+    let vocab = match vocab {
+        Some(p) => {
+            let bytes = std::fs::read(p).map_err(|e| Error::Io {
+                path: p.display().to_string(),
+                message: e.to_string(),
+            })?;
+            Some(
+                crate::formats::gguf::GgufFile::read(&bytes)
+                    .map_err(|e| Error::Usage(format!("{}: {e}", p.display())))?,
+            )
+        }
+        None => None,
+    };
+    let bytes = crate::bench::synth::write(&spec, layers, vocab.as_ref(), out)?;
     eprintln!("wrote {} ({})", out.display(), super::human_bytes(bytes));
     Ok(ExitCode::SUCCESS)
 }

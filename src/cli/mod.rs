@@ -131,6 +131,11 @@ enum Command {
         /// Fewer layers than the real model (quick local checks).
         #[arg(long)]
         layers: Option<u64>,
+        /// Take the vocabulary (every `tokenizer.*` key) from this GGUF, whose token count must
+        /// be the model's: text prompts and chat then work (servers, side by side with
+        /// llama-server). Default: no vocabulary (benchmarks from token ids).
+        #[arg(long, value_name = "GGUF")]
+        vocab: Option<PathBuf>,
     },
     /// Write one tensor, dequantized on the CPU, as raw little-endian f32 in file element order.
     Dump {
@@ -516,7 +521,8 @@ pub fn main() -> ExitCode {
             kind,
             output,
             layers,
-        } => bench::synth(&kind, &output, layers),
+            vocab,
+        } => bench::synth(&kind, &output, layers, vocab.as_deref()),
     };
     match result {
         Ok(code) => code,

@@ -26,7 +26,10 @@
 //     tests/lora_reference.rs): loadAdapter() from a GGUF URL (into OPFS), an RDRR adapter
 //     folder's URL and an ArrayBuffer; greedy tokens with no adapter, one, the RDRR one, two
 //     at scales 0.5 and 1.5, and none again equal native `run --lora` (exact, CPU); an adapter
-//     for another architecture and a bad scale are InvalidArgument; loadAdapter in a worker.
+//     for another architecture and a bad scale are InvalidArgument; loadAdapter in a worker;
+//   - an RDRR folder written as other converters write it (Hugging Face names, no
+//     gguf_metadata.json; tests/fixtures/foreign_rdrr) downloaded from its URL gives native's
+//     greedy tokens for the GGUF it came from.
 //
 //   cargo build && npm run build && node tests/browser/run-package-options.mjs
 //
@@ -96,6 +99,9 @@ const loraPrompt = 'once upon a time';
 const loraFile = (f) => join(fixtures, 'lora', f);
 const loraNative = (lora) => JSON.parse(execFileSync(bin, ['run', tinyQwen3, '--json', '--exact', '--backend', 'cpu',
   '-p', loraPrompt, '--max-tokens', '8', '--temperature', '0', '--ctx', '256', ...lora.flatMap((l) => ['--lora', l])],
+{ encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] })).generated_ids;
+const foreignWant = JSON.parse(execFileSync(bin, ['run', join(fixtures, 'foreign_rdrr', 'tiny-llama.gguf'), '--json',
+  '--exact', '--backend', 'cpu', '-p', loraPrompt, '--max-tokens', '8', '--temperature', '0', '--ctx', '256'],
 { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] })).generated_ids;
 const loraWant = {
   base: loraNative([]),
@@ -385,6 +391,16 @@ try {
   check(lora.badScale?.code === 'InvalidArgument' && lora.notHandle?.code === 'InvalidArgument',
     `LoRA: a bad scale and a non-handle are InvalidArgument (${lora.badScale?.message}; ${lora.notHandle?.message})`);
   check(sameIds(lora.worker, loraWant.one), 'LoRA: loadAdapter in a worker gives the same tokens', JSON.stringify(lora.worker));
+
+  // An RDRR folder from another converter (Hugging Face names, the architecture block).
+  const foreign = await page.evaluate(async ({ loraPrompt, opts }) => {
+    const m = await window.tritium.BitNet.load('/fixtures/foreign_rdrr/tiny-llama-rdrr/', { ...opts, name: 'foreign-llama' });
+    const ids = await window.greedyIds(m, loraPrompt, 8);
+    m.dispose();
+    return ids;
+  }, { loraPrompt, opts });
+  check(sameIds(foreign, foreignWant), 'an RDRR folder from another converter gives native\'s tokens for its GGUF',
+    JSON.stringify([foreign, foreignWant]));
 } catch (e) {
   check(false, 'run', e.stack ?? String(e));
 }

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tritium::formats::gguf::{GgufFile, GgufWriter, Value as GgufValue};
+use tritium::formats::gguf::Value as GgufValue;
 
 struct LoraCase {
     golden: Golden,
@@ -328,49 +328,28 @@ fn adapters_swap_between_requests_without_reloading() {
     }
 }
 
-/// `tritium run` with `args`: its stderr, where it must fail.
+/// `tritium` with `args`: its stderr, where it must fail.
 fn refused(args: &[&str]) -> String {
-    let o = tritium_output(args);
-    assert!(!o.status.success(), "tritium {} succeeded", args.join(" "));
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!err.contains("panicked"), "{err}");
-    err
+    failed(tritium_output(args))
 }
 
-/// `src` (a GGUF adapter) with metadata `key` set to `value` and the tensors `keep` accepts.
+/// `src` (a GGUF adapter) with metadata `key` set to `value` (`None`: removed) and the tensors
+/// `keep` accepts.
 fn edited(src: &Path, key: &str, value: Option<GgufValue>, keep: &dyn Fn(&str) -> bool) -> Vec<u8> {
-    let bytes = std::fs::read(src).unwrap();
-    let file = GgufFile::read(&bytes).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, v) in &file.metadata {
-        if k != key {
-            w.add(k.clone(), v.clone()).unwrap();
-        }
-    }
-    if let Some(v) = value {
-        w.add(key.to_string(), v).unwrap();
-    }
-    for t in file.tensors.iter().filter(|t| keep(&t.name)) {
-        let data = file.read_tensor(&bytes, &t.name).unwrap();
-        w.add_tensor(&t.name, t.dtype, &t.shape(), data).unwrap();
-    }
-    w.to_bytes().unwrap()
+    let meta = |m: &mut Vec<(String, GgufValue)>| {
+        m.retain(|(k, _)| k != key);
+        m.extend(value.clone().map(|v| (key.to_string(), v)));
+    };
+    rebuilt(src, &meta, &|name, dtype, shape, data| {
+        keep(name).then(|| (name.to_string(), dtype, shape, data))
+    })
 }
 
 /// `src` (a GGUF adapter) with `from` replaced by `to` in its tensors' names.
 fn renamed(src: &Path, from: &str, to: &str) -> Vec<u8> {
-    let bytes = std::fs::read(src).unwrap();
-    let file = GgufFile::read(&bytes).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, v) in &file.metadata {
-        w.add(k.clone(), v.clone()).unwrap();
-    }
-    for t in &file.tensors {
-        let data = file.read_tensor(&bytes, &t.name).unwrap();
-        w.add_tensor(t.name.replace(from, to), t.dtype, &t.shape(), data)
-            .unwrap();
-    }
-    w.to_bytes().unwrap()
+    rebuilt(src, &|_| {}, &|name, dtype, shape, data| {
+        Some((name.replace(from, to), dtype, shape, data))
+    })
 }
 
 /// Adapters that do not fit the base model, and adapters and models given in each other's

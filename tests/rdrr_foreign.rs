@@ -22,7 +22,6 @@
 //!   text prompt is refused naming the missing file. Never a panic.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use tritium::formats::gguf::GgufFile;
 use tritium::formats::rdrr::{self, Manifest};
@@ -34,33 +33,10 @@ const RDRR: &str = "tests/fixtures/foreign_rdrr/tiny-llama-rdrr";
 const PROMPT: &str = "the capital of france is";
 const IDS: &str = "257,316,108,277,102,259,282,283,263,115";
 
-fn tritium(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tritium"));
-    cmd.args(args);
-    // lavapipe unless the caller chose a Vulkan driver (scripts/test.sh sets it up).
-    let lvp = "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json";
-    if std::env::var_os("VK_ICD_FILENAMES").is_none() && Path::new(lvp).exists() {
-        cmd.env("VK_ICD_FILENAMES", lvp);
-    }
-    cmd.output().expect("runs")
-}
+#[path = "common/goldens.rs"]
+mod goldens;
 
-fn ok(o: Output) -> Output {
-    assert!(
-        o.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-fn fails(o: Output) -> String {
-    assert!(!o.status.success(), "succeeded");
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!err.contains("panicked"), "{err}");
-    err
-}
+use goldens::{failed as fails, succeeded as ok, tritium_output as tritium};
 
 fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")

@@ -25,9 +25,6 @@
 //! - A folder without config.json, or without tokenizer.json for a text prompt, is refused
 //!   with an error naming the file; never a panic.
 
-use std::path::Path;
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
 const MODEL: &str = "tests/fixtures/trellis/run";
@@ -35,33 +32,10 @@ const GOLDEN: &str = "tests/goldens/trellis_run.json";
 /// Largest difference from the float64 reference's logits (`--exact`, CPU and GPU).
 const F64_TOL: f32 = 2e-3;
 
-fn tritium(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tritium"));
-    cmd.args(args);
-    // lavapipe unless the caller chose a Vulkan driver (scripts/test.sh sets it up).
-    let lvp = "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json";
-    if std::env::var_os("VK_ICD_FILENAMES").is_none() && Path::new(lvp).exists() {
-        cmd.env("VK_ICD_FILENAMES", lvp);
-    }
-    cmd.output().expect("runs")
-}
+#[path = "common/goldens.rs"]
+mod goldens;
 
-fn ok(o: Output) -> Output {
-    assert!(
-        o.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-fn fails(o: Output) -> String {
-    assert!(!o.status.success(), "succeeded");
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!err.contains("panicked"), "{err}");
-    err
-}
+use goldens::{failed as fails, succeeded as ok, tritium_output as tritium};
 
 fn golden() -> Value {
     serde_json::from_slice(&std::fs::read(GOLDEN).unwrap()).unwrap()

@@ -383,24 +383,8 @@ impl WasmModel {
         options: JsValue,
         on_token: Option<Function>,
     ) -> Promise {
-        let state = self.state.clone();
-        future_to_promise(async move {
-            if state.busy.get() {
-                return Err(busy().into());
-            }
-            if state.disposed.get() || state.dispose_pending.get() {
-                return Err(disposed().into());
-            }
-            if let Some(e) = state.device_lost() {
-                return Err(e.into());
-            }
-            state.busy.set(true);
-            let result = run_generate(&state, &input, &options, on_token).await;
-            state.busy.set(false);
-            if state.dispose_pending.get() {
-                state.destroy();
-            }
-            result.map_err(JsValue::from)
+        exclusive(&self.state, move |state| async move {
+            run_generate(&state, &input, &options, on_token).await
         })
     }
 
@@ -412,23 +396,9 @@ impl WasmModel {
     /// other shapes), `Busy` while a generation runs.
     #[wasm_bindgen(js_name = loadAdapter)]
     pub fn load_adapter(&self, source: JsValue, name: String) -> Promise {
-        let state = self.state.clone();
-        future_to_promise(async move {
-            if state.busy.get() {
-                return Err(busy().into());
-            }
-            if state.disposed.get() || state.dispose_pending.get() {
-                return Err(disposed().into());
-            }
-            state.busy.set(true);
-            let result = adapter::load(&state, &source, &name).await;
-            state.busy.set(false);
-            if state.dispose_pending.get() {
-                state.destroy();
-            }
-            result
-                .map(|id| JsValue::from(id as u32))
-                .map_err(JsValue::from)
+        exclusive(&self.state, move |state| async move {
+            let id = adapter::load(&state, &source, &name).await?;
+            Ok(JsValue::from(id as u32))
         })
     }
 
@@ -437,26 +407,39 @@ impl WasmModel {
     /// and the logits, each with `{ stage, count, min, max, mean, rms, nan, inf }`. Clears the
     /// KV cache. `Busy` while a generation runs.
     pub fn diagnose(&self, text: Option<String>) -> Promise {
-        let state = self.state.clone();
-        future_to_promise(async move {
-            if state.busy.get() {
-                return Err(busy().into());
-            }
-            if state.disposed.get() {
-                return Err(disposed().into());
-            }
-            if let Some(e) = state.device_lost() {
-                return Err(e.into());
-            }
-            state.busy.set(true);
-            let result = diagnose::run(&state, text.as_deref()).await;
-            state.busy.set(false);
-            if state.dispose_pending.get() {
-                state.destroy();
-            }
-            result.map_err(JsValue::from)
+        exclusive(&self.state, move |state| async move {
+            diagnose::run(&state, text.as_deref()).await
         })
     }
+}
+
+/// Run `job` as the model's one job at a time: `Busy` while another runs, `InvalidArgument`
+/// once disposed, `DeviceLost` when the device is gone; a `dispose()` that came while it ran
+/// frees everything when it ends.
+fn exclusive<F, Fut>(state: &Rc<State>, job: F) -> Promise
+where
+    F: FnOnce(Rc<State>) -> Fut + 'static,
+    Fut: std::future::Future<Output = Result<JsValue, WebError>> + 'static,
+{
+    let state = state.clone();
+    future_to_promise(async move {
+        if state.busy.get() {
+            return Err(busy().into());
+        }
+        if state.disposed.get() || state.dispose_pending.get() {
+            return Err(disposed().into());
+        }
+        if let Some(e) = state.device_lost() {
+            return Err(e.into());
+        }
+        state.busy.set(true);
+        let result = job(state.clone()).await;
+        state.busy.set(false);
+        if state.dispose_pending.get() {
+            state.destroy();
+        }
+        result.map_err(JsValue::from)
+    })
 }
 
 fn encode_input(state: &State, input: &JsValue, o: &GenOptions) -> Result<Vec<u32>, WebError> {

@@ -140,6 +140,25 @@ pub fn tritium_output(args: &[&str]) -> Output {
     cmd.output().expect("the tritium binary runs")
 }
 
+/// `o`, which must be a success (its output in the message otherwise).
+pub fn succeeded(o: Output) -> Output {
+    assert!(
+        o.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// The stderr of `o`, which must have failed, and without a panic.
+pub fn failed(o: Output) -> String {
+    assert!(!o.status.success(), "succeeded");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
 pub fn run_json(args: &[&str]) -> Value {
     let o = tritium(args);
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
@@ -296,16 +315,41 @@ pub fn rewritten(
     fixture: &str,
     edit: &dyn Fn(&str, GgmlType, Vec<u64>, Vec<u8>) -> Option<(GgmlType, Vec<u64>, Vec<u8>)>,
 ) -> Vec<u8> {
-    let bytes = std::fs::read(root().join(fixture)).unwrap();
+    rebuilt(
+        &root().join(fixture),
+        &|_| {},
+        &|name, dtype, shape, data| {
+            let (dtype, shape, data) = edit(name, dtype, shape, data)?;
+            Some((name.to_string(), dtype, shape, data))
+        },
+    )
+}
+
+/// The GGUF at `path` written again: its metadata through `meta`, each tensor through `edit`
+/// (which may rename it, or leave it out with `None`).
+#[allow(clippy::type_complexity)]
+pub fn rebuilt(
+    path: &Path,
+    meta: &dyn Fn(&mut Vec<(String, tritium::formats::gguf::Value)>),
+    edit: &dyn Fn(
+        &str,
+        GgmlType,
+        Vec<u64>,
+        Vec<u8>,
+    ) -> Option<(String, GgmlType, Vec<u64>, Vec<u8>)>,
+) -> Vec<u8> {
+    let bytes = std::fs::read(path).unwrap();
     let file = GgufFile::read(&bytes).unwrap();
     let mut w = GgufWriter::new();
-    for (k, v) in &file.metadata {
-        w.add(k.clone(), v.clone()).unwrap();
+    let mut metadata = file.metadata.clone();
+    meta(&mut metadata);
+    for (k, v) in metadata {
+        w.add(k, v).unwrap();
     }
     for t in &file.tensors {
         let data = file.read_tensor(&bytes, &t.name).unwrap();
-        if let Some((dtype, shape, data)) = edit(&t.name, t.dtype, t.shape(), data) {
-            w.add_tensor(t.name.clone(), dtype, &shape, data).unwrap();
+        if let Some((name, dtype, shape, data)) = edit(&t.name, t.dtype, t.shape(), data) {
+            w.add_tensor(name, dtype, &shape, data).unwrap();
         }
     }
     let mut out = Vec::new();

@@ -378,12 +378,16 @@ def top2(logits):
     return int(order[0]), float(logits[order[0]] - logits[order[1]])
 
 
-def run_model(path):
+def run_model(path, setup=None, deltas=None):
+    """llama.cpp's and the float64 pass's records of every prompt; `setup(llm)` runs first
+    (gen_lora_goldens.py applies adapters there) and `deltas` go to f64_forward."""
     llm = llama_cpp.Llama(
         model_path=str(path), n_ctx=N_CTX, n_batch=N_CTX, n_ubatch=N_CTX, logits_all=True,
         type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, flash_attn=False, n_gpu_layers=0, seed=0,
         verbose=False,
     )
+    if setup:
+        setup(llm)
     eos = llm.token_eos()
     cases = []
     for prompt in PROMPTS:
@@ -416,7 +420,7 @@ def run_model(path):
     n_vocab = llm.n_vocab()
     del llm
     seqs = [c["prompt_ids"] + c["greedy_ids"] for c in cases]
-    for c, ref in zip(cases, f64_forward(path, seqs)):
+    for c, ref in zip(cases, f64_forward(path, seqs, deltas)):
         c["f64"] = summary(ref, 6)
         llama = c.pop("_scores")
         # Over the whole vocabulary, every position.

@@ -429,6 +429,14 @@ def run_model(path, setup=None, deltas=None):
     return cases, n_vocab, eos
 
 
+def write_golden(path, doc):
+    """`doc` as JSON, a line per case (the goldens' layout)."""
+    enc = lambda v: json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+    body = ",\n  ".join(enc(x) for x in doc["cases"])
+    head = ",\n ".join(f"{enc(k)}:{enc(v)}" for k, v in doc.items() if k != "cases")
+    path.write_text("{\n " + head + ',\n "cases":[\n  ' + body + "\n ]\n}\n")
+
+
 def sha256_file(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -456,10 +464,7 @@ def main():
             "eos": eos,
             "cases": cases,
         }
-        enc = lambda v: json.dumps(v, separators=(",", ":"), ensure_ascii=False)
-        body = ",\n  ".join(enc(x) for x in cases)
-        head = ",\n ".join(f"{enc(k)}:{enc(v)}" for k, v in doc.items() if k != "cases")
-        (OUT / f"{arch}.json").write_text("{\n " + head + ',\n "cases":[\n  ' + body + "\n ]\n}\n")
+        write_golden(OUT / f"{arch}.json", doc)
         print(f"{arch}: {path.stat().st_size} bytes, {doc['file_sha256'][:16]}")
         for x in cases:
             print(f"  {x['prompt']!r}: ids {x['prompt_ids']} greedy {x['greedy_ids']} "

@@ -230,10 +230,7 @@ def main():
             "eos": eos,
             "cases": cases,
         }
-        enc = lambda v: json.dumps(v, separators=(",", ":"), ensure_ascii=False)
-        body = ",\n  ".join(enc(x) for x in cases)
-        head = ",\n ".join(f"{enc(k)}:{enc(v)}" for k, v in doc.items() if k != "cases")
-        (OUT / f"{case}.json").write_text("{\n " + head + ',\n "cases":[\n  ' + body + "\n ]\n}\n")
+        ga.write_golden(OUT / f"{case}.json", doc)
         print(f"{case}: greedy changed by the adapters in {changed}/{len(cases)} prompts")
         for x in cases:
             print(f"  {x['prompt']!r}: greedy {x['greedy_ids']} min margin "

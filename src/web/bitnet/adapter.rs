@@ -49,7 +49,6 @@ async fn files_of(source: &JsValue, name: &str) -> Result<(MemoryFiles, Option<S
 }
 
 /// Read, check and upload the adapter `source` for the model of `state`: its index.
-#[allow(clippy::await_holding_refcell_ref)]
 pub(super) async fn load(state: &State, source: &JsValue, name: &str) -> Result<usize, WebError> {
     let (files, gguf) = files_of(source, name).await?;
     let opened = match gguf {

@@ -121,9 +121,6 @@ pub struct AdapterData {
     /// What the adapter is called (its file or folder name).
     pub name: String,
     pub pairs: Vec<LoraPair>,
-    /// Tensors the adapter holds that are not low-rank pairs and are left out, as llama.cpp
-    /// leaves them (`*_norm.weight`).
-    pub skipped: Vec<String>,
 }
 
 /// How an adapter file names and lays out its tensors.
@@ -143,7 +140,7 @@ pub struct AdapterTensor {
     pub shape: Vec<u64>,
 }
 
-fn bad(name: &str, reason: impl Into<String>) -> Error {
+pub(crate) fn bad(name: &str, reason: impl Into<String>) -> Error {
     ModelError::Adapter {
         adapter: name.to_string(),
         reason: reason.into(),
@@ -180,7 +177,6 @@ impl AdapterData {
         // Pair the halves by their base name (`blk.3.attn_q.weight`, `layers.3.q_proj`).
         let mut pairs: std::collections::BTreeMap<&str, [Option<&AdapterTensor>; 2]> =
             Default::default();
-        let mut skipped = Vec::new();
         for t in tensors {
             let (stem, half) = match (
                 t.name.strip_suffix(".lora_a"),
@@ -189,7 +185,7 @@ impl AdapterData {
                 (Some(s), _) => (s, 0),
                 (_, Some(s)) => (s, 1),
                 _ if t.name.ends_with("_norm.weight") => {
-                    skipped.push(t.name.clone());
+                    // llama.cpp leaves an adapter's norm vectors out too.
                     continue;
                 }
                 _ => {
@@ -315,7 +311,6 @@ impl AdapterData {
         Ok(AdapterData {
             name: name.to_string(),
             pairs: out,
-            skipped,
         })
     }
 
@@ -377,8 +372,6 @@ pub struct Adapter {
     pub name: String,
     /// The largest rank of its pairs as uploaded (padded to a multiple of 32).
     pub max_rank: usize,
-    /// Pairs in the file.
-    pub pairs: usize,
     terms: Vec<Term>,
     /// The caller's scale over `max_rank` values (what `A x` is multiplied by).
     scale: Tensor,
@@ -468,7 +461,6 @@ impl Adapters {
         self.loaded.push(Adapter {
             name: data.name.clone(),
             max_rank,
-            pairs: data.pairs.len(),
             terms,
             scale,
             scale_now: 1.0,
@@ -544,13 +536,6 @@ impl Adapters {
                 p.add(out, tmp, n * out_width);
             }
         }
-    }
-
-    /// Whether any applied adapter updates a projection of block `layer`.
-    pub fn touches(&self, layer: usize) -> bool {
-        self.active
-            .iter()
-            .any(|&(id, _)| self.loaded[id.0].terms.iter().any(|t| t.layer == layer))
     }
 }
 

@@ -2,20 +2,11 @@
 //! read into [`AdapterData`] against the base model it is meant for.
 
 use super::opened::OpenedModel;
-use crate::error::ModelError;
 use crate::formats::rdrr::AdapterType;
 use crate::formats::source::ModelFiles;
-use crate::model::lora::{AdapterTensor, Layout};
+use crate::model::lora::{bad, AdapterTensor, Layout};
 use crate::model::{AdapterData, Arch, ModelConfig};
 use crate::Error;
-
-fn bad(name: &str, reason: impl Into<String>) -> Error {
-    ModelError::Adapter {
-        adapter: name.to_string(),
-        reason: reason.into(),
-    }
-    .into()
-}
 
 impl<F: ModelFiles> OpenedModel<F> {
     /// Whether the files hold a LoRA adapter rather than a model (GGUF `general.type =
